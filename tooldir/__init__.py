@@ -1,0 +1,50 @@
+"""tooldir: load LLM agent tools from directories on disk, safely.
+
+Public surface only; everything not in ``__all__`` is private.
+"""
+
+from .errors import (
+    ConfigError,
+    ExecutionError,
+    ManifestError,
+    PermissionDeniedError,
+    PolicyError,
+    SandboxError,
+    StateError,
+    ToolDirError,
+    TrustError,
+)
+from .loader import LoadConfig, Loader, load, make_config
+from .model import BuiltinSpec, Diagnostic, Manifest, Risk, Severity, Source, Status, ToolRecord, Trust
+from .policy import Policy, load_policy
+from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
+
+__all__ = [
+    "BuiltinSpec",
+    "ConfigError",
+    "Diagnostic",
+    "ExecutionError",
+    "LoadConfig",
+    "Loader",
+    "Manifest",
+    "ManifestError",
+    "PermissionDeniedError",
+    "Policy",
+    "PolicyError",
+    "Risk",
+    "SandboxError",
+    "Severity",
+    "Snapshot",
+    "SnapshotDiff",
+    "SnapshotStore",
+    "Source",
+    "StateError",
+    "Status",
+    "ToolDirError",
+    "ToolRecord",
+    "Trust",
+    "TrustError",
+    "load",
+    "load_policy",
+    "make_config",
+]

@@ -1,0 +1,203 @@
+"""Strict JSON: one meaning per document, or a precise refusal.
+
+Refuses what parsers disagree on or what can hurt a consumer: a BOM, invalid UTF-8, NUL, lone
+surrogates (raw or escaped), duplicate keys, NaN/Infinity and numbers that overflow to infinity,
+nesting deeper than a limit (checked *before* parsing, so no RecursionError is possible), and
+integers too long to convert. Results are deep-frozen (see :func:`freeze`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from typing import Any, NoReturn
+
+
+class StrictJSONError(ValueError):
+    """``code`` is a stable diagnostic code; ``pointer`` locates the problem where known."""
+
+    def __init__(self, code: str, message: str, pointer: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.pointer = pointer
+
+
+class FrozenDict(dict[str, Any]):
+    """A dict that refuses mutation. Still a ``dict`` for json, jsonschema and jsonschema-rs."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_: Any, **__: Any) -> NoReturn:
+        raise TypeError("this JSON object is frozen")
+
+    __setitem__ = __delitem__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+    __ior__ = _refuse
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(json.dumps(self, sort_keys=True))
+
+    def __reduce__(self) -> Any:
+        return (FrozenDict, (dict(self),))
+
+
+class FrozenList(list[Any]):
+    """A list that refuses mutation (a ``list`` for validators that check ``isinstance``)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_: Any, **__: Any) -> NoReturn:
+        raise TypeError("this JSON array is frozen")
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = pop = remove = reverse = sort = clear = _refuse
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(json.dumps(self))
+
+    def __reduce__(self) -> Any:
+        return (FrozenList, (list(self),))
+
+
+def freeze(value: Any) -> Any:
+    """Deep-freeze a plain JSON value."""
+    if isinstance(value, dict):
+        return FrozenDict({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return FrozenList(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """A mutable deep copy of a (frozen) JSON value."""
+    if isinstance(value, dict):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [thaw(v) for v in value]
+    return value
+
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKET = re.compile(rb"[\[\]{}]")
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_BOM = b"\xef\xbb\xbf"
+_NUL = b"\x00"
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> FrozenDict:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise StrictJSONError("duplicate-key", f"duplicate key {key!r} in one object")
+        obj[key] = _freeze_list(value) if type(value) is list else value
+    return FrozenDict(obj)
+
+
+def _freeze_list(items: list[Any]) -> FrozenList:
+    # dicts inside are already frozen by _pairs; only nested plain lists remain
+    return FrozenList(_freeze_list(v) if type(v) is list else v for v in items)
+
+
+def _constant(name: str) -> NoReturn:
+    raise StrictJSONError("non-finite-number", f"{name} is not a JSON number")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise StrictJSONError("non-finite-number", f"number {text[:40]} overflows to infinity")
+    return value
+
+
+def _depth(data: bytes, limit: int) -> int:
+    if data.count(b"[") + data.count(b"{") <= limit:  # cheap bound: cannot be deeper than this
+        return 0
+    depth = deepest = 0
+    for match in _BRACKET.finditer(_STRING.sub(b"", data)):
+        if match.group() in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def _has_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+_decoder = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant, parse_float=_float)
+
+
+def loads(data: bytes, *, max_depth: int = 32) -> Any:
+    """Parse one JSON document from bytes, strictly, returning deep-frozen values.
+
+    Raises:
+        StrictJSONError: with ``code`` one of invalid-encoding, invalid-json, duplicate-key,
+            non-finite-number, too-deep.
+    """
+    if data.startswith(_BOM):
+        raise StrictJSONError("invalid-encoding", "file starts with a byte-order mark (BOM)")
+    if _NUL in data:
+        raise StrictJSONError("invalid-encoding", f"NUL byte at offset {data.index(_NUL)}")
+    try:
+        text = data.decode("utf-8", errors="strict")
+    except UnicodeDecodeError as exc:
+        raise StrictJSONError("invalid-encoding", f"invalid UTF-8 at byte {exc.start}: {exc.reason}") from None
+    depth = _depth(data, max_depth)
+    if depth > max_depth:
+        raise StrictJSONError("too-deep", f"nesting depth {depth} exceeds the limit of {max_depth}")
+    try:
+        value, end = _decoder.raw_decode(text)
+    except StrictJSONError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise StrictJSONError("invalid-json", f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer with too many digits
+        raise StrictJSONError("invalid-json", f"unparseable value: {str(exc)[:120]}") from None
+    if text[end:].strip(" \t\r\n"):
+        raise StrictJSONError("invalid-json", "extra data after the JSON document")
+    if _ESCAPED_SURROGATE.search(data) and _has_surrogate(value):
+        raise StrictJSONError("invalid-encoding", "escaped lone surrogate (\\uD800-\\uDFFF) in a string")
+    if type(value) is list:
+        return _freeze_list(value)
+    return value
+
+
+def dumps_canonical(value: Any) -> str:
+    """Compact, key-sorted JSON: the form hashed and measured everywhere."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def iter_strings(value: Any, pointer: str = "") -> Iterable[tuple[str, str]]:
+    """Yield (json pointer, string) for every key and string value inside ``value``."""
+    if isinstance(value, str):
+        yield pointer, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            child = f"{pointer}/{escape_pointer(key)}"
+            yield child, key
+            yield from iter_strings(item, child)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from iter_strings(item, f"{pointer}/{index}")
+
+
+def escape_pointer(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")

@@ -1,0 +1,302 @@
+"""Roots -> PackageScan: the only code that reads tool directories.
+
+Discovery reads bytes and nothing else: it never imports, executes or sources anything. It walks
+with directory file descriptors and ``O_NOFOLLOW`` so a path can never leave its root (no string
+prefix checks anywhere), opens files ``O_NONBLOCK`` so a FIFO cannot block it, accepts only regular
+files with one link, checks owner and mode of every directory and file, and bounds sizes and counts.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from .model import Diagnostic, PackageFile, Source, error, info
+from .policy import Limits
+
+MANIFEST = "schema.json"
+#: Files whose bytes later stages need (trust); every other file is only hashed.
+KEPT_FILES = frozenset({MANIFEST, "tool.lock", "tool.lock.minisig", "tool.lock.sig"})
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class RootSpec:
+    """A tool root: ``anchor`` is trusted as given (the user named it); every component in
+    ``parts`` below it is opened without following symlinks."""
+
+    source: Source
+    anchor: str
+    parts: tuple[str, ...] = ()
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.anchor, *self.parts)
+
+
+@dataclass(frozen=True, slots=True)
+class PackageScan:
+    """What discovery found in one tool folder. ``digest`` is None when any file was refused."""
+
+    source: Source
+    root: str
+    name: str  # the folder's name
+    path: str
+    files: tuple[PackageFile, ...]
+    contents: Mapping[str, bytes]  # bytes of KEPT_FILES present
+    digest: str | None
+    diagnostics: tuple[Diagnostic, ...]
+
+
+def package_digest(files: Iterable[PackageFile]) -> str:
+    """sha256 over a canonical listing of every file: sorted path, content hash, exec bit."""
+    h = hashlib.sha256(b"tooldir-package-v1\n")
+    for f in sorted(files, key=lambda f: f.path):
+        h.update(f"{f.path}\0{f.sha256}\0{'x' if f.executable else '-'}\n".encode())
+    return "sha256:" + h.hexdigest()
+
+
+def unsafe_mode(st: os.stat_result, euid: int) -> str | None:
+    """Why a file or folder with this stat may not be trusted, or None."""
+    if st.st_uid not in (euid, 0):
+        return f"owned by uid {st.st_uid}, not by the user ({euid}) or root"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"writable by {'group' if st.st_mode & stat.S_IWGRP else 'others'} (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def open_root(root: RootSpec) -> tuple[int | None, list[Diagnostic]]:
+    """Open a root directory safely. Returns (fd or None, diagnostics). A missing root is empty."""
+    euid = os.geteuid()
+    diags: list[Diagnostic] = []
+    where = {"source": root.source, "path": root.path}
+    try:
+        fd = os.open(root.anchor, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None, []
+    except NotADirectoryError:
+        return None, [error("not-regular-file", f"root anchor {root.anchor} is not a directory", **where)]
+    except OSError as exc:
+        return None, [error("unreadable", f"cannot open {root.anchor}: {exc.strerror}", **where)]
+    current = root.anchor
+    for part in root.parts:
+        current = os.path.join(current, part)
+        try:
+            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+        except FileNotFoundError:
+            os.close(fd)
+            return None, []
+        except OSError as exc:
+            os.close(fd)
+            code, why = _open_failure(exc)
+            if code == "not-regular-file" and os.path.islink(current):
+                code, why = "symlink", "is a symbolic link"
+            return None, [error(code, f"root component {current} {why}", **where)]
+        os.close(fd)
+        fd = child
+        problem = unsafe_mode(os.fstat(fd), euid)
+        if problem:
+            os.close(fd)
+            return None, [error("unsafe-permissions", f"root component {current} is {problem}", **where)]
+    if not root.parts:
+        problem = unsafe_mode(os.fstat(fd), euid)
+        if problem:
+            os.close(fd)
+            return None, [error("unsafe-permissions", f"root {current} is {problem}", **where)]
+    return fd, diags
+
+
+def _open_failure(exc: OSError) -> tuple[str, str]:
+    if exc.errno == errno.ELOOP:
+        return "symlink", "is a symbolic link"
+    if exc.errno == errno.ENOTDIR:
+        return "not-regular-file", "is not a directory"
+    if exc.errno == errno.ENXIO:
+        return "not-regular-file", "is a socket or device"
+    return "unreadable", f"cannot be opened: {exc.strerror}"
+
+
+def list_packages(root_fd: int, root: RootSpec, limits: Limits) -> tuple[list[str], list[Diagnostic]] | None:
+    """Names of candidate tool folders directly under the root, with diagnostics for entries that
+    are not folders. None when the root has more entries than allowed (the whole root is refused)."""
+    names: list[str] = []
+    diags: list[Diagnostic] = []
+    count = 0
+    with os.scandir(root_fd) as entries:
+        for entry in entries:
+            count += 1
+            if count > limits.max_root_entries:
+                return None
+            name = entry.name
+            if name.startswith("."):
+                continue  # editor and VCS droppings; never a valid tool name, never loaded
+            path = os.path.join(root.path, name)
+            where = {"tool": name, "source": root.source, "path": path}
+            if entry.is_symlink():
+                diags.append(error("symlink", f"tool folder {path} is a symbolic link; not followed", **where))
+            elif entry.is_dir(follow_symlinks=False):
+                names.append(name)
+            elif entry.is_file(follow_symlinks=False):
+                diags.append(info("stray-file", f"{path} is a file, not a tool folder; ignored", **where))
+            else:
+                diags.append(
+                    error("not-regular-file", f"{path} is a FIFO, socket or device, not a tool folder", **where)
+                )
+    names.sort()
+    return names, diags
+
+
+class _Walk:
+    """State of one package walk (bounded: files, bytes, depth)."""
+
+    __slots__ = ("contents", "diags", "euid", "files", "limits", "name", "pkg_path", "source", "total")
+
+    def __init__(self, source: Source, name: str, pkg_path: str, limits: Limits) -> None:
+        self.source = source
+        self.name = name
+        self.pkg_path = pkg_path
+        self.limits = limits
+        self.euid = os.geteuid()
+        self.files: list[PackageFile] = []
+        self.contents: dict[str, bytes] = {}
+        self.diags: list[Diagnostic] = []
+        self.total = 0
+
+    def fail(self, code: str, rel: str, message: str) -> None:
+        path = os.path.join(self.pkg_path, rel) if rel else self.pkg_path
+        self.diags.append(error(code, message, tool=self.name, source=self.source, path=path))
+
+    def walk_dir(self, dir_fd: int, prefix: str, depth: int) -> bool:
+        """Walk one directory; returns False when a limit stops the walk."""
+        if depth > self.limits.max_package_depth:
+            self.fail("too-deep", prefix, f"folders nested deeper than {self.limits.max_package_depth}")
+            return False
+        with os.scandir(dir_fd) as it:
+            entries = sorted((e.name, e.is_symlink(), e.is_dir(follow_symlinks=False)) for e in it)
+        for name, is_link, is_dir in entries:
+            rel = prefix + name
+            if is_link:
+                self.fail("symlink", rel, f"{rel} is a symbolic link; tool packages may not contain links")
+                continue
+            if is_dir:
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                except OSError as exc:
+                    code, why = _open_failure(exc)
+                    self.fail(code, rel, f"folder {rel} {why}")
+                    continue
+                try:
+                    problem = unsafe_mode(os.fstat(child), self.euid)
+                    if problem:
+                        self.fail("unsafe-permissions", rel, f"folder {rel} is {problem}")
+                        continue
+                    if not self.walk_dir(child, rel + "/", depth + 1):
+                        return False
+                finally:
+                    os.close(child)
+            elif not self.read_file(dir_fd, name, rel):
+                return False
+        return True
+
+    def read_file(self, dir_fd: int, name: str, rel: str) -> bool:
+        if len(self.files) >= self.limits.max_package_files:
+            self.fail("too-many-entries", "", f"more than {self.limits.max_package_files} files in the package")
+            return False
+        try:
+            fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+        except OSError as exc:
+            code, why = _open_failure(exc)
+            self.fail(code, rel, f"{rel} {why}")
+            return True
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                self.fail("not-regular-file", rel, f"{rel} is not a regular file (FIFO, socket or device)")
+                return True
+            if st.st_nlink != 1:
+                self.fail("hardlink", rel, f"{rel} has {st.st_nlink} hard links; it may be changed from elsewhere")
+                return True
+            problem = unsafe_mode(st, self.euid)
+            if problem:
+                self.fail("unsafe-permissions", rel, f"{rel} is {problem}")
+                return True
+            limit = self.limits.max_manifest_bytes if rel == MANIFEST else self.limits.max_file_bytes
+            if st.st_size > limit:
+                self.fail("too-large", rel, f"{rel} is {st.st_size} bytes; the limit is {limit}")
+                return True
+            self.total += st.st_size
+            if self.total > self.limits.max_package_bytes:
+                self.fail("too-large", "", f"package exceeds {self.limits.max_package_bytes} bytes in total")
+                return False
+            data = _read_bounded(fd, limit)
+            if data is None:
+                self.fail("too-large", rel, f"{rel} grew past {limit} bytes while being read")
+                return True
+        finally:
+            os.close(fd)
+        if rel in KEPT_FILES:
+            self.contents[rel] = data
+        executable = bool(st.st_mode & stat.S_IXUSR)
+        self.files.append(PackageFile(rel, hashlib.sha256(data).hexdigest(), len(data), executable))
+        return True
+
+
+def _read_bounded(fd: int, limit: int) -> bytes | None:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = os.read(fd, _CHUNK)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+
+
+def scan_package(root_fd: int, root: RootSpec, name: str, limits: Limits) -> PackageScan:
+    """Read one tool folder ``name`` directly under the open root."""
+    pkg_path = os.path.join(root.path, name)
+    walk = _Walk(root.source, name, pkg_path, limits)
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=root_fd)
+    except OSError as exc:
+        code, why = _open_failure(exc)
+        if exc.errno == errno.ENOENT:
+            code, why = "missing-file", "disappeared while loading"
+        walk.fail(code, "", f"tool folder {pkg_path} {why}")
+        return _finish(walk, root, False)
+    try:
+        problem = unsafe_mode(os.fstat(fd), walk.euid)
+        if problem:
+            walk.fail("unsafe-permissions", "", f"tool folder {pkg_path} is {problem}")
+        else:
+            walk.walk_dir(fd, "", 1)
+    finally:
+        os.close(fd)
+    return _finish(walk, root, True)
+
+
+def _finish(walk: _Walk, root: RootSpec, opened: bool) -> PackageScan:
+    if opened and not walk.diags and MANIFEST not in walk.contents:
+        walk.fail("missing-manifest", "", f"no {MANIFEST} in tool folder {walk.pkg_path}")
+    ok = not walk.diags
+    files = tuple(sorted(walk.files, key=lambda f: f.path))
+    return PackageScan(
+        source=walk.source,
+        root=root.path,
+        name=walk.name,
+        path=walk.pkg_path,
+        files=files,
+        contents=MappingProxyType(walk.contents),
+        digest=package_digest(files) if ok else None,
+        diagnostics=tuple(walk.diags),
+    )

@@ -1,0 +1,109 @@
+"""User state: approvals and signature high-water marks, under ``$XDG_STATE_HOME/tooldir``.
+
+The location comes only from the CLI (``--state-dir``), the environment of the user's own shell
+(``TOOLDIR_STATE_DIR``, ``XDG_STATE_HOME``) or the default; never from a project. Files are JSON,
+written atomically (temp file, fsync, ``os.replace``) with mode 0600, so a crash leaves the old or
+the new content, never a torn file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import StateError
+
+APPROVALS = "approvals.json"
+HIGH_WATER = "versions.json"
+
+
+def default_state_dir() -> Path:
+    explicit = os.environ.get("TOOLDIR_STATE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "tooldir"
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    path: str
+    name: str
+    digest: str
+    time: str
+    key: str | None = None
+    files: tuple[tuple[str, str], ...] = ()  # (relative path, sha256) as approved, to explain changes
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "digest": self.digest, "time": self.time, "key": self.key, "files": dict(self.files)}
+
+
+def read_json(path: Path, default: dict[str, Any]) -> dict[str, Any]:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return default
+    except OSError as exc:
+        raise StateError(f"cannot read: {exc.strerror}", path=str(path)) from None
+    try:
+        value = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StateError(f"not valid JSON ({exc}); restore it or delete it to start over", path=str(path)) from None
+    if not isinstance(value, dict):
+        raise StateError("expected a JSON object", path=str(path))
+    return value
+
+
+def write_json_atomic(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(value, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load_approvals(state_dir: Path) -> dict[str, Approval]:
+    path = state_dir / APPROVALS
+    raw = read_json(path, {"version": 1, "approvals": {}})
+    entries = raw.get("approvals", {})
+    if not isinstance(entries, dict):
+        raise StateError("'approvals' must be an object", path=str(path))
+    result: dict[str, Approval] = {}
+    for pkg_path, entry in entries.items():
+        try:
+            files = entry.get("files") or {}
+            result[pkg_path] = Approval(
+                path=pkg_path,
+                name=str(entry["name"]),
+                digest=str(entry["digest"]),
+                time=str(entry["time"]),
+                key=entry.get("key"),
+                files=tuple(sorted((str(k), str(v)) for k, v in files.items())),
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise StateError(f"approval for {pkg_path!r} is malformed ({exc})", path=str(path)) from None
+    return result
+
+
+def save_approvals(state_dir: Path, approvals: dict[str, Approval]) -> None:
+    write_json_atomic(
+        state_dir / APPROVALS,
+        {"version": 1, "approvals": {p: a.to_json() for p, a in sorted(approvals.items())}},
+    )
