@@ -1,0 +1,160 @@
+"""Load benchmark: tooldir's full cold load against the floor, in the same run (issue 2 "Speed").
+
+floor      scandir walk (root -> package -> files) + read every file + ``json.loads`` of every
+           schema.json + sha256 of every file. Plain Python, the least any loader must do.
+floor-nogc the same with the cyclic GC paused (what a careful loader can also do).
+tooldir    ``Loader(make_config(user_dirs=[root], project=None)).load()``: a fresh Loader each run
+           (no per-package cache), user source so trust needs no approvals; everything else real.
+
+Warm page cache (one untimed pass first), median of several runs; peak Python memory measured
+in a separate, untimed pass with tracemalloc. Target: tooldir <= 2.0x the floor at 10k.
+
+    python3 benchmarks/bench_load.py [--quick] [--sizes 1000,10000] [--runs 5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.generate import generate
+from tooldir.loader import Loader, make_config
+from tooldir.model import Status
+
+
+def floor(root: str) -> int:
+    """Walk + read + json.loads + sha256 of every file. Returns the number of manifests parsed."""
+    parsed = 0
+    with os.scandir(root) as packages:
+        for pkg in packages:
+            if not pkg.is_dir(follow_symlinks=False):
+                continue
+            with os.scandir(pkg.path) as files:
+                for f in files:
+                    if not f.is_file(follow_symlinks=False):
+                        continue
+                    with open(f.path, "rb") as fh:
+                        data = fh.read()
+                    hashlib.sha256(data).hexdigest()
+                    if f.name == "schema.json":
+                        json.loads(data)
+                        parsed += 1
+    return parsed
+
+
+def floor_nogc(root: str) -> int:
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return floor(root)
+    finally:
+        if was:
+            gc.enable()
+
+
+def tooldir_load(root: str, state_dir: str) -> int:
+    snap = Loader(make_config(project=None, user_dirs=[root], state_dir=state_dir)).load()
+    return sum(1 for t in snap.tools if t.status is Status.ACTIVE)
+
+
+def _time(fn: Callable[[], int], runs: int) -> tuple[float, int]:
+    times = []
+    result = 0
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), result
+
+
+def _peak(fn: Callable[[], int]) -> int:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def bench(n: int, runs: int, workdir: Path) -> dict[str, Any]:
+    root = workdir / f"tools-{n}"
+    if not root.exists():
+        generate(root, n, seed=0)
+    state = str(workdir / "state")
+    fns: dict[str, Callable[[], int]] = {
+        "floor": lambda: floor(str(root)),
+        "floor-nogc": lambda: floor_nogc(str(root)),
+        "tooldir": lambda: tooldir_load(str(root), state),
+    }
+    for fn in fns.values():
+        fn()  # warm the page cache and imports
+    # Interleave the runs so drift on a noisy machine hits every variant alike.
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    results: dict[str, int] = {}
+    for _ in range(runs):
+        for key, fn in fns.items():
+            seconds, results[key] = _time(fn, 1)
+            samples[key].append(seconds)
+    if results["tooldir"] != n or results["floor"] != n:
+        raise SystemExit(
+            f"benchmark invalid: floor parsed {results['floor']}, tooldir loaded {results['tooldir']} of {n}"
+        )
+    median = {k: statistics.median(v) for k, v in samples.items()}
+    peaks = {k: _peak(fn) for k, fn in fns.items() if k != "floor-nogc"}
+    return {
+        "n": n,
+        "runs": runs,
+        "seconds": median,
+        "ratio": median["tooldir"] / median["floor"],
+        "ratio_vs_nogc_floor": median["tooldir"] / median["floor-nogc"],
+        "peak_bytes": peaks,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small sizes (200, 1000), 3 runs")
+    parser.add_argument("--sizes", help="comma-separated package counts (default 1000,10000)")
+    parser.add_argument("--runs", type=int, help="timed runs per variant (default 5)")
+    parser.add_argument("--workdir", type=Path, help="reuse generated trees here (default: a temp dir)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([200, 1000] if args.quick else [1000, 10_000])
+    runs = args.runs or (3 if args.quick else 5)
+    with tempfile.TemporaryDirectory(prefix="tooldir-bench-") as tmp:
+        workdir = args.workdir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        os.chmod(workdir, 0o755)  # noqa: S103 -- discovery refuses group/world-writable roots, not readable ones
+        rows = [bench(n, runs, workdir) for n in sizes]
+    if args.json:
+        print(json.dumps({"benchmark": "load", "results": rows}, indent=2))
+        return 0
+    print(f"load benchmark (median of {runs}, warm cache; target tooldir <= 2.0x floor at 10k)")
+    print(
+        f"{'n':>7} {'floor s':>9} {'nogc s':>9} {'tooldir s':>10} {'ratio':>7} {'vs nogc':>8} {'floor MB':>9} {'tooldir MB':>11}"
+    )
+    for r in rows:
+        s, p = r["seconds"], r["peak_bytes"]
+        print(
+            f"{r['n']:>7} {s['floor']:>9.3f} {s['floor-nogc']:>9.3f} {s['tooldir']:>10.3f} {r['ratio']:>6.2f}x"
+            f" {r['ratio_vs_nogc_floor']:>7.2f}x {p['floor'] / 1e6:>9.1f} {p['tooldir'] / 1e6:>11.1f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
