@@ -21,7 +21,7 @@ from .policy import Policy
 from .resolve import Assessed, resolve
 from .snapshot import Snapshot, build_snapshot
 from .state import Approval, default_state_dir, load_approvals
-from .trust import SignatureCheck, TrustInputs, assess
+from .trust import SignatureCheck, TrustInputs, assess, signature_check_factory
 from .validate import Candidate, validate_package
 
 PROJECT_PARTS = (".tooldir", "tools")
@@ -167,6 +167,7 @@ def make_config(
         policy=policy or Policy(),
         state_dir=Path(state_dir) if state_dir is not None else default_state_dir(),
         builtins=tuple(builtins),
+        signature_check=signature_check_factory,
     )
 
 

@@ -51,8 +51,35 @@ class SourcesPolicy(_Frozen):
 
 class KeysPolicy(_Frozen):
     minisign: tuple[str, ...] = ()
+    """Trusted minisign public keys: the base64 line of a .pub file (``RW...``)."""
     allowed_signers: str | None = None
+    """OpenSSH allowed_signers file (``~`` is expanded); keys trusted for the ``tooldir`` namespace."""
     revoked: tuple[str, ...] = ()
+    """Revoked keys: minisign public keys or key ids, or SSH ``SHA256:...`` fingerprints."""
+
+    @field_validator("minisign")
+    @classmethod
+    def _minisign_keys_parse(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
+        from .signatures import SignatureFormatError, parse_minisign_public_key
+
+        for index, key in enumerate(keys):
+            try:
+                parse_minisign_public_key(key)
+            except SignatureFormatError as exc:
+                raise ValueError(f"entry {index}: {exc}") from None
+        return keys
+
+    @field_validator("revoked")
+    @classmethod
+    def _revocations_parse(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
+        from .signatures import SignatureFormatError, key_ident
+
+        for index, entry in enumerate(entries):
+            try:
+                key_ident(entry)
+            except SignatureFormatError as exc:
+                raise ValueError(f"entry {index} is not a minisign key, key id or SSH fingerprint: {exc}") from None
+        return entries
 
 
 class ReservedPolicy(_Frozen):

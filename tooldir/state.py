@@ -8,9 +8,12 @@ the new content, never a torn file.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from .errors import StateError
 
 APPROVALS = "approvals.json"
 HIGH_WATER = "versions.json"
+_LOCK = ".lock"
 
 
 def default_state_dir() -> Path:
@@ -107,3 +111,79 @@ def save_approvals(state_dir: Path, approvals: dict[str, Approval]) -> None:
         state_dir / APPROVALS,
         {"version": 1, "approvals": {p: a.to_json() for p, a in sorted(approvals.items())}},
     )
+
+
+@contextmanager
+def locked(state_dir: Path) -> Iterator[None]:
+    """Serialise read-modify-write updates of state files between processes (``flock``)."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(state_dir / _LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def record_approval(state_dir: Path, approval: Approval) -> None:
+    """Add or replace the approval of ``approval.path`` (atomic, 0600)."""
+    with locked(state_dir):
+        approvals = load_approvals(state_dir)
+        approvals[approval.path] = approval
+        save_approvals(state_dir, approvals)
+
+
+def remove_approvals(state_dir: Path, paths: Iterable[str]) -> list[Approval]:
+    """Remove the approvals of ``paths``; returns the ones that existed."""
+    with locked(state_dir):
+        approvals = load_approvals(state_dir)
+        removed = [approvals.pop(p) for p in sorted(set(paths)) if p in approvals]
+        if removed:
+            save_approvals(state_dir, approvals)
+    return removed
+
+
+# ---------------------------------------------------------------------------------------------
+# High-water marks: the highest lock version seen per (signer key, tool) -- rollback protection.
+# Loading only reads them; they are written by ``record_versions`` (the CLI calls it after scan,
+# list, show, verify and allow; a host application calls it after a load it accepts).
+
+HighWater = dict[tuple[str, str], int]
+
+
+def load_high_water(state_dir: Path) -> HighWater:
+    path = state_dir / HIGH_WATER
+    raw = read_json(path, {"version": 1, "marks": {}})
+    marks = raw.get("marks", {})
+    if not isinstance(marks, dict):
+        raise StateError("'marks' must be an object", path=str(path))
+    result: HighWater = {}
+    for signer, tools in marks.items():
+        if not isinstance(tools, dict):
+            raise StateError(f"marks for signer {signer!r} must be an object", path=str(path))
+        for tool, version in tools.items():
+            if type(version) is not int or version < 0:
+                raise StateError(f"mark for {signer!r}/{tool!r} must be a non-negative integer", path=str(path))
+            result[(str(signer), str(tool))] = version
+    return result
+
+
+def record_versions(state_dir: Path, seen: Iterable[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """Raise the high-water marks to the (signer, tool, version) triples seen; never lowers one.
+    Returns the marks that changed. Writes nothing when nothing changed."""
+    wanted = list(seen)
+    if not wanted:
+        return []
+    with locked(state_dir):
+        marks = load_high_water(state_dir)
+        changed = []
+        for signer, tool, version in wanted:
+            if marks.get((signer, tool), -1) < version:
+                marks[(signer, tool)] = version
+                changed.append((signer, tool, version))
+        if changed:
+            nested: dict[str, dict[str, int]] = {}
+            for (signer, tool), version in sorted(marks.items()):
+                nested.setdefault(signer, {})[tool] = version
+            write_json_atomic(state_dir / HIGH_WATER, {"version": 1, "marks": nested})
+    return changed
