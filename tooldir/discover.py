@@ -186,6 +186,9 @@ class _Walk:
             if is_link:
                 self.fail("symlink", rel, f"{rel} is a symbolic link; tool packages may not contain links")
                 continue
+            if is_dir and rel == MANIFEST:
+                self.fail("not-regular-file", rel, f"{rel} is a folder, not a regular file")
+                continue
             if is_dir:
                 try:
                     child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
