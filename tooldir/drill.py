@@ -1,0 +1,587 @@
+"""Poisoned-directory drills: plant a hostile tool tree, run tooldir on it, prove nothing bad happened.
+
+A scenario is a folder with ``scenario.toml`` and an optional ``tree/`` (format: fixtures/poisoned/
+README.md). :func:`load_scenarios` parses a scenario directory; :func:`run_drill` materialises one
+scenario into a fresh temporary directory with an isolated HOME / XDG_CONFIG_HOME / XDG_STATE_HOME,
+applies the user's setup and the project's mutations in order, loads exactly as ``tooldir scan``
+would from inside the project (default user root, user policy and state), attempts any declared tool
+calls, and checks:
+
+- ``outcome``: the expected diagnostic codes, tool statuses or refusal codes were observed;
+- ``canary``: no hostile script ran (the canary folder it would write into is still empty);
+- ``control``: the scenario's good tools, planted beside the hostile ones, are still active;
+- ``state``: the user's home, config and state, and everything outside the project, are byte-for-byte
+  unchanged by the load (the audit log excepted: tooldir itself appends to it);
+- ``audit``: for execution drills, the audit log recorded each attempted call.
+
+A drill whose machinery does not exist in this build fails with "not runnable yet: <what is
+missing>"; it never passes by default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+import tomllib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ._drill_plant import (
+    Arena,
+    NotRunnableError,
+    ScenarioError,
+    UnavailableError,
+    apply_plant,
+    make_arena,
+    write_control,
+)
+from .errors import ConfigError
+from .loader import Loader, make_config
+from .model import BuiltinSpec, Risk, Status
+from .policy import load_policy
+from .snapshot import Snapshot
+
+SCENARIO_FILE = "scenario.toml"
+TREE = "tree"
+
+__all__ = [
+    "Check",
+    "DrillResult",
+    "Scenario",
+    "ScenarioError",
+    "load_scenario",
+    "load_scenarios",
+    "run_drill",
+    "run_drills",
+    "select",
+]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+PlantKind = Literal[
+    "symlink", "fifo", "socket", "device", "hardlink", "mode", "owner", "file", "big-file", "many-entries", "deep-json"
+]
+
+
+class Plant(_Frozen):
+    """Something git cannot store, created at materialisation (see fixtures/poisoned/README.md)."""
+
+    kind: PlantKind
+    path: str
+    target: str | None = None  # symlink: link text (placeholders allowed); hardlink: arena path of the file
+    mode: str | None = None  # octal, e.g. "0777"
+    uid: int | None = None
+    text: str | None = None
+    hex: str | None = None
+    size: int | None = Field(default=None, ge=0)
+    count: int | None = Field(default=None, ge=1, le=1_000_000)
+    entry: Literal["file", "dir"] = "file"
+    depth: int | None = Field(default=None, ge=1, le=10_000_000)
+    shape: Literal["array", "object"] = "array"
+    template: str | None = None  # deep-json: the document, with {deep} where the nesting goes
+
+    @model_validator(mode="after")
+    def _fields_for_kind(self) -> Plant:
+        need = {
+            "symlink": ("target",),
+            "hardlink": ("target",),
+            "mode": ("mode",),
+            "owner": ("uid",),
+            "big-file": ("size",),
+            "many-entries": ("count",),
+            "deep-json": ("depth", "template"),
+        }.get(self.kind, ())
+        missing = [name for name in need if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"a {self.kind!r} plant needs {', '.join(missing)}")
+        if self.kind == "file" and (self.text is None) == (self.hex is None):
+            raise ValueError("a 'file' plant needs exactly one of text, hex")
+        if self.mode is not None:
+            try:
+                int(self.mode, 8)
+            except ValueError:
+                raise ValueError(f"mode {self.mode!r} is not an octal number") from None
+        return self
+
+
+StepKind = Literal["approve", "forge-approval", "write", "remove", "plant"]
+
+
+class Step(_Frozen):
+    """One ordered action before the load: the user's (approve) or the attacker's (write, ...)."""
+
+    do: StepKind
+    tool: str | None = None  # arena path of a tool package
+    path: str | None = None
+    text: str | None = None
+    hex: str | None = None
+    into: str | None = None  # forge-approval: arena folder that receives approvals.json
+    plant: Plant | None = None
+
+    @model_validator(mode="after")
+    def _fields_for_kind(self) -> Step:
+        need = {
+            "approve": ("tool",),
+            "forge-approval": ("tool", "into"),
+            "write": ("path",),
+            "remove": ("path",),
+            "plant": ("plant",),
+        }[self.do]
+        missing = [name for name in need if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"a {self.do!r} step needs {', '.join(missing)}")
+        if self.do == "write" and (self.text is None) == (self.hex is None):
+            raise ValueError("a 'write' step needs exactly one of text, hex")
+        return self
+
+
+class DiagnosticExpectation(_Frozen):
+    code: str
+    tool: str | None = None
+    severity: Literal["error", "warning", "info"] | None = None
+    source: Literal["builtin", "user", "project"] | None = None
+
+    def describe(self) -> str:
+        return self.code + (f"({self.tool})" if self.tool else "")
+
+
+class Expect(_Frozen):
+    diagnostics: tuple[DiagnosticExpectation, ...] = ()
+    status: dict[str, Literal["active", "pending", "shadowed", "rejected", "absent"]] = Field(default_factory=dict)
+    """``name`` or ``source:name`` -> status; ``absent`` means no record at all."""
+    never_mentioned: tuple[str, ...] = ()
+    """Substrings that no record path and no diagnostic may contain (e.g. a sibling folder)."""
+    max_seconds: float = Field(default=30.0, gt=0)
+
+
+class Controls(_Frozen):
+    user: tuple[str, ...] = ()
+    project: tuple[str, ...] = ()
+
+
+class Builtin(_Frozen):
+    name: str
+    description: str = "A builtin registered by the host application."
+    risk: Risk = Risk.READ
+
+
+class Scenario(_Frozen):
+    """One parsed ``scenario.toml``. ``folder`` is where it was read from."""
+
+    threat: str = Field(pattern=r"^[a-z]+:[a-z][a-z-]*$")
+    variant: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9-]*$")
+    title: str = Field(min_length=1)
+    plants: str = Field(min_length=1, description="what the scenario plants, for people")
+    expected: str = Field(min_length=1, description="the expected outcome, for people")
+    requires: tuple[Literal["root"], ...] = ()
+    policy: str | None = None  # the user's policy.toml
+    builtins: tuple[Builtin, ...] = ()
+    control: Controls = Field(default_factory=Controls)
+    plant: tuple[Plant, ...] = ()
+    steps: tuple[Step, ...] = ()
+    expect: Expect = Field(default_factory=Expect)
+    folder: str = ""
+
+    @model_validator(mode="after")
+    def _has_a_control(self) -> Scenario:
+        if not (self.control.user or self.control.project):
+            raise ValueError("[control] must name at least one good tool (user or project) that must still load")
+        return self
+
+    @property
+    def drill_id(self) -> str:
+        return self.threat + (f"/{self.variant}" if self.variant else "")
+
+    @property
+    def name(self) -> str:
+        return Path(self.folder).name
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str  # "runnable" | "outcome" | "canary" | "control" | "state" | "audit"
+    passed: bool
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"check": self.name, "passed": self.passed, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class DrillResult:
+    scenario: Scenario
+    observed: str
+    checks: tuple[Check, ...]
+    seconds: float
+    unavailable: str | None = None  # a system facility this machine lacks (not a tooldir gap)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(c.passed for c in self.checks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.scenario.drill_id,
+            "scenario": self.scenario.name,
+            "expected": self.scenario.expected,
+            "observed": self.observed,
+            "passed": self.passed,
+            "details": [c.to_json() for c in self.checks],
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading scenarios
+
+
+def load_scenario(folder: str | os.PathLike[str]) -> Scenario:
+    """Parse ``folder/scenario.toml``.
+
+    Raises:
+        ScenarioError: missing, not TOML, or not a valid scenario (the message names the key).
+    """
+    path = Path(folder) / SCENARIO_FILE
+    try:
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise ScenarioError(f"no {SCENARIO_FILE}", path=str(path)) from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ScenarioError(f"cannot read it: {exc}", path=str(path)) from None
+    if "folder" in data:
+        raise ScenarioError("'folder' is set by the loader, not the file", path=str(path))
+    try:
+        scenario = Scenario.model_validate({**data, "folder": str(Path(folder))})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "(top)"
+        raise ScenarioError(f"{key}: {first['msg']}", path=str(path)) from None
+    tree = Path(folder) / TREE
+    if tree.exists() and not tree.is_dir():
+        raise ScenarioError(f"{TREE} must be a folder", path=str(tree))
+    return scenario
+
+
+def load_scenarios(directory: str | os.PathLike[str]) -> list[Scenario]:
+    """Every scenario folder directly under ``directory`` (folders without scenario.toml are
+    skipped), sorted by folder name. Folder names must be unique per drill id.
+
+    Raises:
+        ScenarioError: the directory is missing or a scenario is invalid.
+    """
+    base = Path(directory)
+    if not base.is_dir():
+        raise ScenarioError("not a directory", path=str(base))
+    scenarios = [load_scenario(p) for p in sorted(base.iterdir()) if (p / SCENARIO_FILE).is_file()]
+    seen: dict[str, str] = {}
+    for s in scenarios:
+        if s.drill_id in seen:
+            raise ScenarioError(f"drill id {s.drill_id!r} is also used by {seen[s.drill_id]}", path=s.folder)
+        seen[s.drill_id] = s.folder
+    return scenarios
+
+
+def select(scenarios: Sequence[Scenario], only: Sequence[str]) -> list[Scenario]:
+    """Scenarios whose threat id, drill id or folder name matches one of ``only`` (globs allowed).
+
+    Raises:
+        ValueError: a pattern matches nothing.
+    """
+    if not only:
+        return list(scenarios)
+    chosen: list[Scenario] = []
+    for pattern in only:
+        hits = [
+            s for s in scenarios if any(fnmatch.fnmatchcase(key, pattern) for key in (s.threat, s.drill_id, s.name))
+        ]
+        if not hits:
+            raise ValueError(f"no scenario matches {pattern!r}")
+        chosen.extend(s for s in hits if s not in chosen)
+    return sorted(chosen, key=lambda s: s.name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+def run_drills(scenarios: Sequence[Scenario]) -> list[DrillResult]:
+    return [run_drill(s) for s in scenarios]
+
+
+def run_drill(scenario: Scenario) -> DrillResult:
+    """Materialise, act, load and check one scenario. Never raises for a drill failure."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="tooldir-drill-") as tmp:
+        try:
+            arena = make_arena(Path(tmp), scenario.folder)
+            with _isolated(arena):
+                return _run(scenario, arena, started)
+        except UnavailableError as exc:
+            return _failed(scenario, started, "runnable", f"unavailable on this machine: {exc}", unavailable=str(exc))
+        except NotRunnableError as exc:
+            return _failed(scenario, started, "runnable", f"not runnable yet: {exc}")
+        except ScenarioError as exc:
+            return _failed(scenario, started, "runnable", exc.diagnostics())
+        finally:
+            _make_removable(Path(tmp))
+
+
+def _failed(
+    scenario: Scenario, started: float, check: str, message: str, unavailable: str | None = None
+) -> DrillResult:
+    return DrillResult(
+        scenario, message, (Check(check, False, message),), time.monotonic() - started, unavailable=unavailable
+    )
+
+
+def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
+    if "root" in scenario.requires and os.geteuid() != 0:
+        raise UnavailableError("this scenario needs root (chown/mknod)")
+    _materialise(scenario, arena)
+    builtins = tuple(BuiltinSpec(b.name, b.description, {"type": "object"}, b.risk) for b in scenario.builtins)
+    for project_control in scenario.control.project:
+        _approve(arena, arena.resolve(f"project/.tooldir/tools/{project_control}"), builtins)
+    for step in scenario.steps:
+        _apply_step(step, arena, builtins)
+    before = _fingerprint(arena)
+    t0 = time.monotonic()
+    try:
+        snapshot = _load(builtins)
+    except ConfigError as exc:
+        raise ScenarioError(exc.diagnostics(), path=scenario.folder) from None
+    elapsed = time.monotonic() - t0
+    after = _fingerprint(arena)
+
+    checks = [
+        _check_outcome(scenario, snapshot, elapsed),
+        _check_canary(arena),
+        _check_controls(scenario, snapshot),
+        _check_state(before, after),
+    ]
+    return DrillResult(scenario, _observed(scenario, snapshot), tuple(checks), time.monotonic() - started)
+
+
+def _load(builtins: tuple[BuiltinSpec, ...]) -> Snapshot:
+    """Exactly what ``tooldir scan`` does inside the project with no options."""
+    policy, _ = load_policy(None)
+    config = make_config(project=".", user_dirs=None, policy=policy, state_dir=None, builtins=builtins)
+    return Loader(config).load()
+
+
+def _materialise(scenario: Scenario, arena: Arena) -> None:
+    tree = Path(scenario.folder) / TREE
+    if tree.is_dir():
+        arena.copy_tree(tree)
+    for name in scenario.control.user:
+        write_control(arena.resolve(f"user/{name}"), name)
+    for name in scenario.control.project:
+        write_control(arena.resolve(f"project/.tooldir/tools/{name}"), name)
+    if scenario.policy is not None:
+        target = arena.config / "tooldir" / "policy.toml"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(arena.substitute(scenario.policy), encoding="utf-8")
+    for plant in scenario.plant:
+        apply_plant(plant, arena)
+
+
+def _apply_step(step: Step, arena: Arena, builtins: tuple[BuiltinSpec, ...]) -> None:
+    if step.do == "approve":
+        _approve(arena, arena.resolve(_given(step.tool)), builtins)
+    elif step.do == "forge-approval":
+        _approve(arena, arena.resolve(_given(step.tool)), builtins, state_dir=arena.resolve(_given(step.into)))
+    elif step.do == "write":
+        target = arena.resolve(_given(step.path))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(arena.payload(step.text, step.hex))
+    elif step.do == "remove":
+        target = arena.resolve(_given(step.path))
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        else:
+            target.unlink()
+    else:
+        apply_plant(_given(step.plant), arena)
+
+
+_T = TypeVar("_T")
+
+
+def _given(value: _T | None) -> _T:
+    """A field the model validator already required for this kind."""
+    if value is None:
+        raise ValueError("a required scenario field is missing (the validator should have caught this)")
+    return value
+
+
+def _approve(arena: Arena, package: Path, builtins: tuple[BuiltinSpec, ...], state_dir: Path | None = None) -> None:
+    """Record an approval in tooldir's state format for the package as it is now (what
+    ``tooldir allow`` does); ``state_dir`` elsewhere forges one where a project could write."""
+    from datetime import UTC, datetime
+
+    from .state import Approval, load_approvals, save_approvals
+
+    snapshot = _load(builtins)
+    record = next((t for t in snapshot.tools if t.path == str(package)), None)
+    if record is None or record.digest is None or record.manifest is None:
+        raise ScenarioError(f"cannot approve {package}: it does not load cleanly", path=str(package))
+    target = state_dir or arena.state
+    approvals = load_approvals(target)
+    approvals[str(package)] = Approval(
+        path=str(package),
+        name=record.name,
+        digest=record.digest,
+        time=datetime.now(UTC).isoformat(timespec="seconds"),
+        files=tuple((f.path, f.sha256) for f in record.files),
+    )
+    save_approvals(target, approvals)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks
+
+
+def _check_outcome(scenario: Scenario, snapshot: Snapshot, elapsed: float) -> Check:
+    expect = scenario.expect
+    problems: list[str] = []
+    for want in expect.diagnostics:
+        if not any(
+            d.code == want.code
+            and (want.tool is None or d.tool == want.tool)
+            and (want.severity is None or str(d.severity) == want.severity)
+            and (want.source is None or str(d.source) == want.source)
+            for d in snapshot.diagnostics
+        ):
+            problems.append(f"missing diagnostic {want.describe()}")
+    for key, want_status in expect.status.items():
+        source, _, name = key.rpartition(":")
+        records = [t for t in snapshot.tools if t.name == name and (not source or str(t.source) == source)]
+        if want_status == "absent":
+            if records:
+                problems.append(f"{key} should be absent but is {', '.join(str(t.status) for t in records)}")
+        elif not records:
+            problems.append(f"{key} should be {want_status} but has no record")
+        elif any(str(t.status) != want_status for t in records):
+            problems.append(f"{key} should be {want_status} but is {', '.join(str(t.status) for t in records)}")
+    for text in expect.never_mentioned:
+        if any(text in (t.path or "") for t in snapshot.tools) or any(
+            text in (d.path or "") or text in d.message for d in snapshot.diagnostics
+        ):
+            problems.append(f"{text!r} was looked at (it appears in a record or diagnostic)")
+    if elapsed > expect.max_seconds:
+        problems.append(f"the load took {elapsed:.1f} s; the bound is {expect.max_seconds} s")
+    if problems:
+        return Check("outcome", False, "; ".join(problems))
+    return Check("outcome", True, f"as expected ({elapsed:.2f} s)")
+
+
+def _check_canary(arena: Arena) -> Check:
+    left = sorted(p.name for p in arena.canary_dir.iterdir())
+    if left:
+        return Check("canary", False, f"hostile code ran: the canary folder holds {', '.join(left)}")
+    return Check("canary", True, "no canary was written")
+
+
+def _check_controls(scenario: Scenario, snapshot: Snapshot) -> Check:
+    names = (*scenario.control.user, *scenario.control.project)
+    bad = []
+    for name in names:
+        record = snapshot.get(name)
+        if record is None or record.status is not Status.ACTIVE:
+            bad.append(f"{name} is {'missing' if record is None else record.status}")
+    if bad:
+        return Check("control", False, "good tools stopped loading: " + "; ".join(bad))
+    return Check("control", True, f"{', '.join(names)} still active")
+
+
+def _check_state(before: dict[str, str], after: dict[str, str]) -> Check:
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    if changed:
+        return Check("state", False, f"user-side files changed during the load: {', '.join(changed[:5])}")
+    return Check("state", True, f"{len(before)} user-side entries unchanged")
+
+
+def _fingerprint(arena: Arena) -> dict[str, str]:
+    """(type, mode, content hash) of everything in HOME and outside the project, except the audit log."""
+    result: dict[str, str] = {}
+    for top in (arena.home, arena.outside):
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in dirnames + filenames:
+                path = Path(dirpath) / name
+                rel = str(path.relative_to(arena.base))
+                if path.parent == arena.state and name.startswith("audit"):
+                    continue
+                st = path.lstat()
+                digest = ""
+                if path.is_file() and not path.is_symlink():
+                    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                elif path.is_symlink():
+                    digest = os.readlink(path)
+                result[rel] = f"{st.st_mode:o}:{st.st_uid}:{digest}"
+    return result
+
+
+def _observed(scenario: Scenario, snapshot: Snapshot) -> str:
+    controls = set(scenario.control.user) | set(scenario.control.project)
+    parts = []
+    for t in snapshot.tools:
+        if t.name in controls and t.status is Status.ACTIVE:
+            continue
+        codes = sorted({d.code for d in t.diagnostics})
+        parts.append(f"{t.source}:{t.name}={t.status}" + (f" [{', '.join(codes)}]" if codes else ""))
+    loose = sorted({d.code for d in snapshot.diagnostics if not any(d in t.diagnostics for t in snapshot.tools)})
+    if loose:
+        parts.append(f"other: [{', '.join(loose)}]")
+    return "; ".join(parts) or "nothing loaded"
+
+
+# ---------------------------------------------------------------------------------------------
+# Isolation
+
+
+@contextlib.contextmanager
+def _isolated(arena: Arena) -> Iterator[None]:
+    """HOME, XDG dirs and the working directory of the drill; restored afterwards."""
+    keys = ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "TOOLDIR_STATE_DIR")
+    saved = {k: os.environ.get(k) for k in keys}
+    cwd = os.getcwd()
+    os.environ.update(
+        HOME=str(arena.home),
+        XDG_CONFIG_HOME=str(arena.config),
+        XDG_STATE_HOME=str(arena.home / ".local" / "state"),
+        XDG_DATA_HOME=str(arena.home / ".local" / "share"),
+        XDG_CACHE_HOME=str(arena.home / ".cache"),
+    )
+    os.environ.pop("TOOLDIR_STATE_DIR", None)
+    os.chdir(arena.project)
+    umask = os.umask(0o022)  # folders the drill creates must not look group-writable
+    try:
+        yield
+    finally:
+        os.umask(umask)
+        os.chdir(cwd)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _make_removable(base: Path) -> None:
+    """Undo modes a scenario planted (e.g. a read-only folder) so the temp dir can be deleted."""
+    for dirpath, dirnames, _ in os.walk(base):
+        for name in dirnames:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                with contextlib.suppress(OSError):
+                    path.chmod(0o700)
