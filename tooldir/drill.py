@@ -152,6 +152,8 @@ class DiagnosticExpectation(_Frozen):
     tool: str | None = None
     severity: Literal["error", "warning", "info"] | None = None
     source: Literal["builtin", "user", "project"] | None = None
+    message_contains: tuple[str, ...] = ()
+    """Substrings of the message (placeholders such as {project} are substituted)."""
 
     def describe(self) -> str:
         return self.code + (f"({self.tool})" if self.tool else "")
@@ -324,7 +326,7 @@ def run_drill(scenario: Scenario) -> DrillResult:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tooldir-drill-") as tmp:
         try:
-            arena = make_arena(Path(tmp), scenario.folder)
+            arena = make_arena(Path(tmp).resolve(), scenario.folder)
             with _isolated(arena):
                 return _run(scenario, arena, started)
         except UnavailableError as exc:
@@ -364,7 +366,7 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
     after = _fingerprint(arena)
 
     checks = [
-        _check_outcome(scenario, snapshot, elapsed),
+        _check_outcome(scenario, arena, snapshot, elapsed),
         _check_canary(arena),
         _check_controls(scenario, snapshot),
         _check_state(before, after),
@@ -451,7 +453,7 @@ def _approve(arena: Arena, package: Path, builtins: tuple[BuiltinSpec, ...], sta
 # Checks
 
 
-def _check_outcome(scenario: Scenario, snapshot: Snapshot, elapsed: float) -> Check:
+def _check_outcome(scenario: Scenario, arena: Arena, snapshot: Snapshot, elapsed: float) -> Check:
     expect = scenario.expect
     problems: list[str] = []
     for want in expect.diagnostics:
@@ -460,6 +462,7 @@ def _check_outcome(scenario: Scenario, snapshot: Snapshot, elapsed: float) -> Ch
             and (want.tool is None or d.tool == want.tool)
             and (want.severity is None or str(d.severity) == want.severity)
             and (want.source is None or str(d.source) == want.source)
+            and all(arena.substitute(text) in d.message for text in want.message_contains)
             for d in snapshot.diagnostics
         ):
             problems.append(f"missing diagnostic {want.describe()}")
