@@ -7,10 +7,10 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import ConfigError, ToolDirError
-from . import inspect
+from . import drill, inspect, trust
 from .common import EXIT_OK, EXIT_USAGE, CommandError, console_err
 
-COMMAND_MODULES = [inspect]
+COMMAND_MODULES = [inspect, trust, drill]
 
 
 def build_parser() -> argparse.ArgumentParser:
