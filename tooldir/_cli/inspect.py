@@ -11,7 +11,18 @@ from rich.table import Table
 from ..loader import Loader
 from ..model import Severity, Status, ToolRecord
 from ..snapshot import Snapshot
-from .common import EXIT_FOUND_ERRORS, EXIT_OK, CommandError, common_options, config_from_args, console, print_json, safe
+from ..state import record_seen_versions
+from .common import (
+    EXIT_FOUND_ERRORS,
+    EXIT_OK,
+    CommandError,
+    common_options,
+    config_from_args,
+    console,
+    console_err,
+    print_json,
+    safe,
+)
 
 _STATUS_STYLE = {Status.ACTIVE: "green", Status.PENDING: "yellow", Status.SHADOWED: "dim", Status.REJECTED: "red"}
 _SEVERITY_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
@@ -31,7 +42,13 @@ def register(sub: Any) -> None:
 
 
 def load_snapshot(args: argparse.Namespace) -> Snapshot:
-    return Loader(config_from_args(args)).load()
+    config = config_from_args(args)
+    snap = Loader(config).load()
+    try:  # rollback protection: remember the highest signed version seen (tooldir.state)
+        record_seen_versions(config.state_dir, snap.tools)
+    except OSError as exc:
+        console_err().print(f"warning: cannot record signed versions in {config.state_dir}: {exc}", markup=False)
+    return snap
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
