@@ -501,7 +501,8 @@ def _check_controls(scenario: Scenario, snapshot: Snapshot) -> Check:
     for name in names:
         record = snapshot.get(name)
         if record is None or record.status is not Status.ACTIVE:
-            bad.append(f"{name} is {'missing' if record is None else record.status}")
+            statuses = sorted({str(t.status) for t in snapshot.records(name)}) or ["missing"]
+            bad.append(f"{name} is {'/'.join(statuses)}")
     if bad:
         return Check("control", False, "good tools stopped loading: " + "; ".join(bad))
     return Check("control", True, f"{', '.join(names)} still active")
@@ -542,9 +543,11 @@ def _observed(scenario: Scenario, snapshot: Snapshot) -> str:
             continue
         codes = sorted({d.code for d in t.diagnostics})
         parts.append(f"{t.source}:{t.name}={t.status}" + (f" [{', '.join(codes)}]" if codes else ""))
-    loose = sorted({d.code for d in snapshot.diagnostics if not any(d in t.diagnostics for t in snapshot.tools)})
-    if loose:
-        parts.append(f"other: [{', '.join(loose)}]")
+    loose: dict[str, set[str]] = {}
+    for d in snapshot.diagnostics:
+        if not any(d in t.diagnostics for t in snapshot.tools):
+            loose.setdefault(f"{d.source or ''}:{d.tool or '(root)'}", set()).add(d.code)
+    parts.extend(f"{where} [{', '.join(sorted(codes))}]" for where, codes in sorted(loose.items()))
     return "; ".join(parts) or "nothing loaded"
 
 

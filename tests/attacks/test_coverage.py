@@ -1,0 +1,44 @@
+"""The threat list and the drills match both ways, and the vendored list is the shared one."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tooldir.drill import load_scenarios
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = REPO / "fixtures" / "poisoned"
+
+_ROW = re.compile(r"^\|\s*([a-z]+:[a-z][a-z-]*)\s*\|", re.M)
+
+
+def threat_ids(text: str) -> set[str]:
+    return set(_ROW.findall(text))
+
+
+def test_every_threat_has_a_drill_and_every_drill_names_a_listed_threat() -> None:
+    listed = threat_ids((REPO / "docs" / "THREATS.md").read_text(encoding="utf-8"))
+    drilled = {s.threat for s in load_scenarios(SCENARIOS)}
+    assert len(listed) >= 40
+    assert sorted(listed - drilled) == [], "threats without a drill"
+    assert sorted(drilled - listed) == [], "drills naming a threat that is not listed"
+
+
+def test_vendored_threat_list_equals_the_shared_one_when_it_exists() -> None:
+    shared = REPO.parent / "shared" / "THREATS.md"
+    vendored = (REPO / "docs" / "THREATS.md").read_bytes()
+    if shared.exists():  # the shared copy only exists in the team's workspace, not in a fresh clone
+        assert vendored == shared.read_bytes(), "docs/THREATS.md differs from ../shared/THREATS.md: copy it over"
+    assert threat_ids(vendored.decode("utf-8"))
+
+
+def test_threat_id_parser_reads_table_rows_only() -> None:
+    text = "| id | attack |\n|---|---|\n| fs:symlink | x |\n| trust:bad-signature | y |\nnot | a:row |\n"
+    assert threat_ids(text) == {"fs:symlink", "trust:bad-signature"}
+
+
+def test_scenario_folders_are_named_after_their_drill_id() -> None:
+    for s in load_scenarios(SCENARIOS):
+        expected = s.threat.replace(":", "-") + (f"--{s.variant}" if s.variant else "")
+        assert s.name == expected, f"{s.folder} holds drill {s.drill_id}"

@@ -1,0 +1,33 @@
+"""Every poisoned-directory scenario, as one test per drill (ids are the drill ids).
+
+Each drill asserts the three things of STYLE §6 — the exact outcome code, state unchanged with no
+canary written, and the other tools still loading — plus the audit record for execution drills.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tooldir.drill import Scenario, load_scenarios, run_drill
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = REPO / "fixtures" / "poisoned"
+
+ALL = load_scenarios(SCENARIOS)
+
+
+@pytest.mark.parametrize("scenario", ALL, ids=[s.drill_id for s in ALL])
+def test_poisoned_directory_ends_in_its_code_without_running_anything_while_good_tools_load(
+    scenario: Scenario,
+) -> None:
+    result = run_drill(scenario)
+    if result.unavailable is not None and os.environ.get("TOOLDIR_REQUIRE_SANDBOX") != "1":
+        pytest.skip(f"system facility missing on this machine: {result.unavailable}")
+    checks = {c.name: c for c in result.checks}
+    assert "runnable" not in checks, checks["runnable"].message
+    for name in ("outcome", "canary", "control", "state"):
+        assert checks[name].passed, f"{name}: {checks[name].message} (observed: {result.observed})"
+    assert result.passed
