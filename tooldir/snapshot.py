@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter, itemgetter
 from types import MappingProxyType
 from typing import Any
 
 from .model import Diagnostic, Source, Status, ToolRecord
-
-_ORDER = {Status.ACTIVE: 0, Status.PENDING: 1, Status.SHADOWED: 2, Status.REJECTED: 3}
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,28 +49,78 @@ class Snapshot:
         }
 
 
-def build_snapshot(records: Iterable[ToolRecord], extra: Iterable[Diagnostic], generation: int) -> Snapshot:
-    tools = tuple(sorted(records, key=lambda t: (t.name, t.source.rank, t.path or "")))
-    diags: list[Diagnostic] = list(extra)
-    for t in tools:
-        diags.extend(t.diagnostics)
-    diags.sort(key=lambda d: (d.path or "", d.tool or "", d.code, d.pointer or "", d.message))
-    owners: dict[str, ToolRecord] = {}
-    for t in tools:
-        if t.status in (Status.ACTIVE, Status.PENDING):
-            owners[t.name] = t
-    digest = hashlib.sha256()
-    for t in tools:
-        digest.update(json.dumps(t.to_json(), sort_keys=True).encode())
-    for d in diags:
-        digest.update(json.dumps(d.to_json(), sort_keys=True).encode())
+_LIVE = (Status.ACTIVE, Status.PENDING)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordEntry:
+    """One record with what assembling a snapshot needs, computed once: its sort key (name, source
+    precedence, path, fingerprint), its content fingerprint, and its diagnostics as ``DiagEntry``.
+
+    The loader keeps entries of unchanged packages between builds, so an incremental build only
+    fingerprints what changed."""
+
+    key: tuple[str, int, str, bytes]
+    record: ToolRecord
+    diags: tuple[DiagEntry, ...]
+
+    @property
+    def fingerprint(self) -> bytes:
+        return self.key[3]
+
+
+#: (sort key ending with the diagnostic's fingerprint, diagnostic)
+DiagEntry = tuple[tuple[str, str, str, str, str, bytes], Diagnostic]
+
+
+def _digest(value: dict[str, Any]) -> bytes:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).digest()
+
+
+def diag_entry(d: Diagnostic) -> DiagEntry:
+    return ((d.path or "", d.tool or "", d.code, d.pointer or "", d.message, _digest(d.to_json())), d)
+
+
+def record_entry(t: ToolRecord) -> RecordEntry:
+    fingerprint = _digest(t.to_json())
+    return RecordEntry(
+        (t.name, t.source.rank, t.path or "", fingerprint), t, tuple(diag_entry(d) for d in t.diagnostics)
+    )
+
+
+_ENTRY_KEY = attrgetter("key")
+_DIAG_KEY = itemgetter(0)
+
+
+def assemble(entries: Iterable[RecordEntry], extra: Iterable[DiagEntry], generation: int) -> Snapshot:
+    """Build a snapshot from prepared entries. The id is a sha256 over the fingerprints of every
+    record and diagnostic in their (content-determined) order: equal content, equal id, however
+    the entries were produced."""
+    ordered = sorted(entries, key=_ENTRY_KEY)
+    tools = tuple([e.record for e in ordered])
+    diag_entries = list(extra)
+    diag_entries.extend(chain.from_iterable([e.diags for e in ordered if e.diags]))
+    diag_entries.sort(key=_DIAG_KEY)
+    digest = hashlib.sha256(b"tooldir-snapshot-v2\n")
+    digest.update(b"".join([e.key[3] for e in ordered]))
+    digest.update(b"\n")
+    digest.update(b"".join([k[5] for k, _ in diag_entries]))
+    by_name = {t.name: t for t in tools if t.status in _LIVE}
     return Snapshot(
         id="snap-" + digest.hexdigest()[:16],
         generation=generation,
         tools=tools,
-        diagnostics=tuple(diags),
-        by_name=MappingProxyType(dict(sorted(owners.items()))),
+        diagnostics=tuple([d for _, d in diag_entries]),
+        by_name=MappingProxyType(by_name),
     )
+
+
+def build_snapshot(records: Iterable[ToolRecord], extra: Iterable[Diagnostic], generation: int) -> Snapshot:
+    """A snapshot of ``records`` plus the diagnostics ``extra`` that belong to no record.
+
+    ``tools`` is sorted by (name, source precedence, path); ``diagnostics`` by (path, tool, code,
+    pointer, message); ``by_name`` holds the one live (active or pending) record of each name."""
+    return assemble([record_entry(t) for t in records], [diag_entry(d) for d in extra], generation)
 
 
 def with_generation(snapshot: Snapshot, generation: int) -> Snapshot:
@@ -145,14 +197,23 @@ def diff(old: Snapshot, new: Snapshot) -> SnapshotDiff:
 
 Subscriber = Callable[[Snapshot, SnapshotDiff], None]
 
+_log = logging.getLogger("tooldir.snapshot")
+
 
 class SnapshotStore:
     """Holds the current snapshot. ``publish`` is one reference swap under a lock; readers take
-    ``current`` once per operation and so see a whole snapshot, old or new, never a mix."""
+    ``current`` once per operation and so see a whole snapshot, old or new, never a mix.
+
+    Subscribers are called after the swap, in the publishing thread, one publication at a time, so
+    each receives every diff in generation order. A subscriber that raises is logged and skipped;
+    it never stops the others or the publisher. Publishing from inside a subscriber is refused
+    (it would deliver diffs out of order)."""
 
     def __init__(self, initial: Snapshot) -> None:
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._publishing = threading.Lock()  # serialises publish + notify, so diffs arrive in order
+        self._notifying = threading.local()
         self._current = initial
         self._subscribers: list[Subscriber] = []
 
@@ -161,6 +222,7 @@ class SnapshotStore:
         return self._current
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
+        """Call ``fn(snapshot, diff)`` after every publication; returns a function that unsubscribes."""
         with self._lock:
             self._subscribers.append(fn)
 
@@ -173,13 +235,47 @@ class SnapshotStore:
 
     def publish(self, snapshot: Snapshot) -> tuple[Snapshot, SnapshotDiff]:
         """Swap in ``snapshot`` with the next generation number; notify subscribers."""
+        if getattr(self._notifying, "active", False):
+            raise RuntimeError("SnapshotStore.publish called from a subscriber; publish from another thread")
         with self._publishing:
             with self._lock:
                 old = self._current
                 new = with_generation(snapshot, old.generation + 1)
                 self._current = new
                 subscribers = list(self._subscribers)
+                self._changed.notify_all()
             change = diff(old, new)
-            for fn in subscribers:
-                fn(new, change)
+            self._notifying.active = True
+            try:
+                for fn in subscribers:
+                    try:
+                        fn(new, change)
+                    except Exception:
+                        _log.exception("snapshot subscriber %r failed on generation %d", fn, new.generation)
+            finally:
+                self._notifying.active = False
         return new, change
+
+    def wait_for(self, predicate: Callable[[Snapshot], bool], timeout: float) -> Snapshot:
+        """Block until the current snapshot satisfies ``predicate`` (checked now and after every
+        publication) and return it.
+
+        Raises:
+            TimeoutError: ``timeout`` seconds passed first.
+        """
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                snap = self._current
+                if predicate(snap):
+                    return snap
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"no snapshot satisfied the condition within {timeout} s (at generation {snap.generation})"
+                    )
+                self._changed.wait(left)
+
+    def wait_for_generation(self, generation: int, timeout: float) -> Snapshot:
+        """Block until a snapshot of at least ``generation`` is current (bounded by ``timeout``)."""
+        return self.wait_for(lambda s: s.generation >= generation, timeout)
