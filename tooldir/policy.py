@@ -122,6 +122,8 @@ class PermissionsPolicy(_Frozen):
     mode: Literal["default", "plan"] = "default"
     allow: tuple[str, ...] = ("*",)
     deny: tuple[str, ...] = ()
+    max_risk: Risk | None = None
+    """Highest risk any tool (builtins included) may have to run; None means no extra cap."""
 
 
 class SandboxPolicy(_Frozen):
@@ -134,6 +136,14 @@ class SandboxPolicy(_Frozen):
     env_allow: tuple[str, ...] = ()
     """Environment variable names a tool may receive if it declares them."""
     unsafe_allow_unsandboxed: bool = False
+    cpu_s: int = Field(default=30, ge=1, le=3600)
+    """CPU seconds (RLIMIT_CPU) per tool run."""
+    max_file_mb: int = Field(default=64, ge=1, le=65536)
+    """Largest file a tool may write (RLIMIT_FSIZE)."""
+    run_as_uid: int = Field(default=65534, ge=1, lt=1 << 31)
+    """When tooldir runs as root, the sandbox is started as this unprivileged uid (and gid)."""
+    max_input_bytes: int = Field(default=1 << 20, ge=1024)
+    """Largest tool input (as compact JSON) the registry accepts."""
 
 
 class ExecPolicy(_Frozen):
