@@ -1,0 +1,342 @@
+"""Trust verdicts of whole loads: one test per trust:* and risk:* threat, plus the happy paths."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from toolkit import make_tool, project_tools
+from trustkit import NOW, MinisignKey, minisign_keypair, minisign_sign, ssh_keypair, ssh_sign, write_lock
+
+import tooldir
+from tooldir.model import Status, ToolRecord
+from tooldir.policy import KeysPolicy, Policy, SourcePolicy, SourcesPolicy
+from tooldir.state import Approval, load_high_water, record_approval, record_seen_versions
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return tmp_path / "project"
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def key(tmp_path: Path) -> MinisignKey:
+    return minisign_keypair(tmp_path / "keys")
+
+
+def keys_policy(**keys: object) -> Policy:
+    return Policy(keys=KeysPolicy.model_validate(keys))
+
+
+def load_one(project: Path, state: Path, policy: Policy, name: str = "echo", **kw: object) -> ToolRecord:
+    snap = tooldir.load(project=project, user_dirs=[], policy=policy, state_dir=state, now=kw.pop("now", NOW))
+    (record,) = snap.records(name)
+    return record
+
+
+def codes(record: ToolRecord) -> list[str]:
+    return [d.code for d in record.diagnostics]
+
+
+def signed_tool(project: Path, key: MinisignKey, *, name: str = "echo", version: int = 1, **lock: object) -> Path:
+    folder = make_tool(project_tools(project), name)
+    minisign_sign(key, write_lock(folder, version=version, **lock))  # type: ignore[arg-type]
+    return folder
+
+
+def approve(state: Path, record: ToolRecord, key: str | None = None) -> None:
+    assert record.path and record.digest
+    files = tuple((f.path, f.sha256) for f in record.files)
+    record_approval(state, Approval(record.path, record.name, record.digest, "2026-06-01T00:00:00Z", key, files))
+
+
+# trust:unapproved
+def test_new_project_tool_is_pending_not_approved(project: Path, state: Path) -> None:
+    make_tool(project_tools(project), "echo")
+    record = load_one(project, state, Policy())
+    assert record.status is Status.PENDING
+    assert codes(record) == ["not-approved"]
+
+
+def test_approved_tool_is_active_and_the_approval_file_is_private(project: Path, state: Path) -> None:
+    make_tool(project_tools(project), "echo")
+    approve(state, load_one(project, state, Policy()))
+    record = load_one(project, state, Policy())
+    assert (record.status, record.trust.method) == (Status.ACTIVE, "approved")
+    assert (state / "approvals.json").stat().st_mode & 0o777 == 0o600
+
+
+# trust:changed
+def test_changed_tool_is_pending_and_the_diagnostic_names_the_changed_files(project: Path, state: Path) -> None:
+    folder = make_tool(project_tools(project), "echo", extra_files={"lib.py": "x = 1\n", "old.py": ""})
+    approve(state, load_one(project, state, Policy()))
+    (folder / "lib.py").write_text("import os; os.system('curl evil')\n")
+    (folder / "old.py").unlink()
+    (folder / "sitecustomize.py").write_text("")
+    record = load_one(project, state, Policy())
+    assert record.status is Status.PENDING
+    (diag,) = [d for d in record.diagnostics if d.code == "changed-since-approval"]
+    assert "changed: lib.py" in diag.message and "added: sitecustomize.py" in diag.message
+    assert "removed: old.py" in diag.message
+
+
+def test_approval_is_keyed_by_content_not_by_name(project: Path, state: Path) -> None:
+    folder = make_tool(project_tools(project), "echo")
+    approve(state, load_one(project, state, Policy()))
+    (folder / "run.py").write_text("print('different')\n")
+    assert load_one(project, state, Policy()).status is Status.PENDING
+
+
+def test_validly_signed_tool_is_active_with_signer_and_version(project: Path, state: Path, key: MinisignKey) -> None:
+    signed_tool(project, key, version=4)
+    record = load_one(project, state, keys_policy(minisign=[key.line]))
+    assert record.status is Status.ACTIVE, record.diagnostics
+    assert record.trust.method.startswith("signed:minisign:")
+    assert record.trust.version == 4
+
+
+# trust:unlisted
+def test_file_dropped_into_a_signed_package_is_unlisted_file(project: Path, state: Path, key: MinisignKey) -> None:
+    folder = signed_tool(project, key)
+    (folder / "sitecustomize.py").write_text("import evil\n")
+    record = load_one(project, state, keys_policy(minisign=[key.line]))
+    assert record.status is Status.REJECTED
+    assert codes(record) == ["unlisted-file"]
+    assert record.diagnostics[0].path == os.path.join(folder, "sitecustomize.py")
+
+
+# trust:mix
+def test_signed_lock_of_version_1_with_files_of_version_2_is_hash_mismatch(
+    project: Path, state: Path, key: MinisignKey
+) -> None:
+    folder = signed_tool(project, key)
+    (folder / "run.py").write_text("print('version 2')\n")
+    record = load_one(project, state, keys_policy(minisign=[key.line]))
+    assert (record.status, codes(record)) == (Status.REJECTED, ["hash-mismatch"])
+
+
+def test_file_listed_in_the_signed_lock_but_deleted_is_missing_file(
+    project: Path, state: Path, key: MinisignKey
+) -> None:
+    folder = make_tool(project_tools(project), "echo", extra_files={"lib.py": "x = 1\n"})
+    minisign_sign(key, write_lock(folder))
+    (folder / "lib.py").unlink()
+    record = load_one(project, state, keys_policy(minisign=[key.line]))
+    assert (record.status, codes(record)) == (Status.REJECTED, ["missing-file"])
+
+
+# trust:bad-signature
+def test_tampered_signature_is_bad_signature(project: Path, state: Path, key: MinisignKey) -> None:
+    folder = signed_tool(project, key)
+    sig = folder / "tool.lock.minisig"
+    lines = sig.read_text().splitlines()
+    raw = bytearray(base64.b64decode(lines[1]))
+    raw[-1] ^= 0x01
+    lines[1] = base64.b64encode(bytes(raw)).decode()
+    sig.write_text("\n".join(lines) + "\n")
+    record = load_one(project, state, keys_policy(minisign=[key.line]))
+    assert (record.status, codes(record)) == (Status.REJECTED, ["bad-signature"])
+
+
+def test_tampered_trusted_comment_is_bad_signature(project: Path, state: Path, key: MinisignKey) -> None:
+    folder = signed_tool(project, key)
+    sig = folder / "tool.lock.minisig"
+    sig.write_text(sig.read_text().replace("trusted comment: tooldir test", "trusted comment: tooldir TEST"))
+    record = load_one(project, state, keys_policy(minisign=[key.line]))
+    assert (record.status, codes(record)) == (Status.REJECTED, ["bad-signature"])
+    assert "trusted comment" in record.diagnostics[0].message
+
+
+def test_tampered_lock_is_bad_signature(project: Path, state: Path, key: MinisignKey) -> None:
+    folder = signed_tool(project, key)
+    lock = folder / "tool.lock"
+    lock.write_text(lock.read_text().replace('"version": 1', '"version": 9'))
+    record = load_one(project, state, keys_policy(minisign=[key.line]))
+    assert (record.status, codes(record)) == (Status.REJECTED, ["bad-signature"])
+
+
+def test_garbage_signature_file_is_bad_signature_without_a_crash(project: Path, state: Path, key: MinisignKey) -> None:
+    folder = make_tool(project_tools(project), "echo")
+    write_lock(folder)
+    (folder / "tool.lock.minisig").write_bytes(b"\xff\xfe garbage")
+    (folder / "tool.lock.sig").write_text("-----BEGIN SSH SIGNATURE-----\nAAAA\n-----END SSH SIGNATURE-----\n")
+    record = load_one(project, state, keys_policy(minisign=[key.line]))
+    assert (record.status, codes(record)) == (Status.REJECTED, ["bad-signature", "bad-signature"])
+
+
+def test_signed_but_malformed_lock_is_invalid_lock(project: Path, state: Path, key: MinisignKey) -> None:
+    folder = make_tool(project_tools(project), "echo")
+    (folder / "tool.lock").write_text('{"format": "tooldir-lock/1", "name": "echo"}')
+    minisign_sign(key, folder / "tool.lock")
+    record = load_one(project, state, keys_policy(minisign=[key.line]))
+    assert (record.status, codes(record)) == (Status.REJECTED, ["invalid-lock"])
+
+
+# trust:untrusted-key
+def test_valid_signature_by_an_unknown_key_is_untrusted_key_and_stays_pending(
+    project: Path, state: Path, key: MinisignKey, tmp_path: Path
+) -> None:
+    other = minisign_keypair(tmp_path / "other")
+    signed_tool(project, other)
+    record = load_one(project, state, keys_policy(minisign=[key.line]))
+    assert (record.status, codes(record)) == (Status.PENDING, ["untrusted-key", "not-approved"])
+
+
+# trust:revoked
+def test_signature_by_a_revoked_key_is_revoked_key(project: Path, state: Path, key: MinisignKey) -> None:
+    signed_tool(project, key)
+    record = load_one(project, state, keys_policy(minisign=[key.line], revoked=[key.line]))
+    assert (record.status, codes(record)) == (Status.REJECTED, ["revoked-key"])
+
+
+def test_revoking_a_key_also_invalidates_approvals_that_recorded_it(
+    project: Path, state: Path, key: MinisignKey, tmp_path: Path
+) -> None:
+    signed_tool(project, key)
+    pub = key.public.read_text().splitlines()[0].rsplit(" ", 1)[-1]
+    only_approval = SourcesPolicy(project=SourcePolicy(require=("approval",), max_risk="write"))
+    approve(state, load_one(project, state, Policy(sources=only_approval)), key=f"minisign:{pub}")
+    assert load_one(project, state, Policy(sources=only_approval)).status is Status.ACTIVE
+    revoked = Policy(sources=only_approval, keys=KeysPolicy(revoked=(pub,)))
+    record = load_one(project, state, revoked)
+    assert (record.status, codes(record)) == (Status.REJECTED, ["revoked-key"])
+
+
+# trust:rollback
+def test_older_validly_signed_version_after_a_newer_one_was_seen_is_rollback(
+    project: Path, state: Path, key: MinisignKey
+) -> None:
+    policy = keys_policy(minisign=[key.line])
+    folder = signed_tool(project, key, version=2)
+    seen = load_one(project, state, policy)
+    assert record_seen_versions(state, [seen]) == [(seen.trust.signer, "echo", 2)]
+    minisign_sign(key, write_lock(folder, version=1))  # the attacker restores the older signed release
+    record = load_one(project, state, policy)
+    assert (record.status, codes(record)) == (Status.REJECTED, ["rollback"])
+    minisign_sign(key, write_lock(folder, version=3))
+    newer = load_one(project, state, policy)
+    assert newer.status is Status.ACTIVE
+    record_seen_versions(state, [newer])
+    assert load_high_water(state) == {(newer.trust.signer, "echo"): 3}
+
+
+def test_loading_never_writes_user_state(project: Path, state: Path, key: MinisignKey) -> None:
+    signed_tool(project, key, version=2)
+    load_one(project, state, keys_policy(minisign=[key.line]))
+    assert not state.exists()
+
+
+# trust:expired
+def test_lock_past_its_expiry_is_expired(project: Path, state: Path, key: MinisignKey) -> None:
+    signed_tool(project, key, expires=NOW + timedelta(days=1))
+    policy = keys_policy(minisign=[key.line])
+    assert load_one(project, state, policy).status is Status.ACTIVE
+    record = load_one(project, state, policy, now=NOW + timedelta(days=1))
+    assert (record.status, codes(record)) == (Status.REJECTED, ["expired"])
+
+
+# trust:replay
+def test_lock_signed_for_another_tool_name_is_bad_signature(project: Path, state: Path, key: MinisignKey) -> None:
+    folder = make_tool(project_tools(project), "echo")
+    minisign_sign(key, write_lock(folder, name="other_tool"))
+    record = load_one(project, state, keys_policy(minisign=[key.line]))
+    assert (record.status, codes(record)) == (Status.REJECTED, ["bad-signature"])
+    assert "other_tool" in record.diagnostics[0].message
+
+
+def test_ssh_signature_for_another_namespace_is_bad_signature(project: Path, state: Path, tmp_path: Path) -> None:
+    ssh = ssh_keypair(tmp_path / "ssh")
+    (tmp_path / "signers").write_text(f"alice@example.com {ssh.public_line}\n")
+    folder = make_tool(project_tools(project), "echo")
+    ssh_sign(ssh, write_lock(folder), namespace="git")
+    record = load_one(project, state, keys_policy(allowed_signers=str(tmp_path / "signers")))
+    assert (record.status, codes(record)) == (Status.REJECTED, ["bad-signature"])
+    assert "namespace 'git'" in record.diagnostics[0].message
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        pytest.param('alice@example.com namespaces="tooldir" {key}', Status.ACTIVE, id="namespace-tooldir"),
+        pytest.param("alice@example.com {key}", Status.ACTIVE, id="any-namespace"),
+        pytest.param('alice@example.com namespaces="git" {key}', Status.PENDING, id="git-only"),
+        pytest.param('alice@example.com valid-before="20260101Z" {key}', Status.PENDING, id="no-longer-valid"),
+        pytest.param('alice@example.com valid-after="20270101Z" {key}', Status.PENDING, id="not-yet-valid"),
+        pytest.param("", Status.PENDING, id="not-listed"),
+    ],
+)
+def test_ssh_signed_tool_is_trusted_only_as_allowed_signers_says(
+    project: Path, state: Path, tmp_path: Path, line: str, expected: Status
+) -> None:
+    ssh = ssh_keypair(tmp_path / "ssh")
+    (tmp_path / "signers").write_text(line.format(key=ssh.public_line) + "\n")
+    folder = make_tool(project_tools(project), "echo")
+    ssh_sign(ssh, write_lock(folder))
+    record = load_one(project, state, keys_policy(allowed_signers=str(tmp_path / "signers")))
+    assert record.status is expected, record.diagnostics
+    if expected is Status.ACTIVE:
+        assert record.trust.method == "signed:alice@example.com"
+    else:
+        assert "untrusted-key" in codes(record)
+
+
+def test_malformed_allowed_signers_line_is_reported_on_the_tool_it_fails_to_trust(
+    project: Path, state: Path, tmp_path: Path
+) -> None:
+    ssh = ssh_keypair(tmp_path / "ssh")
+    (tmp_path / "signers").write_text(f"alice@example.com cert-authority {ssh.public_line}\n")
+    folder = make_tool(project_tools(project), "echo")
+    ssh_sign(ssh, write_lock(folder))
+    record = load_one(project, state, keys_policy(allowed_signers=str(tmp_path / "signers")))
+    assert record.status is Status.PENDING
+    (problem,) = [d for d in record.diagnostics if d.code == "invalid-key"]
+    assert "line 1" in problem.message and "cert-authority" in problem.message
+
+
+def test_signature_file_without_a_lock_is_missing_file_and_pending(
+    project: Path, state: Path, key: MinisignKey
+) -> None:
+    folder = signed_tool(project, key)
+    (folder / "tool.lock").unlink()
+    record = load_one(project, state, keys_policy(minisign=[key.line]))
+    assert record.status is Status.PENDING
+    assert "missing-file" in codes(record)
+
+
+def test_pinned_digest_makes_a_tool_active_and_a_changed_one_pending(project: Path, state: Path) -> None:
+    folder = make_tool(project_tools(project), "echo")
+    digest = load_one(project, state, Policy()).digest
+    assert digest is not None
+    pinned = Policy(pins={"echo": digest})
+    assert load_one(project, state, pinned).trust.method == "pinned"
+    (folder / "run.py").write_text("changed\n")
+    record = load_one(project, state, pinned)
+    assert record.status is Status.PENDING and "hash-mismatch" in codes(record)
+
+
+# risk:ceiling
+def test_project_tool_above_the_risk_ceiling_is_rejected_even_when_approved(project: Path, state: Path) -> None:
+    make_tool(project_tools(project), "echo", risk="exec")
+    approve(state, load_one(project, state, Policy()))
+    record = load_one(project, state, Policy())
+    assert (record.status, codes(record)) == (Status.REJECTED, ["risk-not-allowed"])
+
+
+# trust:redirect
+def test_project_files_cannot_supply_policy_keys_or_approvals(project: Path, state: Path, key: MinisignKey) -> None:
+    signed_tool(project, key)
+    (project / ".tooldir" / "policy.toml").write_text(f'[keys]\nminisign = ["{key.line}"]\n')
+    (project / ".tooldir" / "approvals.json").write_text(json.dumps({"version": 1, "approvals": {}}))
+    (project / ".env").write_text(f"TOOLDIR_STATE_DIR={project}\n")
+    record = load_one(project, state, Policy())
+    assert record.status is Status.PENDING
+    assert "untrusted-key" in codes(record)
