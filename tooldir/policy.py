@@ -89,6 +89,25 @@ class ReservedPolicy(_Frozen):
 class DeferPolicy(_Frozen):
     mode: Literal["auto", "on", "off"] = "auto"
     rules: tuple[str, ...] = ("Defer(*)",)
+    # Per-turn budgets of a session (tooldir.session).
+    max_searches_per_turn: int = Field(default=8, ge=1, le=1000)
+    max_working_set: int = Field(default=32, ge=1, le=10000)
+    """Deferred tools a session may hold loaded at once."""
+    max_schema_tokens_per_turn: int = Field(default=20000, ge=100)
+    """Schema tokens tool_search may load in one turn."""
+    # Re-deferral of idle loaded tools by a discounted Beta usage model.
+    redefer: bool = True
+    discount: float = Field(default=0.8, gt=0, le=1)
+    """Per-turn discount of past usage evidence."""
+    prior_strength: float = Field(default=2.0, gt=0, le=100)
+    """Pseudo-turns of evidence the usage prior counts for."""
+    default_prior: float = Field(default=0.2, ge=0, le=1)
+    """Prior probability a loaded tool is used in a turn, before any history."""
+    min_idle_turns: int = Field(default=3, ge=1, le=1000)
+    search_cost_tokens: int = Field(default=80, ge=0)
+    """Tokens one tool_search round trip costs besides the schema it returns."""
+    usage_ewma: float = Field(default=0.3, gt=0, le=1)
+    """Weight of one session's observed usage when updating the persisted prior."""
 
     @field_validator("rules")
     @classmethod

@@ -1,0 +1,184 @@
+"""Tool definitions in the formats models take, and the compact directory of deferred tools. Pure.
+
+- :class:`ToolDef` renders one tool for Anthropic (``{"name", "description", "input_schema"}``,
+  optionally ``"defer_loading": true``), OpenAI (``{"type": "function", "function": {...}}``)
+  and MCP (``{"name", "description", "inputSchema"}``).
+- :func:`directory_text` is the compact directory for the system prompt: one line per deferred
+  tool with its name, risk and a one-line summary.
+- The guard tools ``tool_search`` and ``defer_execute_tool`` are defined here (never deferred).
+- :func:`tool_reference_blocks` is what a client-side ``tool_search`` returns on the Anthropic API
+  so the named deferred tools are expanded in place (``{"type": "tool_reference", ...}``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._internal.strictjson import thaw
+from .model import BuiltinSpec, Risk, ToolRecord
+
+Format = Literal["anthropic", "openai", "mcp"]
+FORMATS: tuple[Format, ...] = ("anthropic", "openai", "mcp")
+SUMMARY_CHARS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDef:
+    """One tool's model-facing definition. ``input_schema`` is plain JSON (not frozen)."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    risk: Risk | None = None
+
+    @property
+    def digest(self) -> str:
+        """The schema version: sha256 over name, description, input schema and risk."""
+        body = json.dumps(
+            [self.name, self.description, self.input_schema, None if self.risk is None else str(self.risk)],
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+        return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
+    def schema_json(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "input_schema": dict(self.input_schema)}
+
+    def anthropic(self, *, defer_loading: bool = False) -> dict[str, Any]:
+        out = self.schema_json()
+        if defer_loading:
+            out["defer_loading"] = True
+        return out
+
+    def openai(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": dict(self.input_schema)},
+        }
+
+    def mcp(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "inputSchema": dict(self.input_schema)}
+
+    def render(self, fmt: Format) -> dict[str, Any]:
+        if fmt == "anthropic":
+            return self.anthropic()
+        if fmt == "openai":
+            return self.openai()
+        if fmt == "mcp":
+            return self.mcp()
+        raise ValueError(f"unknown tool format {fmt!r}; expected one of {FORMATS}")
+
+
+def tool_def(record: ToolRecord, builtin: BuiltinSpec | None = None) -> ToolDef | None:
+    """The definition of a record with a manifest, or of a builtin from its spec."""
+    if record.manifest is not None:
+        m = record.manifest
+        return ToolDef(m.name, m.description, thaw(m.input_schema), m.risk)
+    if builtin is not None:
+        return ToolDef(builtin.name, builtin.description, thaw(builtin.input_schema), builtin.risk)
+    return None
+
+
+def render_all(defs: Iterable[ToolDef], fmt: Format) -> list[dict[str, Any]]:
+    return [d.render(fmt) for d in defs]
+
+
+# ------------------------------------------------------------------------------------------------
+# The compact directory
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+
+
+def _visible(text: str) -> str:
+    """Drop control and format characters (bidi, zero-width, tags): the directory is model-facing."""
+    return "".join(ch if unicodedata.category(ch) not in ("Cc", "Cf") else " " for ch in text)
+
+
+def summary(description: str, limit: int = SUMMARY_CHARS) -> str:
+    """The first sentence of ``description`` on one line, at most ``limit`` characters."""
+    text = " ".join(_visible(description).split())
+    first = _SENTENCE_END.split(text, maxsplit=1)[0]
+    if len(first) > limit:
+        cut = first[: limit - 1].rsplit(" ", 1)[0] if " " in first[: limit - 1] else first[: limit - 1]
+        first = cut.rstrip(",;:") + "…"
+    return first
+
+
+@dataclass(frozen=True, slots=True)
+class DirectoryEntry:
+    name: str
+    summary: str
+    risk: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "summary": self.summary, "risk": self.risk}
+
+
+def directory_entry(d: ToolDef) -> DirectoryEntry:
+    return DirectoryEntry(d.name, summary(d.description), None if d.risk is None else str(d.risk))
+
+
+DIRECTORY_HEADER = (
+    "Deferred tools (not loaded). To use one, call tool_search with its name "
+    '(tool_names=["name"]) or keywords; then call it.'
+)
+
+
+def directory_text(entries: Sequence[DirectoryEntry]) -> str:
+    """The compact directory for the system prompt ("" when nothing is deferred)."""
+    if not entries:
+        return ""
+    lines = [DIRECTORY_HEADER]
+    lines.extend(f"- {e.name} [{e.risk or 'builtin'}]: {e.summary}" for e in entries)
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# Guard tools
+
+TOOL_SEARCH = ToolDef(
+    "tool_search",
+    "Find and load deferred tools. Give exact names (tool_names, or a query 'select:a,b') and/or "
+    "keyword queries ('+word' makes a word required). Returns the best matches with their full "
+    "schemas; matched tools can be called right after.",
+    {
+        "type": "object",
+        "properties": {
+            "queries": {"type": "array", "items": {"type": "string"}, "description": "keyword queries"},
+            "tool_names": {"type": "array", "items": {"type": "string"}, "description": "exact tool names"},
+            "top_k": {"type": "integer", "minimum": 1, "maximum": 20, "description": "matches per query"},
+        },
+        "additionalProperties": False,
+    },
+    Risk.READ,
+)
+
+DEFER_EXECUTE_TOOL = ToolDef(
+    "defer_execute_tool",
+    "Run a deferred tool loaded with tool_search, by name, with its input.",
+    {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "the deferred tool's name"},
+            "input": {"type": "object", "description": "the tool's input, per its schema"},
+        },
+        "required": ["name", "input"],
+        "additionalProperties": False,
+    },
+    Risk.EXEC,
+)
+
+GUARD_DEFS: tuple[ToolDef, ...] = (TOOL_SEARCH, DEFER_EXECUTE_TOOL)
+
+
+def tool_reference_blocks(names: Iterable[str]) -> list[dict[str, str]]:
+    """Anthropic ``tool_result`` content for a client-side search: the named deferred tools are
+    expanded from the request's ``defer_loading`` definitions."""
+    return [{"type": "tool_reference", "tool_name": n} for n in names]
