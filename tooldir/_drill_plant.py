@@ -10,11 +10,13 @@ e.g. targets of hostile links). Nothing can be written outside the arena.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import secrets
 import shutil
 import socket
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -51,6 +53,11 @@ class Arena:
     base: Path
     scenario: str  # the scenario folder, for messages
     secret: str  # a fresh token planted in the fake home; it must never show up in tool output
+
+    @property
+    def marker(self) -> str:
+        """A token a drill tool puts on the command line of processes it leaves behind."""
+        return "tooldir-drill-marker-" + self.secret.rsplit("-", 1)[-1]
 
     @property
     def home(self) -> Path:
@@ -106,6 +113,7 @@ class Arena:
             "{user_root}": str(self.user_root),
             "{state}": str(self.state),
             "{secret}": self.secret,
+            "{marker}": self.marker,
         }
         for token, value in tokens.items():
             text = text.replace(token, value)
@@ -280,3 +288,69 @@ def _many_entries(folder: Path, count: int, entry: str) -> None:
                 os.close(os.open(name, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644, dir_fd=fd))
     finally:
         os.close(fd)
+
+
+#: The user's trust state inside the state dir; everything else there (audit log, verified-copy
+#: store, lock files) is tooldir's own bookkeeping and may change during a drill.
+TRUST_STATE_FILES = ("approvals.json", "versions.json")
+
+
+def fingerprint(arena: Arena) -> dict[str, str]:
+    """(mode, owner, content hash or link text) of everything in HOME and outside the project,
+    except tooldir's own bookkeeping in the state dir."""
+    result: dict[str, str] = {}
+    for top in (arena.home, arena.outside):
+        for dirpath, dirnames, filenames in os.walk(top):
+            here = Path(dirpath)
+            names = dirnames + filenames
+            if here == arena.state:
+                dirnames[:] = []
+                names = [f for f in filenames if f in TRUST_STATE_FILES]
+            for name in names:
+                path = here / name
+                st = path.lstat()
+                digest = ""
+                if stat.S_ISREG(st.st_mode):
+                    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                elif stat.S_ISLNK(st.st_mode):
+                    digest = os.readlink(path)
+                result[str(path.relative_to(arena.base))] = f"{st.st_mode:o}:{st.st_uid}:{digest}"
+    return result
+
+
+@contextlib.contextmanager
+def isolated(arena: Arena) -> Iterator[None]:
+    """HOME, XDG dirs, umask and working directory of the drill; restored afterwards."""
+    keys = ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "TOOLDIR_STATE_DIR")
+    saved = {k: os.environ.get(k) for k in keys}
+    cwd = os.getcwd()
+    os.environ.update(
+        HOME=str(arena.home),
+        XDG_CONFIG_HOME=str(arena.config),
+        XDG_STATE_HOME=str(arena.home / ".local" / "state"),
+        XDG_DATA_HOME=str(arena.home / ".local" / "share"),
+        XDG_CACHE_HOME=str(arena.home / ".cache"),
+    )
+    os.environ.pop("TOOLDIR_STATE_DIR", None)
+    os.chdir(arena.project)
+    umask = os.umask(0o022)  # folders the drill creates must not look group-writable
+    try:
+        yield
+    finally:
+        os.umask(umask)
+        os.chdir(cwd)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def make_removable(base: Path) -> None:
+    """Undo modes a scenario planted (e.g. a read-only folder) so the temp dir can be deleted."""
+    for dirpath, dirnames, _ in os.walk(base):
+        for name in dirnames:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                with contextlib.suppress(OSError):
+                    path.chmod(0o700)

@@ -20,34 +20,34 @@ missing>"; it never passes by default.
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
-import hashlib
+import json
 import os
-import shutil
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from . import _drill_exec as ex
 from ._drill_plant import (
     Arena,
     NotRunnableError,
     ScenarioError,
     UnavailableError,
     apply_plant,
+    fingerprint,
+    isolated,
     make_arena,
+    make_removable,
     write_control,
 )
 from .errors import ConfigError
-from .loader import Loader, make_config
 from .model import BuiltinSpec, Risk, Status
-from .policy import load_policy
 from .snapshot import Snapshot
 
 SCENARIO_FILE = "scenario.toml"
@@ -116,35 +116,71 @@ class Plant(_Frozen):
         return self
 
 
-StepKind = Literal["approve", "forge-approval", "write", "remove", "plant"]
+StepKind = Literal[
+    "approve", "forge-approval", "write", "remove", "copy", "replace", "plant", "policy", "tooldir", "sign-ssh"
+]
+
+_STEP_NEEDS: dict[str, tuple[str, ...]] = {
+    "approve": ("tool",),
+    "forge-approval": ("tool", "into"),
+    "write": ("path",),
+    "remove": ("path",),
+    "copy": ("path", "to"),
+    "replace": ("path", "old", "text"),
+    "plant": ("plant",),
+    "policy": ("text",),
+    "tooldir": (),
+    "sign-ssh": ("key", "path"),
+}
 
 
 class Step(_Frozen):
-    """One ordered action before the load: the user's (approve) or the attacker's (write, ...)."""
+    """One ordered action: the user's (approve, policy, tooldir ...) or the attacker's (write, ...)."""
 
     do: StepKind
     tool: str | None = None  # arena path of a tool package
     path: str | None = None
+    to: str | None = None  # copy: destination arena path
+    old: str | None = None  # replace: the text to replace (first occurrence)
     text: str | None = None
     hex: str | None = None
     into: str | None = None  # forge-approval: arena folder that receives approvals.json
     plant: Plant | None = None
+    args: tuple[str, ...] = ()  # tooldir: the command line after "tooldir" (placeholders allowed)
+    exit: int = 0  # tooldir: the expected exit code
+    key: str | None = None  # sign-ssh: arena path of the OpenSSH private key
+    namespace: str = "tooldir"  # sign-ssh: the SSHSIG namespace
 
     @model_validator(mode="after")
     def _fields_for_kind(self) -> Step:
-        need = {
-            "approve": ("tool",),
-            "forge-approval": ("tool", "into"),
-            "write": ("path",),
-            "remove": ("path",),
-            "plant": ("plant",),
-        }[self.do]
-        missing = [name for name in need if getattr(self, name) is None]
+        missing = [name for name in _STEP_NEEDS[self.do] if getattr(self, name) is None]
         if missing:
             raise ValueError(f"a {self.do!r} step needs {', '.join(missing)}")
         if self.do == "write" and (self.text is None) == (self.hex is None):
             raise ValueError("a 'write' step needs exactly one of text, hex")
+        if self.do == "tooldir" and not self.args:
+            raise ValueError('a \'tooldir\' step needs args, e.g. ["lock", "project/..."]')
         return self
+
+
+class CallSpec(_Frozen):
+    """One attempt to run a tool through ``Registry.call`` after the load."""
+
+    tool: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+    """The expected error code (a refusal or a contained failure); None expects ok."""
+    content_includes: tuple[str, ...] = ()
+    content_excludes: tuple[str, ...] = ()
+    """Substrings (placeholders substituted) that must not appear in the content or message."""
+    check_processes: bool = False
+    """After the call, no process may still carry the drill's {marker} on its command line."""
+    audit: bool = True
+
+
+class AuditVerify(_Frozen):
+    ok: bool
+    broken_line: int | None = None
 
 
 class DiagnosticExpectation(_Frozen):
@@ -166,6 +202,8 @@ class Expect(_Frozen):
     never_mentioned: tuple[str, ...] = ()
     """Substrings that no record path and no diagnostic may contain (e.g. a sibling folder)."""
     max_seconds: float = Field(default=30.0, gt=0)
+    audit_verify: AuditVerify | None = None
+    """After the calls and the after_calls steps, what ``tooldir.audit.verify`` must report."""
 
 
 class Controls(_Frozen):
@@ -187,12 +225,15 @@ class Scenario(_Frozen):
     title: str = Field(min_length=1)
     plants: str = Field(min_length=1, description="what the scenario plants, for people")
     expected: str = Field(min_length=1, description="the expected outcome, for people")
-    requires: tuple[Literal["root"], ...] = ()
+    requires: tuple[Literal["root", "sandbox"], ...] = ()
     policy: str | None = None  # the user's policy.toml
     builtins: tuple[Builtin, ...] = ()
     control: Controls = Field(default_factory=Controls)
     plant: tuple[Plant, ...] = ()
     steps: tuple[Step, ...] = ()
+    after_load: tuple[Step, ...] = ()
+    calls: tuple[CallSpec, ...] = ()
+    after_calls: tuple[Step, ...] = ()
     expect: Expect = Field(default_factory=Expect)
     folder: str = ""
 
@@ -327,7 +368,7 @@ def run_drill(scenario: Scenario) -> DrillResult:
     with tempfile.TemporaryDirectory(prefix="tooldir-drill-") as tmp:
         try:
             arena = make_arena(Path(tmp).resolve(), scenario.folder)
-            with _isolated(arena):
+            with isolated(arena):
                 return _run(scenario, arena, started)
         except UnavailableError as exc:
             return _failed(scenario, started, "runnable", f"unavailable on this machine: {exc}", unavailable=str(exc))
@@ -336,7 +377,7 @@ def run_drill(scenario: Scenario) -> DrillResult:
         except ScenarioError as exc:
             return _failed(scenario, started, "runnable", exc.diagnostics())
         finally:
-            _make_removable(Path(tmp))
+            make_removable(Path(tmp))
 
 
 def _failed(
@@ -352,33 +393,43 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
         raise UnavailableError("this scenario needs root (chown/mknod)")
     _materialise(scenario, arena)
     builtins = tuple(BuiltinSpec(b.name, b.description, {"type": "object"}, b.risk) for b in scenario.builtins)
-    for project_control in scenario.control.project:
-        _approve(arena, arena.resolve(f"project/.tooldir/tools/{project_control}"), builtins)
-    for step in scenario.steps:
-        _apply_step(step, arena, builtins)
-    before = _fingerprint(arena)
+    for name in scenario.control.project:
+        ex.approve(arena, arena.resolve(f"project/.tooldir/tools/{name}"), builtins)
+    for i, step in enumerate(scenario.steps):
+        ex.apply_step(step, arena, builtins, f"steps[{i}] ({step.do})")
+    before = fingerprint(arena)
     t0 = time.monotonic()
     try:
-        snapshot = _load(builtins)
+        snapshot = ex.load(builtins)
     except ConfigError as exc:
         raise ScenarioError(exc.diagnostics(), path=scenario.folder) from None
     elapsed = time.monotonic() - t0
-    after = _fingerprint(arena)
+    for i, step in enumerate(scenario.after_load):
+        ex.apply_step(step, arena, builtins, f"after_load[{i}] ({step.do})")
+    outcomes: list[ex.CallOutcome] = []
+    if scenario.calls:
+        if "sandbox" in scenario.requires:
+            problem = ex.sandbox_problem(ex.user_policy())
+            if problem is not None:
+                raise UnavailableError(f"no working sandbox: {problem}")
+        registry = ex.make_registry(snapshot, arena.state)
+        outcomes = [ex.call(registry, spec, arena) for spec in scenario.calls]
+    for i, step in enumerate(scenario.after_calls):
+        ex.apply_step(step, arena, builtins, f"after_calls[{i}] ({step.do})")
+    after = fingerprint(arena)
 
     checks = [
-        _check_outcome(scenario, arena, snapshot, elapsed),
+        _check_outcome(scenario, arena, snapshot, elapsed, outcomes),
         _check_canary(arena),
         _check_controls(scenario, snapshot),
         _check_state(before, after),
     ]
-    return DrillResult(scenario, _observed(scenario, snapshot), tuple(checks), time.monotonic() - started)
-
-
-def _load(builtins: tuple[BuiltinSpec, ...]) -> Snapshot:
-    """Exactly what ``tooldir scan`` does inside the project with no options."""
-    policy, _ = load_policy(None)
-    config = make_config(project=".", user_dirs=None, policy=policy, state_dir=None, builtins=builtins)
-    return Loader(config).load()
+    if outcomes:
+        checks.append(_check_audit(arena, outcomes))
+    observed = _observed(scenario, snapshot)
+    if outcomes:
+        observed = "; ".join([*(o.describe() for o in outcomes), observed])
+    return DrillResult(scenario, observed, tuple(checks), time.monotonic() - started)
 
 
 def _materialise(scenario: Scenario, arena: Arena) -> None:
@@ -390,70 +441,18 @@ def _materialise(scenario: Scenario, arena: Arena) -> None:
     for name in scenario.control.project:
         write_control(arena.resolve(f"project/.tooldir/tools/{name}"), name)
     if scenario.policy is not None:
-        target = arena.config / "tooldir" / "policy.toml"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(arena.substitute(scenario.policy), encoding="utf-8")
+        ex.write_policy(arena, scenario.policy)
     for plant in scenario.plant:
         apply_plant(plant, arena)
-
-
-def _apply_step(step: Step, arena: Arena, builtins: tuple[BuiltinSpec, ...]) -> None:
-    if step.do == "approve":
-        _approve(arena, arena.resolve(_given(step.tool)), builtins)
-    elif step.do == "forge-approval":
-        _approve(arena, arena.resolve(_given(step.tool)), builtins, state_dir=arena.resolve(_given(step.into)))
-    elif step.do == "write":
-        target = arena.resolve(_given(step.path))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(arena.payload(step.text, step.hex))
-    elif step.do == "remove":
-        target = arena.resolve(_given(step.path))
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        else:
-            target.unlink()
-    else:
-        apply_plant(_given(step.plant), arena)
-
-
-_T = TypeVar("_T")
-
-
-def _given(value: _T | None) -> _T:
-    """A field the model validator already required for this kind."""
-    if value is None:
-        raise ValueError("a required scenario field is missing (the validator should have caught this)")
-    return value
-
-
-def _approve(arena: Arena, package: Path, builtins: tuple[BuiltinSpec, ...], state_dir: Path | None = None) -> None:
-    """Record an approval in tooldir's state format for the package as it is now (what
-    ``tooldir allow`` does); ``state_dir`` elsewhere forges one where a project could write."""
-    from datetime import UTC, datetime
-
-    from .state import Approval, load_approvals, save_approvals
-
-    snapshot = _load(builtins)
-    record = next((t for t in snapshot.tools if t.path == str(package)), None)
-    if record is None or record.digest is None or record.manifest is None:
-        raise ScenarioError(f"cannot approve {package}: it does not load cleanly", path=str(package))
-    target = state_dir or arena.state
-    approvals = load_approvals(target)
-    approvals[str(package)] = Approval(
-        path=str(package),
-        name=record.name,
-        digest=record.digest,
-        time=datetime.now(UTC).isoformat(timespec="seconds"),
-        files=tuple((f.path, f.sha256) for f in record.files),
-    )
-    save_approvals(target, approvals)
 
 
 # ---------------------------------------------------------------------------------------------
 # Checks
 
 
-def _check_outcome(scenario: Scenario, arena: Arena, snapshot: Snapshot, elapsed: float) -> Check:
+def _check_outcome(
+    scenario: Scenario, arena: Arena, snapshot: Snapshot, elapsed: float, outcomes: Sequence[ex.CallOutcome]
+) -> Check:
     expect = scenario.expect
     problems: list[str] = []
     for want in expect.diagnostics:
@@ -481,11 +480,60 @@ def _check_outcome(scenario: Scenario, arena: Arena, snapshot: Snapshot, elapsed
             text in (d.path or "") or text in d.message for d in snapshot.diagnostics
         ):
             problems.append(f"{text!r} was looked at (it appears in a record or diagnostic)")
+    problems.extend(_call_problems(arena, outcomes))
+    if expect.audit_verify is not None:
+        ok, line, reason = ex.verify_audit(arena.state)
+        verdict = expect.audit_verify
+        if ok != verdict.ok or (verdict.broken_line is not None and line != verdict.broken_line):
+            problems.append(
+                f"audit verify reported ok={ok} line={line} ({reason}); "
+                f"expected ok={verdict.ok} line={verdict.broken_line}"
+            )
     if elapsed > expect.max_seconds:
         problems.append(f"the load took {elapsed:.1f} s; the bound is {expect.max_seconds} s")
     if problems:
         return Check("outcome", False, "; ".join(problems))
     return Check("outcome", True, f"as expected ({elapsed:.2f} s)")
+
+
+def _call_problems(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> list[str]:
+    problems = []
+    for o in outcomes:
+        spec = o.spec
+        if spec.error is None and not o.ok:
+            problems.append(f"call {spec.tool} should succeed but failed with {o.code}: {o.message}")
+        elif spec.error is not None and (o.ok or o.code != spec.error):
+            got = "ok" if o.ok else f"{o.code}: {o.message}"
+            problems.append(f"call {spec.tool} should fail with {spec.error} but got {got}")
+        shown = json.dumps(o.content, ensure_ascii=False) + " " + (o.message or "")
+        for text in spec.content_includes:
+            if arena.substitute(text) not in shown:
+                problems.append(f"call {spec.tool}: output lacks {text!r}")
+        for text in spec.content_excludes:
+            if arena.substitute(text) in shown:
+                problems.append(f"call {spec.tool}: output leaks {text!r}")
+        if o.leftovers:
+            problems.append(f"call {spec.tool}: processes left running: pids {', '.join(o.leftovers)}")
+    return problems
+
+
+def _check_audit(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> Check:
+    lines = {line.get("id"): line for line in ex.audit_lines(arena.state)}
+    problems = []
+    for o in outcomes:
+        if not o.spec.audit:
+            continue
+        line = lines.get(o.audit_id) if o.audit_id else None
+        if line is None:
+            problems.append(f"no audit line for the call of {o.spec.tool} (audit_id {o.audit_id})")
+        elif line.get("tool") != o.spec.tool or line.get("error_code") != o.code:
+            problems.append(
+                f"audit line {o.audit_id} says tool={line.get('tool')} error={line.get('error_code')}, "
+                f"the call was {o.spec.tool} {o.code}"
+            )
+    if problems:
+        return Check("audit", False, "; ".join(problems))
+    return Check("audit", True, f"{sum(o.spec.audit for o in outcomes)} call(s) recorded in the audit log")
 
 
 def _check_canary(arena: Arena) -> Check:
@@ -515,26 +563,6 @@ def _check_state(before: dict[str, str], after: dict[str, str]) -> Check:
     return Check("state", True, f"{len(before)} user-side entries unchanged")
 
 
-def _fingerprint(arena: Arena) -> dict[str, str]:
-    """(type, mode, content hash) of everything in HOME and outside the project, except the audit log."""
-    result: dict[str, str] = {}
-    for top in (arena.home, arena.outside):
-        for dirpath, dirnames, filenames in os.walk(top):
-            for name in dirnames + filenames:
-                path = Path(dirpath) / name
-                rel = str(path.relative_to(arena.base))
-                if path.parent == arena.state and name.startswith("audit"):
-                    continue
-                st = path.lstat()
-                digest = ""
-                if path.is_file() and not path.is_symlink():
-                    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-                elif path.is_symlink():
-                    digest = os.readlink(path)
-                result[rel] = f"{st.st_mode:o}:{st.st_uid}:{digest}"
-    return result
-
-
 def _observed(scenario: Scenario, snapshot: Snapshot) -> str:
     controls = set(scenario.control.user) | set(scenario.control.project)
     parts = []
@@ -549,45 +577,3 @@ def _observed(scenario: Scenario, snapshot: Snapshot) -> str:
             loose.setdefault(f"{d.source or ''}:{d.tool or '(root)'}", set()).add(d.code)
     parts.extend(f"{where} [{', '.join(sorted(codes))}]" for where, codes in sorted(loose.items()))
     return "; ".join(parts) or "nothing loaded"
-
-
-# ---------------------------------------------------------------------------------------------
-# Isolation
-
-
-@contextlib.contextmanager
-def _isolated(arena: Arena) -> Iterator[None]:
-    """HOME, XDG dirs and the working directory of the drill; restored afterwards."""
-    keys = ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "TOOLDIR_STATE_DIR")
-    saved = {k: os.environ.get(k) for k in keys}
-    cwd = os.getcwd()
-    os.environ.update(
-        HOME=str(arena.home),
-        XDG_CONFIG_HOME=str(arena.config),
-        XDG_STATE_HOME=str(arena.home / ".local" / "state"),
-        XDG_DATA_HOME=str(arena.home / ".local" / "share"),
-        XDG_CACHE_HOME=str(arena.home / ".cache"),
-    )
-    os.environ.pop("TOOLDIR_STATE_DIR", None)
-    os.chdir(arena.project)
-    umask = os.umask(0o022)  # folders the drill creates must not look group-writable
-    try:
-        yield
-    finally:
-        os.umask(umask)
-        os.chdir(cwd)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _make_removable(base: Path) -> None:
-    """Undo modes a scenario planted (e.g. a read-only folder) so the temp dir can be deleted."""
-    for dirpath, dirnames, _ in os.walk(base):
-        for name in dirnames:
-            path = Path(dirpath) / name
-            if not path.is_symlink():
-                with contextlib.suppress(OSError):
-                    path.chmod(0o700)

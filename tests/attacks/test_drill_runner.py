@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from tooldir._cli import main
+from tooldir._drill_plant import fingerprint as _fingerprint
 from tooldir._drill_plant import make_arena
-from tooldir.drill import ScenarioError, _check_canary, _check_state, _fingerprint, load_scenario, run_drill
+from tooldir.drill import ScenarioError, _check_canary, _check_state, load_scenario, run_drill
 
 HOSTILE = {
     "name": "evil_new",
