@@ -561,7 +561,7 @@ def read_allowed_signers(path: str | None) -> tuple[tuple[AllowedSigner, ...], t
 
 def key_ident(entry: str) -> str:
     """The identity of a policy key or revocation entry: a minisign public key (``RW...``) or a
-    16-hex-digit minisign key id -> ``minisign:<ID>``; ``SHA256:...`` -> ``ssh:SHA256:...``.
+    minisign key id (hex, as ``minisign`` prints it) -> ``minisign:<16 hex digits>``; ``SHA256:...`` -> ``ssh:SHA256:...``.
 
     Raises:
         SignatureFormatError
@@ -571,8 +571,8 @@ def key_ident(entry: str) -> str:
         if not re.fullmatch(r"SHA256:[A-Za-z0-9+/]{43}", entry):
             raise SignatureFormatError("an SSH fingerprint is 'SHA256:' followed by 43 base64 characters")
         return f"ssh:{entry}"
-    if re.fullmatch(r"[0-9A-Fa-f]{16}", entry):
-        return f"minisign:{entry.upper()}"
+    if re.fullmatch(r"[0-9A-Fa-f]{1,16}", entry):  # minisign prints key ids without leading zeros
+        return f"minisign:{entry.upper().zfill(16)}"
     return parse_minisign_public_key(entry).ident
 
 

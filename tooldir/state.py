@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import StateError
+from .model import ToolRecord
 
 APPROVALS = "approvals.json"
 HIGH_WATER = "versions.json"
@@ -187,3 +188,19 @@ def record_versions(state_dir: Path, seen: Iterable[tuple[str, str, int]]) -> li
                 nested.setdefault(signer, {})[tool] = version
             write_json_atomic(state_dir / HIGH_WATER, {"version": 1, "marks": nested})
     return changed
+
+
+def record_seen_versions(state_dir: Path, records: Iterable[ToolRecord]) -> list[tuple[str, str, int]]:
+    """Raise the high-water marks for every tool in ``records`` that is trusted by a signature
+    (a host application calls this after accepting a load; the CLI does after scan/list/show)."""
+    return record_versions(
+        state_dir,
+        [
+            (r.trust.signer, r.name, r.trust.version)
+            for r in records
+            if r.trust.trusted
+            and r.trust.method.startswith("signed:")
+            and r.trust.signer
+            and r.trust.version is not None
+        ],
+    )

@@ -321,14 +321,14 @@ def cmd_keygen(args: argparse.Namespace) -> int:
         for p in (secret_path, public_path):
             if p.exists() or p.is_symlink():
                 raise CommandError(f"{p} exists; pass --force to overwrite it")
-    _key, secret_text, public_text = generate_minisign_key()
+    key, secret_text, public_text = generate_minisign_key()
     try:
         _write_atomic(secret_path, secret_text.encode(), 0o600)
         _write_atomic(public_path, public_text.encode(), 0o644)
     except OSError as exc:
         raise CommandError(f"cannot write key: {exc.strerror}: {exc.filename}") from None
     line = public_text.splitlines()[1]
-    key_id = public_text.splitlines()[0].rsplit(" ", 1)[-1]
+    key_id = key.public_key().id_hex
     if args.json:
         print_json({"secret_key": str(secret_path), "public_key": str(public_path), "key_id": key_id, "public": line})
     else:

@@ -27,7 +27,9 @@ def test_minisign_cli_signature_verifies_and_reports_the_key_id_minisign_prints(
     key = minisign_keypair(tmp_path)
     sig = sg.parse_minisig(minisign_sign(key, message, "release 3").read_bytes())
     pub = sg.parse_minisign_public_key(key.public.read_text())
-    assert pub.id_hex in key.public.read_text().splitlines()[0]  # "minisign public key <ID>"
+    printed = key.public.read_text().splitlines()[0].rsplit(" ", 1)[-1]  # "minisign public key <ID>"
+    assert int(pub.id_hex, 16) == int(printed, 16)
+    assert sg.key_ident(printed) == pub.ident
     assert sig.trusted_comment == b"release 3"
     assert sg.verify_minisign(sig, pub, message.read_bytes()) is None
     assert sg.verify_minisign(sig, pub, message.read_bytes() + b" ") is not None
@@ -189,6 +191,7 @@ def test_allowed_signers_path_expands_the_users_home(tmp_path: Path, monkeypatch
     [
         ("SHA256:" + "A" * 43, "ssh:SHA256:" + "A" * 43),
         ("7cf55ae0bde797a1", "minisign:7CF55AE0BDE797A1"),
+        ("DE02EF1E6594640", "minisign:0DE02EF1E6594640"),
         ("RWShl+e94Fr1fNE1JYpQFTVhZfiJPposikzOoEQbgeKCpvKA5sQ7gAYL", "minisign:7CF55AE0BDE797A1"),
     ],
 )

@@ -15,6 +15,7 @@ from trustkit import NOW, MinisignKey, minisign_keypair, minisign_sign, ssh_keyp
 import tooldir
 from tooldir.model import Status, ToolRecord
 from tooldir.policy import KeysPolicy, Policy, SourcePolicy, SourcesPolicy
+from tooldir.signatures import parse_minisign_public_key
 from tooldir.state import Approval, load_high_water, record_approval, record_seen_versions
 
 
@@ -202,9 +203,11 @@ def test_revoking_a_key_also_invalidates_approvals_that_recorded_it(
     project: Path, state: Path, key: MinisignKey, tmp_path: Path
 ) -> None:
     signed_tool(project, key)
-    pub = key.public.read_text().splitlines()[0].rsplit(" ", 1)[-1]
+    pub = key.public.read_text().splitlines()[0].rsplit(" ", 1)[-1]  # the key id as minisign prints it
     only_approval = SourcesPolicy(project=SourcePolicy(require=("approval",), max_risk="write"))
-    approve(state, load_one(project, state, Policy(sources=only_approval)), key=f"minisign:{pub}")
+    approve(
+        state, load_one(project, state, Policy(sources=only_approval)), key=parse_minisign_public_key(key.line).ident
+    )
     assert load_one(project, state, Policy(sources=only_approval)).status is Status.ACTIVE
     revoked = Policy(sources=only_approval, keys=KeysPolicy(revoked=(pub,)))
     record = load_one(project, state, revoked)
