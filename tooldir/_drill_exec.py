@@ -97,6 +97,8 @@ def apply_step(step: Step, arena: Arena, builtins: tuple[BuiltinSpec, ...], wher
         if old not in data:
             raise ScenarioError(f"{where}: {step.old!r} does not occur in {step.path}", path=arena.scenario)
         target.write_bytes(data.replace(old, arena.substitute(step.text or "").encode(), 1))
+    elif do == "corrupt":
+        corrupt(arena, given(step.path), given(step.line), given(step.column), where)
     elif do == "policy":
         write_policy(arena, given(step.text))
     elif do == "tooldir":
@@ -105,6 +107,18 @@ def apply_step(step: Step, arena: Arena, builtins: tuple[BuiltinSpec, ...], wher
         sign_ssh(arena, given(step.key), given(step.path), step.namespace, where)
     else:
         apply_plant(given(step.plant), arena)
+
+
+def corrupt(arena: Arena, path: str, line: int, column: int, where: str) -> None:
+    """Change one character (to another letter or digit) in place: a bit of tampering."""
+    target = arena.resolve(path)
+    lines = target.read_bytes().split(b"\n")
+    if line > len(lines) or column > len(lines[line - 1]):
+        raise ScenarioError(f"{where}: {path} has no line {line} column {column}", path=arena.scenario)
+    row = bytearray(lines[line - 1])
+    row[column - 1] = ord("B") if row[column - 1] == ord("A") else ord("A")
+    lines[line - 1] = bytes(row)
+    target.write_bytes(b"\n".join(lines))
 
 
 def write_policy(arena: Arena, text: str) -> None:

@@ -117,7 +117,17 @@ class Plant(_Frozen):
 
 
 StepKind = Literal[
-    "approve", "forge-approval", "write", "remove", "copy", "replace", "plant", "policy", "tooldir", "sign-ssh"
+    "approve",
+    "forge-approval",
+    "write",
+    "remove",
+    "copy",
+    "replace",
+    "corrupt",
+    "plant",
+    "policy",
+    "tooldir",
+    "sign-ssh",
 ]
 
 _STEP_NEEDS: dict[str, tuple[str, ...]] = {
@@ -127,6 +137,7 @@ _STEP_NEEDS: dict[str, tuple[str, ...]] = {
     "remove": ("path",),
     "copy": ("path", "to"),
     "replace": ("path", "old", "text"),
+    "corrupt": ("path", "line", "column"),
     "plant": ("plant",),
     "policy": ("text",),
     "tooldir": (),
@@ -148,6 +159,8 @@ class Step(_Frozen):
     plant: Plant | None = None
     args: tuple[str, ...] = ()  # tooldir: the command line after "tooldir" (placeholders allowed)
     exit: int = 0  # tooldir: the expected exit code
+    line: int | None = Field(default=None, ge=1)  # corrupt: 1-based line of the character to change
+    column: int | None = Field(default=None, ge=1)  # corrupt: 1-based column
     key: str | None = None  # sign-ssh: arena path of the OpenSSH private key
     namespace: str = "tooldir"  # sign-ssh: the SSHSIG namespace
 
