@@ -29,7 +29,73 @@ from .snapshot import Snapshot, SnapshotDiff
 
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 STOP_WORDS = frozenset(
-    ["a", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "could", "do", "does", "for", "from", "had", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "our", "please", "should", "so", "some", "such", "than", "that", "the", "their", "them", "then", "there", "these", "this", "those", "to", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your"]
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "been",
+        "but",
+        "by",
+        "can",
+        "could",
+        "do",
+        "does",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "our",
+        "please",
+        "should",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "this",
+        "those",
+        "to",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+    ]
 )
 
 
@@ -47,7 +113,11 @@ def stem(word: str) -> str:
         word = _undouble(word[:-3])
     elif word.endswith("ed") and len(word) >= 5 and not word.endswith("eed"):
         word = _undouble(word[:-2])
-    elif (word.endswith("ly") and len(word) >= 6) or (word.endswith("es") and word[-3] in "sxz") or word.endswith(("ches", "shes")):
+    elif (
+        (word.endswith("ly") and len(word) >= 6)
+        or (word.endswith("es") and word[-3] in "sxz")
+        or word.endswith(("ches", "shes"))
+    ):
         word = word[:-2]
     elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
         word = word[:-1]
@@ -231,11 +301,15 @@ class SearchIndex:
         cls, snapshot: Snapshot, *, builtins: Mapping[str, Mapping[str, Any]] | None = None
     ) -> SearchIndex:
         """Index every live tool of ``snapshot`` (active or pending; callers decide visibility)."""
+        builtins = builtins or {}
         docs = []
         for record in snapshot.by_name.values():
-            doc = doc_from_record(record, (builtins or {}).get(record.name))
+            doc = doc_from_record(record, builtins.get(record.name))
             if doc is not None:
                 docs.append(doc)
+        for name, spec in builtins.items():  # builtins the loader was not told about
+            if name not in snapshot.by_name:
+                docs.append(doc_from_schema(name, str(spec.get("description", "")), spec.get("input_schema")))
         return cls.build(docs)
 
     def updated(self, upserts: Iterable[SearchDoc] = (), removals: Iterable[str] = ()) -> SearchIndex:
@@ -260,7 +334,13 @@ class SearchIndex:
         upserts, removals = [], []
         for name in touched:
             record = snapshot.by_name.get(name)
-            doc = None if record is None else doc_from_record(record, (builtins or {}).get(name))
+            spec = (builtins or {}).get(name)
+            if record is None and spec is not None:
+                doc: SearchDoc | None = doc_from_schema(
+                    name, str(spec.get("description", "")), spec.get("input_schema")
+                )
+            else:
+                doc = None if record is None else doc_from_record(record, spec)
             if doc is None:
                 removals.append(name)
             elif name not in self._analyzed or self._analyzed[name].doc != doc:
