@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 
+_RUNS = re.compile(r"_+")
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 GUARD_TOOLS = frozenset({"tool_search", "defer_execute_tool"})
 
@@ -57,12 +59,16 @@ def is_valid_name(name: str) -> bool:
     return NAME_RE.fullmatch(name) is not None
 
 
+@lru_cache(maxsize=1 << 16)
 def skeleton(name: str) -> str:
-    """A canonical form under which look-alike names compare equal."""
-    text = unicodedata.normalize("NFKC", name).casefold().translate(_HOMOGLYPHS)
-    text = "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch))
+    """A canonical form under which look-alike names compare equal. Pure, so cached."""
+    if name.isascii():  # NFKC, NFKD and the homoglyph table leave ASCII unchanged
+        text = name.lower()
+    else:
+        text = unicodedata.normalize("NFKC", name).casefold().translate(_HOMOGLYPHS)
+        text = "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch))
     text = text.translate(_LOOKALIKE).replace("rn", "m").replace("vv", "w")
-    return re.sub(r"_+", "_", text)
+    return _RUNS.sub("_", text) if "__" in text else text
 
 
 def explain_invalid(name: str) -> str:

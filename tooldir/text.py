@@ -8,6 +8,10 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterator
+from functools import cache
+from typing import Any
+
+import jsonschema_rs
 
 _INVISIBLE = re.compile(
     "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
@@ -16,37 +20,58 @@ _INVISIBLE = re.compile(
 
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
-_INJECTION = [
+
+# (reason, pattern). Each pattern is written so Python's ``re`` (with IGNORECASE) and the Rust
+# engine of jsonschema-rs (with ``(?i)``) read it the same way on ASCII text: no ``.`` (``[\s\S]``
+# instead), no flags other than case. The Rust form is only a pre-filter (see ``_prefilter``).
+_INJECTION_SOURCES = (
+    ("asks to ignore instructions", r"\bignore\b[\s\S]{0,40}\b(instructions|previous|above|prior|system)\b"),
+    ("mentions the system prompt", r"\b(system prompt|developer message)\b"),
+    ("contains instruction-like tags", r"<\s*/?\s*(important|system|instructions?)\s*>"),
+    ("names secret files", r"(~/\.ssh|id_rsa|id_ed25519|\.aws/credentials|\.netrc|\.env\b|/etc/passwd|/etc/shadow)"),
     (
-        re.compile(r"\bignore\b.{0,40}\b(instructions|previous|above|prior|system)\b", re.I | re.S),
-        "asks to ignore instructions",
-    ),
-    (re.compile(r"\b(system prompt|developer message)\b", re.I), "mentions the system prompt"),
-    (re.compile(r"<\s*/?\s*(important|system|instructions?)\s*>", re.I), "contains instruction-like tags"),
-    (
-        re.compile(r"(~/\.ssh|id_rsa|id_ed25519|\.aws/credentials|\.netrc|\.env\b|/etc/passwd|/etc/shadow)", re.I),
-        "names secret files",
-    ),
-    (
-        re.compile(r"\b(api[ _-]?keys?|secret keys?|passwords?|private keys?|access tokens?|credentials)\b", re.I),
         "talks about secrets",
+        r"\b(api[ _-]?keys?|secret keys?|passwords?|private keys?|access tokens?|credentials)\b",
     ),
     (
-        re.compile(
-            r"\b(before|after|instead of) (using|calling|running) (this|any|the|other)\b.{0,60}\b(call|use|run|read|send)\b",
-            re.I | re.S,
-        ),
         "tells the model to call other tools",
+        r"\b(before|after|instead of) (using|calling|running) (this|any|the|other)\b[\s\S]{0,60}\b(call|use|run|read|send)\b",
     ),
     (
-        re.compile(r"\b(do not|don't|never) (tell|inform|mention|show|reveal)\b.{0,30}\b(user|human)\b", re.I | re.S),
         "asks to hide things from the user",
+        r"\b(do not|don't|never) (tell|inform|mention|show|reveal)\b[\s\S]{0,30}\b(user|human)\b",
     ),
     (
-        re.compile(r"\b(exfiltrate|send (it|them|this|the contents?) to|upload (it|them) to|curl\s+https?://)", re.I),
         "asks to send data elsewhere",
+        r"\b(exfiltrate|send (it|them|this|the contents?) to|upload (it|them) to|curl\s+https?://)",
     ),
-]
+)
+_INJECTION = [(re.compile(source, re.I), reason) for reason, source in _INJECTION_SOURCES]
+
+
+@cache
+def _prefilter() -> Any:
+    """A compiled jsonschema-rs validator that accepts a JSON value when no string in it matches
+    any injection pattern. Rust's regex engine scans a whole manifest in microseconds where eight
+    Python regexes over every description cost hundreds. Sound on ASCII text only: there Python
+    and ECMA/Rust agree on ``\\b``, ``\\s`` and case folding. None if it cannot be built."""
+    union = "(?i)" + "|".join(f"(?:{source})" for _, source in _INJECTION_SOURCES)
+    schema = {
+        "$defs": {
+            "clean": {
+                "if": {"type": "string"},
+                "then": {"not": {"pattern": union}},
+                "items": {"$ref": "#/$defs/clean"},
+                "additionalProperties": {"$ref": "#/$defs/clean"},
+            }
+        },
+        "$ref": "#/$defs/clean",
+    }
+    # Every string is checked (not only descriptions): a superset, so the filter stays sound.
+    try:
+        return jsonschema_rs.Draft202012Validator(schema)
+    except (ValueError, jsonschema_rs.ReferencingError):  # pragma: no cover - depends on the engine
+        return None
 
 
 def invisible_characters(text: str) -> list[str]:
@@ -60,7 +85,28 @@ def invisible_characters(text: str) -> list[str]:
 
 
 def injection_reasons(text: str) -> Iterator[str]:
+    """Why ``text`` reads like an instruction to the model (one reason per matching pattern)."""
+    fast = _prefilter()
+    if fast is not None and text.isascii() and fast.is_valid(text):
+        return
     for pattern, reason in _INJECTION:
         match = pattern.search(text)
         if match:
             yield f"{reason}: {match.group()!r}"
+
+
+def may_hide_characters(raw_json: str) -> bool:
+    """False only when no string of the JSON document ``raw_json`` can hold an invisible or
+    control character: ASCII, no DEL, and no escape that could encode one."""
+    if not raw_json.isascii() or "\x7f" in raw_json:
+        return True
+    return "\\" in raw_json and ("\\u" in raw_json or "\\b" in raw_json or "\\f" in raw_json)
+
+
+def may_contain_injection(value: Any, raw_json: str) -> bool:
+    """False only when no string in ``value`` (parsed from the JSON text ``raw_json``) can match an
+    injection pattern. Conservative: non-ASCII text or ``\\u`` escapes always answer True."""
+    if not raw_json.isascii() or ("\\" in raw_json and "\\u" in raw_json):
+        return True
+    fast = _prefilter()
+    return fast is None or not fast.is_valid(value)

@@ -22,7 +22,7 @@ from .discover import MANIFEST, PackageScan
 from .model import Diagnostic, Manifest, Severity, error, warning
 from .names import explain_invalid, is_valid_name
 from .policy import Policy
-from .text import injection_reasons, invisible_characters
+from .text import injection_reasons, invisible_characters, may_contain_injection, may_hide_characters
 
 _DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 _SHELL_META = re.compile(r"[;&|`<>]|\$\(|\$\{|^\$|\$[A-Za-z_]")
@@ -56,6 +56,13 @@ def _fast_manifest_validator() -> Any:
 
 
 @cache
+def _input_schema_meta_validator() -> Any:
+    """Draft 2020-12 meta-schema with format assertion, so a ``pattern`` that is not a valid
+    regex is caught here (plain meta-validation treats ``format`` as an annotation)."""
+    return jsonschema_rs.Draft202012Validator({"$ref": _DRAFT_2020_12}, validate_formats=True)
+
+
+@cache
 def _slow_manifest_validator() -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(manifest_schema())
 
@@ -74,6 +81,7 @@ class _Validation:
         self.policy = policy
         self.diags: list[Diagnostic] = []
         self.path = f"{scan.path}/{MANIFEST}"
+        self.raw = ""
 
     def fail(self, code: str, message: str, pointer: str | None = None) -> None:
         self.diags.append(
@@ -89,16 +97,18 @@ class _Validation:
         scan = self.scan
         if not is_valid_name(scan.name):
             self.fail("invalid-name", f"folder name {scan.name!r}: {explain_invalid(scan.name)}")
+        raw = scan.contents[MANIFEST]
         try:
-            data = loads(scan.contents[MANIFEST], max_depth=self.policy.limits.max_json_depth)
+            data = loads(raw, max_depth=self.policy.limits.max_json_depth)
         except StrictJSONError as exc:
             self.fail(exc.code, exc.message, exc.pointer)
             return None
         if not isinstance(data, dict):
             self.fail("schema-invalid", f"the manifest must be a JSON object, not {type(data).__name__}", "")
             return None
+        self.raw = raw.decode("utf-8")  # cannot fail: loads() accepted it
         self._check_text(data)
-        if not _fast_manifest_validator().is_valid(thaw(data)):
+        if not _fast_manifest_validator().is_valid(data):
             self._report_schema_errors(data)
             return None
         name = data["name"]
@@ -134,25 +144,30 @@ class _Validation:
                 "invalid-input-schema", f"input_schema must be draft 2020-12, not {declared!r}", "/input_schema/$schema"
             )
             return
-        for pointer, value in _refs(schema, "/input_schema"):
-            if not value.startswith("#"):
-                self.fail("invalid-input-schema", f"only local references are allowed, not {value!r}", pointer)
-        if any(d.code == "invalid-input-schema" for d in self.diags):
+        # "$ref"/"$dynamicRef" can only be present if the text names them (or hides them in escapes).
+        raw = self.raw
+        has_refs = ("$" in raw and ("$ref" in raw or "$dynamicRef" in raw)) or ("\\" in raw and "\\u" in raw)
+        if has_refs:
+            for pointer, value in _refs(schema, "/input_schema"):
+                if not value.startswith("#"):
+                    self.fail("invalid-input-schema", f"only local references are allowed, not {value!r}", pointer)
+            if any(d.code == "invalid-input-schema" for d in self.diags):
+                return
+        meta = _input_schema_meta_validator()
+        if not meta.is_valid(schema):
+            for exc in sorted(meta.iter_errors(schema), key=lambda e: [str(p) for p in e.instance_path])[:5]:
+                where = "".join(f"/{escape_pointer(str(p))}" for p in exc.instance_path)
+                self.fail(
+                    "invalid-input-schema",
+                    f"input_schema is not a valid JSON Schema: {exc.message}",
+                    "/input_schema" + where,
+                )
             return
-        plain = thaw(schema)
-        plain.setdefault("$schema", _DRAFT_2020_12)
-        try:
-            jsonschema_rs.meta.validate(plain)
-            jsonschema_rs.validator_for(plain)
-        except jsonschema_rs.ValidationError as exc:
-            where = "".join(f"/{escape_pointer(str(p))}" for p in exc.instance_path)
-            self.fail(
-                "invalid-input-schema",
-                f"input_schema is not a valid JSON Schema: {exc.message}",
-                "/input_schema" + where,
-            )
-        except (ValueError, jsonschema_rs.ReferencingError) as exc:
-            self.fail("invalid-input-schema", f"input_schema cannot be compiled: {exc}", "/input_schema")
+        if has_refs:  # references must resolve: only compiling the schema tells
+            try:
+                jsonschema_rs.validator_for(thaw(schema))
+            except (ValueError, jsonschema_rs.ReferencingError) as exc:
+                self.fail("invalid-input-schema", f"input_schema cannot be compiled: {exc}", "/input_schema")
 
     def _check_command(self, argv: list[str]) -> None:
         files = {f.path: f for f in self.scan.files}
@@ -195,10 +210,13 @@ class _Validation:
             )
 
     def _check_text(self, data: dict[str, Any]) -> None:
-        for pointer, text in iter_strings(data):
-            found = invisible_characters(text)
-            if found:
-                self.warn("suspicious-text", f"invisible or control characters: {', '.join(found[:5])}", pointer)
+        if may_hide_characters(self.raw):
+            for pointer, text in iter_strings(data):
+                found = invisible_characters(text)
+                if found:
+                    self.warn("suspicious-text", f"invisible or control characters: {', '.join(found[:5])}", pointer)
+        if not may_contain_injection(data, self.raw):
+            return
         texts: list[tuple[str, Any]] = [("/description", data.get("description"))]
         texts += [(p, t) for p, t in iter_strings(data.get("input_schema")) if p.endswith("/description")]
         for pointer, text in texts:

@@ -2,8 +2,8 @@
 
 Refuses what parsers disagree on or what can hurt a consumer: a BOM, invalid UTF-8, NUL, lone
 surrogates (raw or escaped), duplicate keys, NaN/Infinity and numbers that overflow to infinity,
-nesting deeper than a limit (checked *before* parsing, so no RecursionError is possible), and
-integers too long to convert. Results are deep-frozen (see :func:`freeze`).
+nesting deeper than a limit (a cheap bracket count first; pathological nesting stops at the
+interpreter's recursion guard and is reported, never raised), and integers too long to convert. Results are deep-frozen (see :func:`freeze`).
 """
 
 from __future__ import annotations
@@ -80,25 +80,33 @@ def thaw(value: Any) -> Any:
     return value
 
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BRACKET = re.compile(rb"[\[\]{}]")
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _BOM = b"\xef\xbb\xbf"
 _NUL = b"\x00"
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> FrozenDict:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise StrictJSONError("duplicate-key", f"duplicate key {key!r} in one object")
-        obj[key] = _freeze_list(value) if type(value) is list else value
-    return FrozenDict(obj)
+    # Hot path (called once per JSON object): build in C, compare sizes to catch duplicates, and
+    # only walk the values in Python when one of them is a list that still needs freezing.
+    obj = FrozenDict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise StrictJSONError("duplicate-key", f"duplicate key {key!r} in one object")
+            seen.add(key)
+    if list in map(type, obj.values()):
+        for key, value in pairs:
+            if type(value) is list:
+                dict.__setitem__(obj, key, _freeze_list(value))
+    return obj
 
 
 def _freeze_list(items: list[Any]) -> FrozenList:
     # dicts inside are already frozen by _pairs; only nested plain lists remain
-    return FrozenList(_freeze_list(v) if type(v) is list else v for v in items)
+    if list in map(type, items):
+        return FrozenList([_freeze_list(v) if type(v) is list else v for v in items])
+    return FrozenList(items)
 
 
 def _constant(name: str) -> NoReturn:
@@ -112,17 +120,16 @@ def _float(text: str) -> float:
     return value
 
 
-def _depth(data: bytes, limit: int) -> int:
-    if data.count(b"[") + data.count(b"{") <= limit:  # cheap bound: cannot be deeper than this
-        return 0
-    depth = deepest = 0
-    for match in _BRACKET.finditer(_STRING.sub(b"", data)):
-        if match.group() in (b"[", b"{"):
-            depth += 1
-            deepest = max(deepest, depth)
-        else:
-            depth -= 1
-    return deepest
+def _depth(value: Any) -> int:
+    """Nesting depth of a parsed value (iterative: no recursion)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest if isinstance(value, (dict, list)) else 0
 
 
 def _has_surrogate(value: Any) -> bool:
@@ -160,20 +167,22 @@ def loads(data: bytes, *, max_depth: int = 32) -> Any:
         text = data.decode("utf-8", errors="strict")
     except UnicodeDecodeError as exc:
         raise StrictJSONError("invalid-encoding", f"invalid UTF-8 at byte {exc.start}: {exc.reason}") from None
-    depth = _depth(data, max_depth)
-    if depth > max_depth:
-        raise StrictJSONError("too-deep", f"nesting depth {depth} exceeds the limit of {max_depth}")
     try:
-        value, end = _decoder.raw_decode(text)
+        value = _decoder.decode(text)
     except StrictJSONError:
         raise
     except json.JSONDecodeError as exc:
         raise StrictJSONError("invalid-json", f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except (ValueError, RecursionError) as exc:  # e.g. an integer with too many digits
+    except RecursionError:
+        raise StrictJSONError("too-deep", f"nesting depth exceeds the limit of {max_depth}") from None
+    except ValueError as exc:  # e.g. an integer with too many digits
         raise StrictJSONError("invalid-json", f"unparseable value: {str(exc)[:120]}") from None
-    if text[end:].strip(" \t\r\n"):
-        raise StrictJSONError("invalid-json", "extra data after the JSON document")
-    if _ESCAPED_SURROGATE.search(data) and _has_surrogate(value):
+    # Cheap bound first: a document with few brackets cannot be nested deeper than their count.
+    if data.count(b"[") + data.count(b"{") > max_depth:
+        depth = _depth(value)
+        if depth > max_depth:
+            raise StrictJSONError("too-deep", f"nesting depth {depth} exceeds the limit of {max_depth}")
+    if b"\\" in data and _ESCAPED_SURROGATE.search(data) and _has_surrogate(value):
         raise StrictJSONError("invalid-encoding", "escaped lone surrogate (\\uD800-\\uDFFF) in a string")
     if type(value) is list:
         return _freeze_list(value)
