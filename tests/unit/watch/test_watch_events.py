@@ -1,0 +1,264 @@
+"""The watcher with real watchdog observers on temporary directories; every wait is bounded."""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from toolkit import make_tool, project_tools
+from watchkit import WAIT_S, check_consistent, config_for, settles_to_cold_load, watching
+
+from tooldir.discover import RootSpec, open_root, scan_package
+from tooldir.loader import Loader
+from tooldir.model import Source, Status
+from tooldir.policy import Limits
+from tooldir.snapshot import SnapshotDiff, SnapshotStore
+from tooldir.state import APPROVALS, Approval, save_approvals
+from tooldir.watch import Watcher, default_observer
+
+
+def approve(state: Path, folder: Path) -> None:
+    root = RootSpec(Source.PROJECT, str(folder.parent))
+    fd, _ = open_root(root)
+    assert fd is not None
+    try:
+        scan = scan_package(fd, root, folder.name, Limits())
+    finally:
+        os.close(fd)
+    assert scan.digest is not None
+    save_approvals(state, {str(folder): Approval(str(folder), folder.name, scan.digest, "2026-01-01T00:00:00Z")})
+
+
+def test_a_new_package_is_published_with_an_added_diff(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    make_tool(user, "alpha")
+    config = config_for(tmp_path, user=[user])
+    diffs: list[SnapshotDiff] = []
+    with watching(config) as (watcher, problems):
+        watcher.subscribe(lambda snap, change: diffs.append(change))
+        make_tool(user, "beta")
+        snap = watcher.wait_for(lambda s: "beta" in s.by_name, WAIT_S)
+        assert snap.by_name["beta"].status is Status.ACTIVE
+        settles_to_cold_load(watcher, config)
+    assert any([t.name for t in d.added] == ["beta"] for d in diffs)
+    assert problems == []
+
+
+def test_an_edited_file_changes_the_digest_and_the_diff_says_so(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    make_tool(user, "alpha")
+    config = config_for(tmp_path, user=[user])
+    diffs: list[SnapshotDiff] = []
+    with watching(config) as (watcher, _):
+        before = watcher.store.current.by_name["alpha"].digest
+        watcher.subscribe(lambda snap, change: diffs.append(change))
+        (user / "alpha" / "run.py").write_text("print('v2')\n")
+        snap = watcher.wait_for(lambda s: s.by_name["alpha"].digest != before, WAIT_S)
+        settles_to_cold_load(watcher, config)
+    assert snap.by_name["alpha"].digest != before
+    changed = [(o.digest, n.digest) for d in diffs for o, n in d.changed]
+    assert changed[0][0] == before
+
+
+def test_a_renamed_package_folder_removes_the_old_entry_and_adds_the_new(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    make_tool(user, "alpha")
+    config = config_for(tmp_path, user=[user])
+    with watching(config) as (watcher, _):
+        (user / "alpha").rename(user / "omega")
+        snap = watcher.wait_for(lambda s: not s.records("alpha"), WAIT_S)
+        settles_to_cold_load(watcher, config)
+    # the manifest still says "alpha": the renamed folder is rejected, never loaded under either name
+    assert snap.by_name == {}
+    assert any(d.code == "name-mismatch" for d in snap.diagnostics)
+
+
+def test_deleting_a_package_brings_back_the_tool_it_shadowed(tmp_path: Path) -> None:
+    user, project = tmp_path / "user", tmp_path / "proj"
+    make_tool(user, "alpha")
+    proot = project_tools(project)
+    make_tool(proot, "alpha")
+    config = config_for(tmp_path, project=project, user=[user])
+    with watching(config) as (watcher, _):
+        assert watcher.store.current.by_name["alpha"].source is Source.PROJECT
+        shutil.rmtree(proot / "alpha")
+        snap = watcher.wait_for(lambda s: s.by_name["alpha"].source is Source.USER, WAIT_S)
+        settles_to_cold_load(watcher, config)
+    assert snap.by_name["alpha"].status is Status.ACTIVE
+
+
+def test_a_package_replaced_by_a_symlink_is_refused_and_nothing_outside_is_read(tmp_path: Path) -> None:
+    user, outside = tmp_path / "user", tmp_path / "outside"
+    make_tool(user, "alpha")
+    make_tool(outside, "alpha", description="Outside the root: must never load.")
+    config = config_for(tmp_path, user=[user])
+    with watching(config) as (watcher, _):
+        shutil.rmtree(user / "alpha")
+        (user / "alpha").symlink_to(outside / "alpha")
+        snap = watcher.wait_for(lambda s: any(d.code == "symlink" for d in s.diagnostics), WAIT_S)
+        settles_to_cold_load(watcher, config)
+    assert snap.tools == ()
+    assert not any("outside" in str(t.path) for t in snap.tools)
+
+
+def test_a_deleted_and_recreated_root_is_noticed_both_times(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    make_tool(user, "alpha")
+    config = config_for(tmp_path, user=[user])
+    with watching(config) as (watcher, _):
+        shutil.rmtree(user)
+        watcher.wait_for(lambda s: not s.tools, WAIT_S)
+        make_tool(user, "beta")
+        (user / "beta" / "run.py").write_text("print('written after the root came back')\n")
+        snap = settles_to_cold_load(watcher, config)
+        assert list(snap.by_name) == ["beta"]
+        # the new root is watched too
+        make_tool(user, "gamma")
+        watcher.wait_for(lambda s: "gamma" in s.by_name, WAIT_S)
+
+
+def test_a_project_root_replaced_by_a_symlink_is_refused(tmp_path: Path) -> None:
+    project, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
+    proot = project_tools(project)
+    make_tool(proot, "alpha")
+    make_tool(elsewhere, "alpha")
+    config = config_for(tmp_path, project=project)
+    with watching(config) as (watcher, _):
+        shutil.rmtree(project / ".tooldir")
+        (project / ".tooldir").symlink_to(elsewhere, target_is_directory=True)
+        snap = watcher.wait_for(lambda s: any(d.code == "symlink" for d in s.diagnostics), WAIT_S)
+        settles_to_cold_load(watcher, config)
+    assert snap.tools == ()
+
+
+def test_an_approval_flips_pending_to_active_without_a_restart(tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    folder = make_tool(project_tools(project), "alpha")
+    config = config_for(tmp_path, project=project)
+    diffs: list[SnapshotDiff] = []
+    with watching(config) as (watcher, _):
+        assert watcher.store.current.by_name["alpha"].status is Status.PENDING
+        watcher.subscribe(lambda snap, change: diffs.append(change))
+        approve(config.state_dir, folder)  # the state folder did not exist when watching started
+        watcher.wait_for(lambda s: s.by_name["alpha"].status is Status.ACTIVE, WAIT_S)
+    flips = [(str(o.status), str(n.status)) for d in diffs for o, n in d.status_changed]
+    assert flips == [("pending", "active")]
+
+
+def test_a_failed_build_keeps_the_last_good_snapshot_and_is_reported(tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    folder = make_tool(project_tools(project), "alpha")
+    config = config_for(tmp_path, project=project)
+    config.state_dir.mkdir()
+    with watching(config, retry_s=0.05) as (watcher, problems):
+        good = watcher.store.current
+        (config.state_dir / APPROVALS).write_text("{torn")
+        (folder / "run.py").write_text("print('edited')\n")
+        _wait_until(lambda: any(p.code == "build-failed" for p in problems))
+        assert watcher.store.current is good  # nothing half-built was published
+        assert watcher.status().failures >= 1
+        approve(config.state_dir, folder)
+        snap = watcher.wait_for(lambda s: s.by_name["alpha"].status is Status.ACTIVE, WAIT_S)
+        settles_to_cold_load(watcher, config)
+    assert snap.generation > good.generation
+    assert "approvals.json" in problems[0].message
+
+
+def test_policy_file_changes_are_applied_and_a_broken_policy_is_reported(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    make_tool(user, "alpha", risk="exec")
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[sources.user]\nmax_risk = "exec"\n')
+    config = config_for(tmp_path, user=[user])
+    with watching(config, policy_file=policy) as (watcher, problems):
+        policy.write_text('[sources.user]\nmax_risk = "read"\n')
+        snap = watcher.wait_for(lambda s: s.records("alpha")[0].status is Status.REJECTED, WAIT_S)
+        assert any(d.code == "risk-not-allowed" for d in snap.diagnostics)
+        policy.write_text("[sources.user\n")
+        _wait_until(lambda: any(p.code == "policy-invalid" for p in problems))
+        assert watcher.store.current.id == snap.id
+
+
+def test_running_out_of_inotify_watches_falls_back_to_periodic_rescans(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    make_tool(user, "alpha")
+    config = config_for(tmp_path, user=[user])
+
+    class Exhausted:
+        """A real observer whose kernel has no inotify watches left."""
+
+        def __init__(self) -> None:
+            self.inner = default_observer()
+
+        def schedule(self, handler: Any, path: str, *, recursive: bool = False) -> Any:
+            raise OSError(errno.ENOSPC, "inotify watch limit reached")
+
+        def unschedule(self, watch: Any) -> None:
+            self.inner.unschedule(watch)
+
+        def start(self) -> None:
+            self.inner.start()
+
+        def stop(self) -> None:
+            self.inner.stop()
+
+        def join(self, timeout: float | None = None) -> None:
+            self.inner.join(timeout)
+
+    with watching(config, observer_factory=Exhausted, rescan_interval_s=0.2) as (watcher, problems):
+        assert watcher.status().mode == "degraded"
+        assert problems[0].code == "inotify-limit"
+        assert "max_user_watches" in problems[0].message
+        make_tool(user, "beta")
+        watcher.wait_for(lambda s: "beta" in s.by_name, WAIT_S)
+        settles_to_cold_load(watcher, config)
+
+
+def test_subscribers_receive_every_diff_in_generation_order(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    config = config_for(tmp_path, user=[user])
+    user.mkdir()
+    seen: list[tuple[int, int]] = []
+    with watching(config) as (watcher, _):
+        watcher.subscribe(lambda snap, change: seen.append((change.old_generation, snap.generation)))
+        for i in range(8):
+            make_tool(user, f"tool_{i}")
+            watcher.wait_for(lambda s, i=i: f"tool_{i}" in s.by_name, WAIT_S)
+    assert seen, "nothing published"
+    assert [new for _, new in seen] == sorted({new for _, new in seen})
+    assert all(old + 1 == new for old, new in seen)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(seen))
+
+
+def test_watcher_stops_cleanly_and_reports_stopped(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    make_tool(user, "alpha")
+    loader = Loader(config_for(tmp_path, user=[user]))
+    store = SnapshotStore(loader.load())
+    watcher = Watcher(loader, store)
+    watcher.start()
+    assert watcher.status().mode == "inotify"
+    assert watcher.status().watches >= 2  # the root and its parent
+    watcher.stop()
+    watcher.stop()
+    assert watcher.status().mode == "stopped"
+    with pytest.raises(RuntimeError):
+        watcher.start()
+    check_consistent(store.current)
+
+
+def _wait_until(condition: Any, timeout: float = WAIT_S) -> None:
+    """Bounded wait for a condition that is not a snapshot (an Event's timed wait, never a bare sleep)."""
+    tick = threading.Event()
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met in time")
+        tick.wait(0.01)
