@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .catalog import (
     DEFER_EXECUTE_TOOL,
@@ -303,12 +303,18 @@ class Session:
     # ----------------------------------------------------------------------------- tool_search
 
     def tool_search(
-        self, *, queries: Sequence[str] = (), tool_names: Sequence[str] = (), top_k: int = 5
+        self,
+        *,
+        queries: Sequence[str] = (),
+        tool_names: Sequence[str] = (),
+        top_k: int = 5,
+        scope: Literal["deferred", "all"] = "deferred",
     ) -> SearchResult:
         """Find deferred tools by exact name and/or keywords and load the matches.
 
         Exact names keep the caller's order (duplicates folded) and come first; keyword matches
         follow by (-score, name), ``top_k`` per query. A search that matches nothing changes no state.
+        ``scope="all"`` lets keyword queries match eager tools too (the CLI's view).
         """
         top_k = max(1, min(int(top_k), MAX_TOP_K))
         selects: list[str] = []
@@ -322,9 +328,9 @@ class Session:
         selects = [s for s in selects if s]
         keyword = list(dict.fromkeys(keyword))
         with self._lock:
-            return self._search(selects, keyword, top_k)
+            return self._search(selects, keyword, top_k, scope)
 
-    def _search(self, selects: list[str], keyword: list[str], top_k: int) -> SearchResult:
+    def _search(self, selects: list[str], keyword: list[str], top_k: int, scope: str) -> SearchResult:
         view = self._view()
         _, index = self._follower.current
         found: dict[str, float | None] = {}
@@ -338,9 +344,10 @@ class Session:
             else:
                 missing.append(name)
         scored: dict[str, float] = {}
+        searchable = view.deferred.__contains__ if scope == "deferred" else view.defs.__contains__
         for q in keyword:
             parsed: ParsedQuery = parse_query(q)
-            hits = index.search(parsed, top_k=top_k, allow=view.deferred.__contains__)
+            hits = index.search(parsed, top_k=top_k, allow=searchable)
             for h in index.search(parsed, top_k=top_k, allow=view.unavailable.__contains__):
                 unavailable.setdefault(h.name, view.unavailable[h.name])
             if not hits:

@@ -9,10 +9,11 @@ from collections.abc import Sequence
 from ..errors import ConfigError, ToolDirError
 from . import drill, inspect, trust
 from . import run as run_command
+from . import search as search_command
 from . import watch as watch_command
 from .common import EXIT_OK, EXIT_USAGE, CommandError, console_err
 
-COMMAND_MODULES = [inspect, trust, drill, run_command, watch_command]
+COMMAND_MODULES = [inspect, trust, drill, run_command, watch_command, search_command]
 
 
 def build_parser() -> argparse.ArgumentParser:
