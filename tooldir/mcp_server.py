@@ -23,22 +23,39 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import signal
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import mcp_types as types
+from anyio.from_thread import BlockingPortal
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.session import ServerSession
-from mcp.server.subscriptions import InMemorySubscriptionBus, ToolsListChanged
+from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from .catalog import ToolDef
+from .loader import LoadConfig, Loader
 from .model import Risk
+from .registry import Registry
+from .session import Session
+from .snapshot import SnapshotStore
+from .watch import Watcher, WatchProblem
 
 log = logging.getLogger("tooldir.serve")
 
 SERVER_NAME = "tooldir"
+DEFAULT_TURN_IDLE_S = 30.0
+CALL_CONTEXT: Mapping[str, Any] = {"via": "mcp"}
 AUDIT_META_KEY = "tooldir/audit_id"
 ERROR_META_KEY = "tooldir/error_code"
 
@@ -113,6 +130,11 @@ def mcp_tool(name: str, description: str, input_schema: Mapping[str, Any], risk:
         annotations=tool_annotations(risk),
         _meta=meta,
     )
+
+
+def mcp_tool_from_def(definition: ToolDef) -> types.Tool:
+    """A catalog :class:`~tooldir.catalog.ToolDef` (working-set entry) as MCP lists it."""
+    return mcp_tool(definition.name, definition.description, definition.input_schema, definition.risk)
 
 
 def _text(content: Any) -> str:
@@ -204,3 +226,241 @@ class ListChangedNotifier:
 
 # ------------------------------------------------------------------------------------------------
 # The server
+
+
+class ToolServer:
+    """One MCP connection's view of tooldir: a :class:`~tooldir.session.Session` over the
+    registry, kept current by the watcher, sending list_changed whenever the working set changes.
+
+    Blocking work (tool runs in the sandbox, search, listing) runs in worker threads so the
+    protocol loop stays responsive. MCP has no notion of a conversation turn, so a turn ends when
+    the client has been idle for ``turn_idle_s`` seconds: the next call first closes the turn
+    (usage evidence, re-deferral of idle tools, per-turn budgets reset).
+    """
+
+    def __init__(
+        self,
+        *,
+        store: SnapshotStore,
+        registry: Registry,
+        session: Session,
+        watcher: Watcher | None = None,
+        turn_idle_s: float = DEFAULT_TURN_IDLE_S,
+    ) -> None:
+        if turn_idle_s < 0:
+            raise ValueError("turn_idle_s must be >= 0")
+        self.store = store
+        self.registry = registry
+        self.session = session
+        self.watcher = watcher
+        self.turn_idle_s = turn_idle_s
+        self.notifier = ListChangedNotifier()
+        self._tools: dict[str, types.Tool] = {}  # schema digest -> MCP tool: rendering 10k tools is not free
+        self._portal: BlockingPortal | None = None
+        self._activity = threading.Lock()
+        self._last_call: float | None = None
+        self._unsubscribe = session.subscribe(self._on_session_change)
+
+    @classmethod
+    def open(
+        cls,
+        config: LoadConfig,
+        *,
+        watch: bool = True,
+        policy_file: str | os.PathLike[str] | None = None,
+        turn_idle_s: float = DEFAULT_TURN_IDLE_S,
+    ) -> ToolServer:
+        """Load the roots, build the registry and one session, and start watching (blocking)."""
+        loader = Loader(config)
+        store = SnapshotStore(loader.load())
+        registry = Registry(store, policy=config.policy, state_dir=config.state_dir)
+        problem = registry.sandbox_problem()
+        if problem is not None:
+            log.warning("no working sandbox (%s): directory tools will be refused with sandbox-unavailable", problem)
+        session = Session(store, policy=config.policy, registry=registry, state_dir=config.state_dir)
+        watcher = Watcher(loader, store, policy_file=policy_file, on_problem=_log_problem) if watch else None
+        front = cls(store=store, registry=registry, session=session, watcher=watcher, turn_idle_s=turn_idle_s)
+        if watcher is not None:
+            try:
+                watcher.start()
+            except BaseException:
+                front.close()
+                raise
+        snap = store.current
+        log.info("snapshot %s: %d tool(s) found, %d offered", snap.id, len(snap.tools), len(snap.by_name))
+        return front
+
+    # -- tools/list ------------------------------------------------------------------------------
+
+    def list_tools_sync(self) -> list[types.Tool]:
+        """The working set as MCP tools; the session pins every schema it hands out."""
+        fresh: dict[str, types.Tool] = {}
+        out: list[types.Tool] = []
+        for definition in self.session.working_set():
+            digest = definition.digest
+            tool = fresh.get(digest) or self._tools.get(digest)
+            if tool is None:
+                try:
+                    tool = mcp_tool_from_def(definition)
+                except ValueError as exc:  # the loader should never let this through; never offer it
+                    log.error("not offering %r over MCP: %s", definition.name, exc)
+                    continue
+            fresh[digest] = tool
+            out.append(tool)
+        self._tools = fresh
+        return out
+
+    async def list_tools(self) -> list[types.Tool]:
+        return await anyio.to_thread.run_sync(self.list_tools_sync)
+
+    # -- tools/call ------------------------------------------------------------------------------
+
+    def call_tool_sync(self, name: str, arguments: Mapping[str, Any] | None) -> types.CallToolResult:
+        self._turn_boundary()
+        try:
+            result = self.session.call(name, {} if arguments is None else arguments, context=CALL_CONTEXT)
+        finally:
+            with self._activity:
+                self._last_call = time.monotonic()
+        error = result.error
+        if error is None:
+            return call_tool_result(ok=result.ok, content=result.content, audit_id=result.audit_id)
+        message = error.message
+        if error.code == "unknown-tool" and "tool_search" not in message:
+            message += "; call tool_search with keywords or exact names to find and load tools"
+        return call_tool_result(
+            ok=False, content=result.content, error_code=error.code, error_message=message, audit_id=result.audit_id
+        )
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None) -> types.CallToolResult:
+        return await anyio.to_thread.run_sync(self.call_tool_sync, name, arguments)
+
+    def _turn_boundary(self) -> None:
+        with self._activity:
+            last = self._last_call
+            ended = last is not None and time.monotonic() - last >= self.turn_idle_s
+            if ended:
+                self._last_call = None
+        if ended:
+            for step in self.session.next_turn():
+                log.info("turn %s: %s %s (%s)", step.get("turn"), step.get("action"), step.get("tool"), step.get("why"))
+
+    # -- change notifications --------------------------------------------------------------------
+
+    def attach(self, portal: BlockingPortal) -> None:
+        """Start delivering list_changed through ``portal`` (the protocol loop's)."""
+        self._portal = portal
+
+    def detach(self) -> None:
+        self._portal = None
+
+    def _on_session_change(self, version: int) -> None:
+        # Called from worker or watcher threads, possibly under the session's lock: never block here.
+        portal = self._portal
+        if portal is None:
+            return
+        log.info("working set changed (version %d): sending tools/list_changed", version)
+        try:
+            portal.start_task_soon(self.notifier.tools_changed)
+        except RuntimeError:  # the portal closed (shutting down) or we are on the loop thread
+            log.debug("tools/list_changed not sent: no running protocol loop")
+
+    def close(self) -> None:
+        """Stop watching and close the session (persists usage priors). Idempotent."""
+        self.detach()
+        self._unsubscribe()
+        if self.watcher is not None:
+            self.watcher.stop()
+        self.session.close()
+
+
+def _log_problem(problem: WatchProblem) -> None:
+    log.warning("watcher: %s: %s (snapshot generation %d kept)", problem.code, problem.message, problem.generation)
+
+
+def build_server(front: ToolServer) -> Server[Any]:
+    """The SDK's low-level server with tooldir's handlers: tools/list, tools/call and
+    subscriptions/listen (2026-07-28 change notifications)."""
+
+    async def on_list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=await front.list_tools())
+
+    async def on_call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        return await front.call_tool(params.name, params.arguments)
+
+    server: Server[Any] = Server(
+        SERVER_NAME,
+        version=_version(),
+        title="tooldir",
+        instructions=INSTRUCTIONS,
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+        on_subscriptions_listen=ListenHandler(front.notifier.bus),
+    )
+    server.middleware.append(front.notifier.observe)
+    return server
+
+
+INSTRUCTIONS = (
+    "Tools from tooldir directories. Only part of the catalogue is listed at first: call tool_search "
+    "with keywords or exact names to find and load more tools; loaded tools then appear in tools/list "
+    "(a tools/list_changed notification is sent). Failed calls return isError results whose text starts "
+    "with error[<code>]."
+)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tooldir")
+    except PackageNotFoundError:
+        return "0"
+
+
+async def serve_stdio(
+    config: LoadConfig,
+    *,
+    watch: bool = True,
+    policy_file: str | os.PathLike[str] | None = None,
+    turn_idle_s: float = DEFAULT_TURN_IDLE_S,
+) -> None:
+    """Serve one MCP connection on this process's stdin/stdout until the client closes stdin
+    (or SIGTERM/SIGINT arrives).
+
+    The SDK's stdio transport diverts file descriptor 1 to stderr while it serves, so a stray
+    print, a library's warning or a child process can never write into the protocol stream.
+
+    Raises:
+        ToolDirError: the roots, state or policy could not be loaded (before any MCP traffic).
+    """
+    async with stdio_server() as (read_stream, write_stream):
+        front = await anyio.to_thread.run_sync(
+            lambda: ToolServer.open(config, watch=watch, policy_file=policy_file, turn_idle_s=turn_idle_s)
+        )
+        how = "the client closed the connection"
+        try:
+            async with BlockingPortal() as portal, anyio.create_task_group() as tg:
+                front.attach(portal)
+                server = build_server(front)
+                options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+
+                async def stop_on_signal() -> None:
+                    nonlocal how
+                    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                        async for signum in signals:
+                            how = f"signal {signal.Signals(signum).name}"
+                            tg.cancel_scope.cancel()
+                            return
+
+                tg.start_soon(stop_on_signal)
+                log.info("serving %d root(s) over stdio", len(config.roots))
+                await server.run(read_stream, write_stream, options)
+                tg.cancel_scope.cancel()
+        finally:
+            front.close()
+        log.info("%s; shut down cleanly", how)

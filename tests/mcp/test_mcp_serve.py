@@ -1,0 +1,241 @@
+"""``tooldir serve`` end to end: a real subprocess driven by the official MCP SDK stdio client."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp_harness import WAIT_S, error_code, processes_mentioning, serve, text_of
+from toolkit import make_tool, project_tools
+
+pytestmark = pytest.mark.anyio
+
+TEST_BOUND_S = 120  # one whole scenario, including server start and shutdown
+
+POLICY = """
+[defer]
+mode = "on"
+rules = ["NoDefer(echo_eager)", "Defer(*)"]
+"""
+
+PROBE_SCRIPT = """\
+import json, os, sys
+request = json.load(sys.stdin)
+home = request["input"]["home"]
+print(json.dumps({"ok": True, "content": {
+    "secret": os.environ.get("TOOLDIR_TEST_SECRET"),
+    "home_visible": os.path.exists(home),
+    "uid": os.getuid(),
+    "echo": request["input"]["text"],
+}}))
+"""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> dict[str, Path]:
+    user = tmp_path / "user_tools"
+    user.mkdir()
+    make_tool(user, "echo_eager", description="Echo text back (always listed).", keywords=["echo"])
+    make_tool(
+        user,
+        "weather_report",
+        description="Get the weather forecast for a city.",
+        keywords=["weather", "forecast", "city"],
+        input_schema={
+            "type": "object",
+            "properties": {"text": {"type": "string"}, "home": {"type": "string"}},
+            "required": ["text", "home"],
+            "additionalProperties": False,
+        },
+        script=PROBE_SCRIPT,
+    )
+    make_tool(user, "invoice_export", description="Export an invoice as PDF.", keywords=["invoice"], risk="write")
+    project = tmp_path / "project"
+    project.mkdir()
+    make_tool(project_tools(project), "project_tool", description="A project tool nobody approved.")
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY)
+    return {"user": user, "project": project, "policy": policy, "tmp": tmp_path}
+
+
+async def test_client_lists_the_working_set_with_risk_hints_and_only_eager_and_guard_tools(
+    tree: dict[str, Path],
+) -> None:
+    with anyio.fail_after(TEST_BOUND_S):
+        async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=tree["policy"]) as s:
+            assert s.client.server_capabilities.tools is not None
+            assert s.client.server_capabilities.tools.list_changed is True
+            tools = await s.tools()
+            assert "echo_eager" in tools
+            assert "tool_search" in tools
+            # deferred and pending tools are not in the working set
+            assert "weather_report" not in tools
+            assert "invoice_export" not in tools
+            assert "project_tool" not in tools
+            eager = tools["echo_eager"]
+            assert eager.input_schema["required"] == ["text"]
+            assert eager.annotations is not None
+            assert eager.annotations.read_only_hint is True
+            assert eager.annotations.destructive_hint is False
+            assert eager.annotations.open_world_hint is False
+
+
+async def test_tool_search_loads_a_deferred_tool_sends_list_changed_and_the_tool_runs_in_the_sandbox(
+    tree: dict[str, Path],
+) -> None:
+    home = os.environ["HOME"]
+    assert os.path.isdir(home)  # visible here, so "not visible" below is the sandbox's doing
+    secret = {"TOOLDIR_TEST_SECRET": "hunter2"}
+    with anyio.fail_after(TEST_BOUND_S):
+        async with serve(
+            tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=tree["policy"], env=secret
+        ) as s:
+            found = await s.call("tool_search", {"queries": ["weather forecast"]})
+            assert found.is_error is False, text_of(found)
+            assert "weather_report" in text_of(found)
+            assert await s.next_change() == "notifications/tools/list_changed"
+            tools = await s.tools()
+            assert "weather_report" in tools
+            assert "invoice_export" not in tools  # only what matched was loaded
+
+            result = await s.call("weather_report", {"text": "hi", "home": home})
+            assert result.is_error is False, text_of(result)
+            content = result.structured_content
+            assert isinstance(content, dict)
+            assert content["echo"] == "hi"
+            assert content["secret"] is None  # the server has it; the sandbox's environment is scrubbed
+            assert content["home_visible"] is False  # no access to the user's home
+            assert result.meta is not None
+            assert result.meta.get("tooldir/audit_id")
+
+
+async def test_a_deferred_tool_not_loaded_is_refused_with_a_hint_to_search(tree: dict[str, Path]) -> None:
+    with anyio.fail_after(TEST_BOUND_S):
+        async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=tree["policy"]) as s:
+            result = await s.call("invoice_export", {"text": "x"})
+            assert result.is_error is True
+            assert error_code(result) == "session:unloaded"
+            assert "tool_search" in text_of(result)
+            # a refusal changes nothing the client sees
+            assert await s.no_change(within=0.5)
+
+
+async def test_a_pending_project_tool_is_refused_as_not_approved_and_never_runs(tree: dict[str, Path]) -> None:
+    canary = tree["tmp"] / "canary"
+    make_tool(
+        project_tools(tree["project"]),
+        "project_tool",
+        description="A project tool nobody approved.",
+        script=f"open({str(canary)!r}, 'w').write('ran')\n",
+    )
+    with anyio.fail_after(TEST_BOUND_S):
+        async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=tree["policy"]) as s:
+            result = await s.call("project_tool", {"text": "x"})
+            assert result.is_error is True
+            assert error_code(result) == "not-active"
+            assert "not-approved" in text_of(result)
+    assert not canary.exists()
+
+
+async def test_an_unknown_tool_is_an_error_result_not_a_protocol_error(tree: dict[str, Path]) -> None:
+    with anyio.fail_after(TEST_BOUND_S):
+        async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=tree["policy"]) as s:
+            result = await s.call("no_such_tool", {})
+            assert result.is_error is True
+            assert error_code(result) == "unknown-tool"
+            assert "tool_search" in text_of(result)
+            # the connection still works afterwards
+            assert "echo_eager" in await s.list_names()
+
+
+async def test_changing_a_listed_tool_on_disk_sends_list_changed_and_the_new_schema_is_listed(
+    tree: dict[str, Path],
+) -> None:
+    with anyio.fail_after(TEST_BOUND_S):
+        async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=tree["policy"]) as s:
+            before = await s.tools()
+            assert before["echo_eager"].description == "Echo text back (always listed)."
+            make_tool(tree["user"], "echo_eager", description="Echo text back, now changed.", keywords=["echo"])
+            assert await s.next_change() == "notifications/tools/list_changed"
+            after = await s.tools()
+            assert after["echo_eager"].description == "Echo text back, now changed."
+
+
+async def test_a_change_to_a_tool_outside_the_working_set_sends_no_list_changed(tree: dict[str, Path]) -> None:
+    with anyio.fail_after(TEST_BOUND_S):
+        async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=tree["policy"]) as s:
+            names = await s.list_names()
+            make_tool(tree["user"], "invoice_export", description="Export an invoice as CSV.", risk="write")
+            # bounded: longer than the watcher's debounce and rebuild
+            assert await s.no_change(within=3.0)
+            assert await s.list_names() == names
+
+
+async def test_the_2026_protocol_gets_list_changed_through_subscriptions_listen(tree: dict[str, Path]) -> None:
+    with anyio.fail_after(TEST_BOUND_S):
+        async with serve(
+            tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=tree["policy"], mode="auto"
+        ) as s:
+            assert s.client.protocol_version.startswith("2026")
+            found = await s.call("tool_search", {"tool_names": ["invoice_export"]})
+            assert found.is_error is False, text_of(found)
+            assert await s.next_change() == "notifications/tools/list_changed"
+            tools = await s.tools()
+            assert tools["invoice_export"].annotations is not None
+            assert tools["invoice_export"].annotations.destructive_hint is True
+
+
+async def test_shutdown_is_clean_and_leaves_no_processes(tree: dict[str, Path]) -> None:
+    with anyio.fail_after(TEST_BOUND_S):
+        async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=tree["policy"]) as s:
+            marker = s.marker
+            assert processes_mentioning(marker), "the server process should be visible while serving"
+            result = await s.call("echo_eager", {"text": "bye"})
+            assert result.is_error is False, text_of(result)
+        log_text = s.log_file.read_text()
+        stderr_text = s.stderr_file.read_text()
+    assert processes_mentioning(marker) == []
+    assert "shut down cleanly" in log_text
+    assert "Traceback" not in stderr_text
+    assert "Traceback" not in log_text
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--project", "/nonexistent/dir"], "not a directory"),
+        (["--policy", "/nonexistent/policy.toml"], "cannot read policy"),
+    ],
+    ids=["missing-project", "missing-policy"],
+)
+def test_bad_configuration_exits_2_with_a_diagnostic_before_speaking_mcp(
+    tmp_path: Path, args: list[str], expected: str
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tooldir", "serve", "--state-dir", str(tmp_path / "s"), *args],
+        input=b"",
+        capture_output=True,
+        timeout=WAIT_S,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == b""
+    assert expected in proc.stderr.decode()
+    assert b"Traceback" not in proc.stderr
+
+
+def test_module_entry_point_runs_the_cli(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tooldir", "serve", "--help"], capture_output=True, timeout=WAIT_S, cwd=tmp_path
+    )
+    assert proc.returncode == 0
+    assert "--no-watch" in proc.stdout.decode()
