@@ -12,6 +12,8 @@ import io
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -99,6 +101,13 @@ def apply_step(step: Step, arena: Arena, builtins: tuple[BuiltinSpec, ...], wher
         target.write_bytes(data.replace(old, arena.substitute(step.text or "").encode(), 1))
     elif do == "corrupt":
         corrupt(arena, given(step.path), given(step.line), given(step.column), where)
+    elif do == "delete-line":
+        target = arena.resolve(given(step.path))
+        lines = target.read_bytes().splitlines(keepends=True)
+        if given(step.line) > len(lines):
+            raise ScenarioError(f"{where}: {step.path} has no line {step.line}", path=arena.scenario)
+        del lines[given(step.line) - 1]
+        target.write_bytes(b"".join(lines))
     elif do == "policy":
         write_policy(arena, given(step.text))
     elif do == "tooldir":
@@ -203,6 +212,8 @@ class CallOutcome:
     message: str | None
     audit_id: str | None
     leftovers: tuple[str, ...] = ()
+    connections: int = 0
+    seconds: float = 0.0
 
     def describe(self) -> str:
         if self.ok:
@@ -223,10 +234,23 @@ def make_registry(snapshot: Snapshot, state_dir: Path) -> Any:
 
 
 def call(registry: Any, spec: CallSpec, arena: Arena) -> CallOutcome:
-    tool_input = json.loads(arena.substitute(json.dumps(spec.input)))
-    result = registry.call(spec.tool, tool_input)
-    error = result.error
+    with contextlib.ExitStack() as stack:
+        port = "0"
+        listener = None
+        if spec.listen:
+            listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+            listener.setblocking(False)
+            port = str(listener.getsockname()[1])
+        text = arena.substitute(json.dumps(spec.input)).replace("{port}", port)
+        t0 = time.monotonic()
+        result = registry.call(spec.tool, json.loads(text))
+        seconds = time.monotonic() - t0
+        connections = _accepted(listener) if listener is not None else 0
     leftovers = wait_for_no_processes(arena.marker, 5.0) if spec.check_processes else ()
+    for pid in leftovers:  # the drill's own (escaped) descendants: stop them by id
+        with contextlib.suppress(OSError):
+            os.kill(int(pid), signal.SIGKILL)
+    error = result.error
     return CallOutcome(
         spec,
         bool(result.ok),
@@ -235,7 +259,20 @@ def call(registry: Any, spec: CallSpec, arena: Arena) -> CallOutcome:
         None if error is None else str(error.message),
         result.audit_id,
         leftovers,
+        connections,
+        seconds,
     )
+
+
+def _accepted(listener: socket.socket) -> int:
+    count = 0
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except BlockingIOError:
+            return count
+        conn.close()
+        count += 1
 
 
 def wait_for_no_processes(marker: str, bound_s: float) -> tuple[str, ...]:

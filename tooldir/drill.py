@@ -124,6 +124,7 @@ StepKind = Literal[
     "copy",
     "replace",
     "corrupt",
+    "delete-line",
     "plant",
     "policy",
     "tooldir",
@@ -138,6 +139,7 @@ _STEP_NEEDS: dict[str, tuple[str, ...]] = {
     "copy": ("path", "to"),
     "replace": ("path", "old", "text"),
     "corrupt": ("path", "line", "column"),
+    "delete-line": ("path", "line"),
     "plant": ("plant",),
     "policy": ("text",),
     "tooldir": (),
@@ -181,8 +183,16 @@ class CallSpec(_Frozen):
 
     tool: str
     input: dict[str, Any] = Field(default_factory=dict)
+    before: tuple[Step, ...] = ()
+    """Steps right before this call (e.g. swap a file between verification and execution)."""
     error: str | None = None
     """The expected error code (a refusal or a contained failure); None expects ok."""
+    may_fail_with: tuple[str, ...] = ()
+    """With ``error`` unset: error codes that are acceptable instead of ok (the threat allows both)."""
+    max_seconds: float = Field(default=60.0, gt=0)
+    """Bound on the call's wall-clock time (timeouts and caps must hold)."""
+    listen: bool = False
+    """Open a TCP listener on 127.0.0.1 ({port} in the input) that must receive no connection."""
     content_includes: tuple[str, ...] = ()
     content_excludes: tuple[str, ...] = ()
     """Substrings (placeholders substituted) that must not appear in the content or message."""
@@ -239,6 +249,9 @@ class Scenario(_Frozen):
     plants: str = Field(min_length=1, description="what the scenario plants, for people")
     expected: str = Field(min_length=1, description="the expected outcome, for people")
     requires: tuple[Literal["root", "sandbox"], ...] = ()
+    needs: tuple[str, ...] = ()
+    """tooldir machinery the drill uses, as "module.attribute" (e.g. "session.Session"); a build
+    without it fails the drill as "not runnable yet"."""
     policy: str | None = None  # the user's policy.toml
     builtins: tuple[Builtin, ...] = ()
     control: Controls = Field(default_factory=Controls)
@@ -404,6 +417,9 @@ def _failed(
 def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
     if "root" in scenario.requires and os.geteuid() != 0:
         raise UnavailableError("this scenario needs root (chown/mknod)")
+    for item in scenario.needs:
+        module, _, attribute = item.rpartition(".")
+        ex.need(module, attribute)
     _materialise(scenario, arena)
     builtins = tuple(BuiltinSpec(b.name, b.description, {"type": "object"}, b.risk) for b in scenario.builtins)
     for name in scenario.control.project:
@@ -426,7 +442,11 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
             if problem is not None:
                 raise UnavailableError(f"no working sandbox: {problem}")
         registry = ex.make_registry(snapshot, arena.state)
-        outcomes = [ex.call(registry, spec, arena) for spec in scenario.calls]
+        for i, spec in enumerate(scenario.calls):
+            for j, step in enumerate(spec.before):
+                ex.apply_step(step, arena, builtins, f"calls[{i}].before[{j}] ({step.do})")
+            outcomes.append(ex.call(registry, spec, arena))
+    audit = _check_audit(arena, outcomes) if outcomes else None  # before any tampering below
     for i, step in enumerate(scenario.after_calls):
         ex.apply_step(step, arena, builtins, f"after_calls[{i}] ({step.do})")
     after = fingerprint(arena)
@@ -437,8 +457,8 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
         _check_controls(scenario, snapshot),
         _check_state(before, after),
     ]
-    if outcomes:
-        checks.append(_check_audit(arena, outcomes))
+    if audit is not None:
+        checks.append(audit)
     observed = _observed(scenario, snapshot)
     if outcomes:
         observed = "; ".join([*(o.describe() for o in outcomes), observed])
@@ -513,13 +533,15 @@ def _call_problems(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> list[str
     problems = []
     for o in outcomes:
         spec = o.spec
-        if spec.error is None and not o.ok:
+        if spec.error is None and not o.ok and o.code in spec.may_fail_with:
+            pass  # an outcome the threat allows (e.g. refused rather than run)
+        elif spec.error is None and not o.ok:
             problems.append(f"call {spec.tool} should succeed but failed with {o.code}: {o.message}")
         elif spec.error is not None and (o.ok or o.code != spec.error):
             got = "ok" if o.ok else f"{o.code}: {o.message}"
             problems.append(f"call {spec.tool} should fail with {spec.error} but got {got}")
         shown = json.dumps(o.content, ensure_ascii=False) + " " + (o.message or "")
-        for text in spec.content_includes:
+        for text in spec.content_includes if o.ok else ():
             if arena.substitute(text) not in shown:
                 problems.append(f"call {spec.tool}: output lacks {text!r}")
         for text in spec.content_excludes:
@@ -527,6 +549,10 @@ def _call_problems(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> list[str
                 problems.append(f"call {spec.tool}: output leaks {text!r}")
         if o.leftovers:
             problems.append(f"call {spec.tool}: processes left running: pids {', '.join(o.leftovers)}")
+        if o.seconds > spec.max_seconds:
+            problems.append(f"call {spec.tool} took {o.seconds:.1f} s; the bound is {spec.max_seconds} s")
+        if o.connections:
+            problems.append(f"call {spec.tool}: the host loopback listener accepted {o.connections} connection(s)")
     return problems
 
 
