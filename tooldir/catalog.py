@@ -25,7 +25,7 @@ from .model import BuiltinSpec, Risk, ToolRecord
 
 Format = Literal["anthropic", "openai", "mcp"]
 FORMATS: tuple[Format, ...] = ("anthropic", "openai", "mcp")
-SUMMARY_CHARS = 100
+SUMMARY_CHARS = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,18 +125,23 @@ def directory_entry(d: ToolDef) -> DirectoryEntry:
     return DirectoryEntry(d.name, summary(d.description), None if d.risk is None else str(d.risk))
 
 
-DIRECTORY_HEADER = (
-    "Deferred tools (not loaded). To use one, call tool_search with its name "
-    '(tool_names=["name"]) or keywords; then call it.'
-)
+DIRECTORY_HEADER = "Deferred tools: load with tool_search (tool_names or keywords), then call."
 
 
 def directory_text(entries: Sequence[DirectoryEntry]) -> str:
-    """The compact directory for the system prompt ("" when nothing is deferred)."""
+    """The compact directory for the system prompt ("" when nothing is deferred): one
+    ``name: summary`` line per tool, grouped under a ``[risk]`` line, least dangerous first."""
     if not entries:
         return ""
+    order = {str(r): r.rank for r in Risk}
     lines = [DIRECTORY_HEADER]
-    lines.extend(f"- {e.name} [{e.risk or 'builtin'}]: {e.summary}" for e in entries)
+    group: str | None = None
+    for e in sorted(entries, key=lambda e: (order.get(e.risk or "", len(order)), e.name)):
+        risk = e.risk or "builtin"
+        if risk != group:
+            lines.append(f"[{risk}]")
+            group = risk
+        lines.append(f"{e.name}: {e.summary}")
     return "\n".join(lines)
 
 
@@ -145,15 +150,14 @@ def directory_text(entries: Sequence[DirectoryEntry]) -> str:
 
 TOOL_SEARCH = ToolDef(
     "tool_search",
-    "Find and load deferred tools. Give exact names (tool_names, or a query 'select:a,b') and/or "
-    "keyword queries ('+word' makes a word required). Returns the best matches with their full "
-    "schemas; matched tools can be called right after.",
+    "Load deferred tools by exact tool_names (or query 'select:a,b') and/or keyword queries "
+    "('+word' = required). Returns matches with full schemas; then call them.",
     {
         "type": "object",
         "properties": {
-            "queries": {"type": "array", "items": {"type": "string"}, "description": "keyword queries"},
-            "tool_names": {"type": "array", "items": {"type": "string"}, "description": "exact tool names"},
-            "top_k": {"type": "integer", "minimum": 1, "maximum": 20, "description": "matches per query"},
+            "queries": {"type": "array", "items": {"type": "string"}},
+            "tool_names": {"type": "array", "items": {"type": "string"}},
+            "top_k": {"type": "integer", "minimum": 1, "maximum": 20},
         },
         "additionalProperties": False,
     },
@@ -162,13 +166,10 @@ TOOL_SEARCH = ToolDef(
 
 DEFER_EXECUTE_TOOL = ToolDef(
     "defer_execute_tool",
-    "Run a deferred tool loaded with tool_search, by name, with its input.",
+    "Run a loaded deferred tool by name with its input.",
     {
         "type": "object",
-        "properties": {
-            "name": {"type": "string", "description": "the deferred tool's name"},
-            "input": {"type": "object", "description": "the tool's input, per its schema"},
-        },
+        "properties": {"name": {"type": "string"}, "input": {"type": "object"}},
         "required": ["name", "input"],
         "additionalProperties": False,
     },

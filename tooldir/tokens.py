@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -47,9 +48,12 @@ class TokenCounter:
                 return
             if self._prefer_exact:
                 try:
-                    import bpe_openai
+                    with warnings.catch_warnings():
+                        # bpe-openai 0.1 loads its vocabulary with a deprecated importlib API
+                        warnings.simplefilter("ignore", DeprecationWarning)
+                        import bpe_openai
 
-                    self._encoder = bpe_openai.get_encoding(self._encoding_name)
+                        self._encoder = bpe_openai.get_encoding(self._encoding_name)
                 except Exception:  # not installed, or no such vocabulary: estimate instead
                     self._encoder = None
             self._resolved = True
