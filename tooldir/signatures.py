@@ -24,7 +24,7 @@ import os
 import re
 import struct
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -135,14 +135,18 @@ def parse_minisig(data: bytes) -> MinisignSignature:
     return MinisignSignature(raw[:2], raw[2:10], raw[10:], lines[2][len(_TRUSTED) :].encode("utf-8"), glob)
 
 
-def verify_minisign(sig: MinisignSignature, key: MinisignPublicKey, message: bytes) -> str | None:
+def verify_minisign(
+    sig: MinisignSignature, key: MinisignPublicKey, message: bytes, known: Collection[bytes] = frozenset()
+) -> str | None:
     """None if ``sig`` is a valid prehashed signature of ``message`` by ``key`` with a valid trusted
-    comment; otherwise the reason."""
+    comment; otherwise the reason. ``known``: digests of verifications that succeeded before."""
     if sig.key_id != key.key_id:
         return f"signed by key {sig.key_ident}, not {key.ident}"
     if sig.algorithm != _ED_PREHASHED:
         return "legacy non-prehashed minisign signature ('Ed'); only prehashed 'ED' signatures are accepted"
-    return _cached(b"minisign", key.public, _minisig_bytes(sig), message, lambda: _verify_minisign(sig, key, message))
+    return _cached(
+        b"minisign", key.public, _minisig_bytes(sig), message, lambda: _verify_minisign(sig, key, message), known=known
+    )
 
 
 def _minisig_bytes(sig: MinisignSignature) -> bytes:
@@ -375,12 +379,12 @@ def load_ssh_key(blob: bytes) -> ed25519.Ed25519PublicKey | ec.EllipticCurvePubl
     return key
 
 
-def verify_sshsig(sig: SshSignature, message: bytes) -> str | None:
+def verify_sshsig(sig: SshSignature, message: bytes, known: Collection[bytes] = frozenset()) -> str | None:
     """None if ``sig`` is a valid signature of ``message`` by its embedded key; otherwise the reason.
     The caller checks the namespace and whether the key is trusted."""
     return _cached(
         b"sshsig", sig.public_key, sig.signed_prefix + sig.sig_format.encode() + sig.sig_blob, message,
-        lambda: _verify_sshsig(sig, message),
+        lambda: _verify_sshsig(sig, message), known=known,
     )  # fmt: skip
 
 
@@ -584,12 +588,22 @@ _cache: dict[bytes, str | None] = {}
 _cache_lock = threading.Lock()
 
 
-def _cached(kind: bytes, key: bytes, signature: bytes, message: bytes, verify: Callable[[], str | None]) -> str | None:
-    h = hashlib.sha256(kind)
+def _cached(
+    kind: bytes,
+    key: bytes,
+    signature: bytes,
+    message: bytes,
+    verify: Callable[[], str | None],
+    *,
+    known: Collection[bytes],
+) -> str | None:
+    h = hashlib.sha256(b"tooldir-verification-v1\0" + kind)
     for part in (key, signature, message):
         h.update(struct.pack(">Q", len(part)))
         h.update(part)
     digest = h.digest()
+    if digest in known:
+        return None
     with _cache_lock:
         if digest in _cache:
             return _cache[digest]
@@ -608,6 +622,12 @@ def clear_cache() -> None:
 
 def cache_size() -> int:
     return len(_cache)
+
+
+def verified_digests() -> list[bytes]:
+    """Digests of the verifications that succeeded in this process (to persist, see tooldir.state)."""
+    with _cache_lock:
+        return [d for d, result in _cache.items() if result is None]
 
 
 def ssh_idents(signers: Iterable[AllowedSigner]) -> frozenset[str]:

@@ -23,6 +23,7 @@ from .model import ToolRecord
 
 APPROVALS = "approvals.json"
 HIGH_WATER = "versions.json"
+VERIFIED = "verified.bin"
 _LOCK = ".lock"
 
 
@@ -204,3 +205,66 @@ def record_seen_versions(state_dir: Path, records: Iterable[ToolRecord]) -> list
             and r.trust.version is not None
         ],
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Verified signatures: sha256 digests of (key, signature, lock) triples that verified, so a new
+# process need not redo ~0.2 ms of Ed25519 work per signature. A digest only says "this exact key
+# signed this exact lock", a fact anyone can re-check; whoever can write this file can also write
+# approvals, so it grants nothing new. Written like the high-water marks, never by a load.
+
+_VERIFIED_MAGIC = b"tooldir-verified-v1\n"
+_DIGEST = 32
+MAX_VERIFIED = 1 << 18
+
+
+def load_verified(state_dir: Path) -> frozenset[bytes]:
+    """The recorded digests; an unreadable or malformed file counts as empty (it is only a cache)."""
+    try:
+        with open(state_dir / VERIFIED, "rb") as fh:
+            data = fh.read(len(_VERIFIED_MAGIC) + MAX_VERIFIED * _DIGEST + 1)
+    except OSError:
+        return frozenset()
+    body = data[len(_VERIFIED_MAGIC) :]
+    if not data.startswith(_VERIFIED_MAGIC) or len(body) % _DIGEST or len(body) > MAX_VERIFIED * _DIGEST:
+        return frozenset()
+    return frozenset(body[i : i + _DIGEST] for i in range(0, len(body), _DIGEST))
+
+
+def record_verified(state_dir: Path, digests: Iterable[bytes]) -> int:
+    """Add digests of successful verifications (newest kept when over the bound). Returns how many
+    were new; writes nothing when none were."""
+    wanted = [d for d in digests if len(d) == _DIGEST]
+    if not wanted:
+        return 0
+    with locked(state_dir):
+        path = state_dir / VERIFIED
+        try:
+            with open(path, "rb") as fh:
+                old = fh.read()
+        except FileNotFoundError:
+            old = _VERIFIED_MAGIC
+        if not old.startswith(_VERIFIED_MAGIC) or (len(old) - len(_VERIFIED_MAGIC)) % _DIGEST:
+            old = _VERIFIED_MAGIC
+        body = old[len(_VERIFIED_MAGIC) :]
+        seen = {body[i : i + _DIGEST] for i in range(0, len(body), _DIGEST)}
+        new = [d for d in dict.fromkeys(wanted) if d not in seen]
+        if not new:
+            return 0
+        merged = (body + b"".join(new))[-MAX_VERIFIED * _DIGEST :]
+        _write_bytes_atomic(path, _VERIFIED_MAGIC + merged)
+    return len(new)
+
+
+def _write_bytes_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -16,14 +16,14 @@ without a signature is only "not trusted by signature" (pending if approval is a
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache, partial
 from pathlib import Path
 
 from .lockfile import LOCK, MINISIG, SSHSIG, LockError, compare_files, format_time, parse_lock
-from .model import Diagnostic, PackageFile, Risk, Severity, Status, Trust, error, warning
+from .model import Diagnostic, PackageFile, Risk, Severity, Status, ToolRecord, Trust, error, warning
 from .policy import Policy
 from .signatures import (
     NAMESPACE,
@@ -35,10 +35,18 @@ from .signatures import (
     parse_minisign_public_key,
     parse_sshsig,
     read_allowed_signers,
+    verified_digests,
     verify_minisign,
     verify_sshsig,
 )
-from .state import Approval, HighWater, load_high_water
+from .state import (
+    Approval,
+    HighWater,
+    load_high_water,
+    load_verified,
+    record_seen_versions,
+    record_verified,
+)
 from .validate import Candidate
 
 
@@ -79,6 +87,7 @@ class Keyring:
     ssh: tuple[AllowedSigner, ...] = ()
     revoked: frozenset[str] = frozenset()  # identities
     problems: tuple[str, ...] = ()  # unreadable allowed_signers, malformed lines
+    verified: frozenset[bytes] = frozenset()  # verifications that succeeded before (user state)
 
 
 @cache
@@ -93,19 +102,30 @@ def revoked_idents(entries: tuple[str, ...]) -> frozenset[str]:
     return frozenset(out)
 
 
-def keyring_from_policy(policy: Policy) -> Keyring:
+def keyring_from_policy(policy: Policy, verified: frozenset[bytes] = frozenset()) -> Keyring:
     """The keyring of a policy; reads the allowed_signers file (the only I/O)."""
     keys = {}
     for line in policy.keys.minisign:
         key = parse_minisign_public_key(line)
         keys[key.key_id] = key
     ssh, problems = read_allowed_signers(policy.keys.allowed_signers)
-    return Keyring(keys, ssh, revoked_idents(policy.keys.revoked), problems)
+    return Keyring(keys, ssh, revoked_idents(policy.keys.revoked), problems, verified)
 
 
 def signature_check_factory(policy: Policy, state_dir: Path, now: datetime) -> SignatureCheck:
-    """The check for one load: the keyring and high-water marks are read once, here."""
-    return partial(verify_package, keyring=keyring_from_policy(policy), marks=load_high_water(state_dir), now=now)
+    """The check for one load: the keyring, high-water marks and the record of earlier successful
+    verifications are read once, here (read-only)."""
+    keyring = keyring_from_policy(policy, load_verified(state_dir))
+    return partial(verify_package, keyring=keyring, marks=load_high_water(state_dir), now=now)
+
+
+def remember_load(state_dir: Path, records: Iterable[ToolRecord]) -> None:
+    """Write what a load established to user state: the high-water mark of every signed version
+    seen (rollback protection) and the verifications that succeeded (so a new process need not
+    redo them). A load itself never writes; the CLI calls this after scan/list/show/verify, and a
+    host application calls it after a load it accepts."""
+    record_seen_versions(state_dir, records)
+    record_verified(state_dir, verified_digests())
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,7 +308,7 @@ def _check_minisig(run: _Run, data: bytes, lock: bytes, keyring: Keyring) -> tup
         run.doubt("minisign key", "untrusted-key", MINISIG, f"signed by {ident}, which is not in keys.minisign")
         return None, ident
     run.step("minisign key", True, f"{ident} is a trusted key (keys.minisign)")
-    problem = verify_minisign(sig, key, lock)
+    problem = verify_minisign(sig, key, lock, keyring.verified)
     if problem:
         run.fail("minisign signature", "bad-signature", MINISIG, problem)
         return None, ident
@@ -310,7 +330,7 @@ def _check_sshsig(
     if ident in keyring.revoked:
         run.fail("ssh key", "revoked-key", SSHSIG, f"signed by revoked key {sig.fingerprint}")
         return None, ident
-    problem = verify_sshsig(sig, lock)
+    problem = verify_sshsig(sig, lock, keyring.verified)
     if problem:
         run.fail("ssh signature", "bad-signature", SSHSIG, problem)
         return None, ident

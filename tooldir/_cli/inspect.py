@@ -11,7 +11,7 @@ from rich.table import Table
 from ..loader import Loader
 from ..model import Severity, Status, ToolRecord
 from ..snapshot import Snapshot
-from ..state import record_seen_versions
+from ..trust import remember_load
 from .common import (
     EXIT_FOUND_ERRORS,
     EXIT_OK,
@@ -44,8 +44,8 @@ def register(sub: Any) -> None:
 def load_snapshot(args: argparse.Namespace) -> Snapshot:
     config = config_from_args(args)
     snap = Loader(config).load()
-    try:  # rollback protection: remember the highest signed version seen (tooldir.state)
-        record_seen_versions(config.state_dir, snap.tools)
+    try:  # rollback high-water marks and verified signatures (tooldir.trust.remember_load)
+        remember_load(config.state_dir, snap.tools)
     except OSError as exc:
         console_err().print(f"warning: cannot record signed versions in {config.state_dir}: {exc}", markup=False)
     return snap

@@ -343,3 +343,27 @@ def test_project_files_cannot_supply_policy_keys_or_approvals(project: Path, sta
     record = load_one(project, state, Policy())
     assert record.status is Status.PENDING
     assert "untrusted-key" in codes(record)
+
+
+def test_remembered_verifications_spare_a_new_process_the_signature_check(
+    project: Path, state: Path, key: MinisignKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tooldir import signatures as sg
+    from tooldir.trust import remember_load
+
+    signed_tool(project, key)
+    policy = keys_policy(minisign=[key.line])
+    calls: list[int] = []
+    real = sg._verify_minisign
+    monkeypatch.setattr(sg, "_verify_minisign", lambda *a: calls.append(1) or real(*a))
+    sg.clear_cache()
+    snap = tooldir.load(project=project, user_dirs=[], policy=policy, state_dir=state, now=NOW)
+    assert calls == [1]
+    remember_load(state, snap.tools)
+    assert (state / "verified.bin").stat().st_mode & 0o777 == 0o600
+    sg.clear_cache()  # a new process
+    assert load_one(project, state, policy).status is Status.ACTIVE
+    assert calls == [1]
+    (state / "verified.bin").write_bytes(b"garbage")  # a broken cache is only a cache
+    assert load_one(project, state, policy).status is Status.ACTIVE
+    assert calls == [1, 1]
