@@ -14,6 +14,7 @@ import os
 import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from hashlib import sha256
 from types import MappingProxyType
 
 from .model import Diagnostic, PackageFile, Source, error, info
@@ -26,6 +27,8 @@ KEPT_FILES = frozenset({MANIFEST, "tool.lock", "tool.lock.minisig", "tool.lock.s
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 _CHUNK = 1 << 20
+_GROUP_OR_WORLD_WRITABLE = stat.S_IWGRP | stat.S_IWOTH
+_FILE, _DIR, _LINK, _OTHER = 0, 1, 2, 3  # entry kinds, from the directory listing
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +61,16 @@ class PackageScan:
 
 def package_digest(files: Iterable[PackageFile]) -> str:
     """sha256 over a canonical listing of every file: sorted path, content hash, exec bit."""
-    h = hashlib.sha256(b"tooldir-package-v1\n")
-    for f in sorted(files, key=lambda f: f.path):
-        h.update(f"{f.path}\0{f.sha256}\0{'x' if f.executable else '-'}\n".encode())
-    return "sha256:" + h.hexdigest()
+    return _digest_sorted(sorted(files, key=_by_path))
+
+
+def _by_path(f: PackageFile) -> str:
+    return f.path
+
+
+def _digest_sorted(files: Iterable[PackageFile]) -> str:
+    listing = "".join(f"{f.path}\0{f.sha256}\0{'x' if f.executable else '-'}\n" for f in files)
+    return "sha256:" + hashlib.sha256(b"tooldir-package-v1\n" + listing.encode()).hexdigest()
 
 
 def unsafe_mode(st: os.stat_result, euid: int) -> str | None:
@@ -179,39 +188,61 @@ class _Walk:
         if depth > self.limits.max_package_depth:
             self.fail("too-deep", prefix, f"folders nested deeper than {self.limits.max_package_depth}")
             return False
+        cap = self.limits.max_package_files
+        entries: list[tuple[str, int]] = []
         with os.scandir(dir_fd) as it:
-            entries = sorted((e.name, e.is_symlink(), e.is_dir(follow_symlinks=False)) for e in it)
-        for name, is_link, is_dir in entries:
+            for e in it:
+                # d_type from the directory itself: links, folders and special files are known
+                # without opening them (a FIFO or device is never opened at all)
+                kind = (
+                    _LINK
+                    if e.is_symlink()
+                    else _DIR
+                    if e.is_dir(follow_symlinks=False)
+                    else _FILE
+                    if e.is_file(follow_symlinks=False)
+                    else _OTHER
+                )
+                entries.append((e.name, kind))
+                if len(entries) > cap:  # bounded memory even for a folder with millions of entries
+                    self.fail("too-many-entries", prefix, f"more than {cap} entries in folder {prefix or '.'}")
+                    return False
+        entries.sort()
+        for name, kind in entries:
             rel = prefix + name
-            if is_link:
+            if kind == _FILE:
+                if not self.read_file(dir_fd, name, rel):
+                    return False
+            elif kind == _LINK:
                 self.fail("symlink", rel, f"{rel} is a symbolic link; tool packages may not contain links")
-                continue
-            if is_dir and rel == MANIFEST:
+            elif kind == _OTHER:
+                self.fail("not-regular-file", rel, f"{rel} is not a regular file (FIFO, socket or device)")
+            elif rel in KEPT_FILES:
                 self.fail("not-regular-file", rel, f"{rel} is a folder, not a regular file")
-                continue
-            if is_dir:
-                try:
-                    child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-                except OSError as exc:
-                    code, why = _open_failure(exc)
-                    self.fail(code, rel, f"folder {rel} {why}")
-                    continue
-                try:
-                    problem = unsafe_mode(os.fstat(child), self.euid)
-                    if problem:
-                        self.fail("unsafe-permissions", rel, f"folder {rel} is {problem}")
-                        continue
-                    if not self.walk_dir(child, rel + "/", depth + 1):
-                        return False
-                finally:
-                    os.close(child)
-            elif not self.read_file(dir_fd, name, rel):
+            elif not self.walk_subdir(dir_fd, name, rel, depth):
                 return False
         return True
 
+    def walk_subdir(self, dir_fd: int, name: str, rel: str, depth: int) -> bool:
+        try:
+            child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+        except OSError as exc:
+            code, why = _open_failure(exc)
+            self.fail(code, rel, f"folder {rel} {why}")
+            return True
+        try:
+            problem = unsafe_mode(os.fstat(child), self.euid)
+            if problem:
+                self.fail("unsafe-permissions", rel, f"folder {rel} is {problem}")
+                return True
+            return self.walk_dir(child, rel + "/", depth + 1)
+        finally:
+            os.close(child)
+
     def read_file(self, dir_fd: int, name: str, rel: str) -> bool:
-        if len(self.files) >= self.limits.max_package_files:
-            self.fail("too-many-entries", "", f"more than {self.limits.max_package_files} files in the package")
+        limits = self.limits
+        if len(self.files) >= limits.max_package_files:
+            self.fail("too-many-entries", "", f"more than {limits.max_package_files} files in the package")
             return False
         try:
             fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
@@ -221,34 +252,38 @@ class _Walk:
             return True
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
+            mode = st.st_mode
+            if not stat.S_ISREG(mode):  # replaced by a FIFO or device after the listing
                 self.fail("not-regular-file", rel, f"{rel} is not a regular file (FIFO, socket or device)")
                 return True
             if st.st_nlink != 1:
                 self.fail("hardlink", rel, f"{rel} has {st.st_nlink} hard links; it may be changed from elsewhere")
                 return True
-            problem = unsafe_mode(st, self.euid)
-            if problem:
-                self.fail("unsafe-permissions", rel, f"{rel} is {problem}")
+            if mode & _GROUP_OR_WORLD_WRITABLE or (st.st_uid not in (self.euid, 0)):
+                self.fail("unsafe-permissions", rel, f"{rel} is {unsafe_mode(st, self.euid)}")
                 return True
-            limit = self.limits.max_manifest_bytes if rel == MANIFEST else self.limits.max_file_bytes
-            if st.st_size > limit:
-                self.fail("too-large", rel, f"{rel} is {st.st_size} bytes; the limit is {limit}")
+            limit = limits.max_manifest_bytes if rel == MANIFEST else limits.max_file_bytes
+            size = st.st_size
+            if size > limit:
+                self.fail("too-large", rel, f"{rel} is {size} bytes; the limit is {limit}")
                 return True
-            self.total += st.st_size
-            if self.total > self.limits.max_package_bytes:
-                self.fail("too-large", "", f"package exceeds {self.limits.max_package_bytes} bytes in total")
+            self.total += size
+            if self.total > limits.max_package_bytes:
+                self.fail("too-large", "", f"package exceeds {limits.max_package_bytes} bytes in total")
                 return False
-            data = _read_bounded(fd, limit)
-            if data is None:
-                self.fail("too-large", rel, f"{rel} grew past {limit} bytes while being read")
-                return True
+            # One read normally suffices: a short read of a regular file means end of file.
+            data = os.read(fd, size + 1) if size < _CHUNK else b""
+            if len(data) > size or size >= _CHUNK:
+                rest = _read_bounded(fd, limit - len(data))
+                if rest is None or len(data) > limit:
+                    self.fail("too-large", rel, f"{rel} grew past {limit} bytes while being read")
+                    return True
+                data += rest
         finally:
             os.close(fd)
         if rel in KEPT_FILES:
             self.contents[rel] = data
-        executable = bool(st.st_mode & stat.S_IXUSR)
-        self.files.append(PackageFile(rel, hashlib.sha256(data).hexdigest(), len(data), executable))
+        self.files.append(PackageFile(rel, sha256(data).hexdigest(), len(data), bool(mode & stat.S_IXUSR)))
         return True
 
 
@@ -267,7 +302,8 @@ def _read_bounded(fd: int, limit: int) -> bytes | None:
 
 def scan_package(root_fd: int, root: RootSpec, name: str, limits: Limits) -> PackageScan:
     """Read one tool folder ``name`` directly under the open root."""
-    pkg_path = os.path.join(root.path, name)
+    root_path = root.path
+    pkg_path = os.path.join(root_path, name)
     walk = _Walk(root.source, name, pkg_path, limits)
     try:
         fd = os.open(name, _DIR_FLAGS, dir_fd=root_fd)
@@ -276,7 +312,7 @@ def scan_package(root_fd: int, root: RootSpec, name: str, limits: Limits) -> Pac
         if exc.errno == errno.ENOENT:
             code, why = "missing-file", "disappeared while loading"
         walk.fail(code, "", f"tool folder {pkg_path} {why}")
-        return _finish(walk, root, False)
+        return _finish(walk, root_path, False)
     try:
         problem = unsafe_mode(os.fstat(fd), walk.euid)
         if problem:
@@ -285,21 +321,21 @@ def scan_package(root_fd: int, root: RootSpec, name: str, limits: Limits) -> Pac
             walk.walk_dir(fd, "", 1)
     finally:
         os.close(fd)
-    return _finish(walk, root, True)
+    return _finish(walk, root_path, True)
 
 
-def _finish(walk: _Walk, root: RootSpec, opened: bool) -> PackageScan:
+def _finish(walk: _Walk, root_path: str, opened: bool) -> PackageScan:
     if opened and not walk.diags and MANIFEST not in walk.contents:
         walk.fail("missing-manifest", "", f"no {MANIFEST} in tool folder {walk.pkg_path}")
     ok = not walk.diags
-    files = tuple(sorted(walk.files, key=lambda f: f.path))
+    files = tuple(sorted(walk.files, key=_by_path))
     return PackageScan(
         source=walk.source,
-        root=root.path,
+        root=root_path,
         name=walk.name,
         path=walk.pkg_path,
         files=files,
         contents=MappingProxyType(walk.contents),
-        digest=package_digest(files) if ok else None,
+        digest=_digest_sorted(files) if ok else None,
         diagnostics=tuple(walk.diags),
     )

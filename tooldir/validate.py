@@ -230,16 +230,22 @@ class _Validation:
 
 
 def _unsafe_arg(arg: str) -> str | None:
-    if arg.startswith("/"):
-        return "is an absolute path; only files inside the package may be named"
-    if arg.startswith("~"):
-        return "starts with '~'; home directories are never expanded"
-    if ".." in arg.replace("\\", "/").split("/") or any(".." in part.split("/") for part in arg.split("=")[1:]):
+    """Why one argv entry is unsafe, or None. Checks the whole argument and every value embedded
+    in it: after each ``=`` (``--out=/etc/x``) and after a short option (``-o/etc/x``)."""
+    if "\x00" in arg or "\n" in arg or "\r" in arg:
+        return "contains a NUL or line break"
+    values = [arg, *arg.split("=")[1:]]
+    if len(arg) > 2 and arg[0] == "-" and arg[1] != "-":
+        values.append(arg[2:])
+    for value in values:
+        if value.startswith("/"):
+            return "is or embeds an absolute path; only files inside the package may be named"
+        if value.startswith("~"):
+            return "is or embeds a '~' path; home directories are never expanded"
+    if ".." in re.split(r"[/\\=:]", arg):
         return "contains a '..' component"
     if _SHELL_META.search(arg):
         return "contains shell syntax or a variable; commands run without a shell"
-    if "\x00" in arg or "\n" in arg:
-        return "contains a NUL or newline"
     return None
 
 
