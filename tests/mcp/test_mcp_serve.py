@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import anyio
@@ -239,3 +242,160 @@ def test_module_entry_point_runs_the_cli(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0
     assert "--no-watch" in proc.stdout.decode()
+
+
+APPROVAL_POLICY = """
+[defer]
+mode = "on"
+rules = ["NoDefer(echo_eager)", "NoDefer(project_tool)", "Defer(*)"]
+"""
+
+
+def _allow(project: Path, package: Path, state_dir: Path, policy: Path) -> None:
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "tooldir", "allow", str(package), "--yes", "--project", str(project)),
+            *("--state-dir", str(state_dir), "--policy", str(policy), "--json"),
+        ],
+        capture_output=True,
+        timeout=WAIT_S,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+
+
+async def test_approving_then_changing_a_project_tool_sends_list_changed_each_time(tree: dict[str, Path]) -> None:
+    policy = tree["tmp"] / "approval.toml"
+    policy.write_text(APPROVAL_POLICY)
+    state = tree["tmp"] / "state"
+    package = project_tools(tree["project"]) / "project_tool"
+    with anyio.fail_after(TEST_BOUND_S):
+        async with serve(
+            tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=policy, state_dir=state
+        ) as s:
+            assert "project_tool" not in await s.list_names()  # pending: never offered
+
+            _allow(tree["project"], package, state, policy)  # the user approves this exact content
+            assert await s.next_change() == "notifications/tools/list_changed"
+            assert "project_tool" in await s.list_names()
+            ran = await s.call("project_tool", {"text": "approved"})
+            assert ran.is_error is False, text_of(ran)
+            assert ran.structured_content == {"text": "approved"}
+
+            (package / "run.py").write_text("print('changed after approval')\n")  # trust:changed
+            assert await s.next_change() == "notifications/tools/list_changed"
+            assert "project_tool" not in await s.list_names()
+            refused = await s.call("project_tool", {"text": "again"})
+            assert refused.is_error is True
+            assert error_code(refused) == "not-active"
+            assert "changed-since-approval" in text_of(refused)
+
+
+REDEFER_POLICY = """
+[defer]
+mode = "on"
+rules = ["NoDefer(echo_eager)", "Defer(*)"]
+min_idle_turns = 1
+"""
+
+
+async def test_an_idle_loaded_tool_is_re_deferred_after_a_turn_and_the_client_is_told(tree: dict[str, Path]) -> None:
+    policy = tree["tmp"] / "redefer.toml"
+    policy.write_text(REDEFER_POLICY)
+    with anyio.fail_after(TEST_BOUND_S):
+        async with serve(
+            tree["tmp"],
+            project=tree["project"],
+            user_dirs=[tree["user"]],
+            policy=policy,
+            extra=["--turn-idle", "0.3"],
+        ) as s:
+            found = await s.call("tool_search", {"tool_names": ["invoice_export"]})
+            assert found.is_error is False, text_of(found)
+            assert await s.next_change() == "notifications/tools/list_changed"
+            assert "invoice_export" in await s.list_names()
+
+            await anyio.sleep(0.6)  # the client is idle longer than --turn-idle: the turn ends
+            echoed = await s.call("echo_eager", {"text": "next turn"})
+            assert echoed.is_error is False, text_of(echoed)
+            assert await s.next_change() == "notifications/tools/list_changed"
+            assert "invoice_export" not in await s.list_names()
+            refused = await s.call("invoice_export", {"text": "x"})
+            assert error_code(refused) == "session:unloaded"
+
+
+async def test_invalid_arguments_are_an_is_error_result_and_nothing_runs(tree: dict[str, Path]) -> None:
+    with anyio.fail_after(TEST_BOUND_S):
+        async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=tree["policy"]) as s:
+            result = await s.call("echo_eager", {"text": "x", "--output": "~/.bashrc"})
+            assert result.is_error is True
+            assert error_code(result) == "invalid-input"
+
+
+def _read_lines_until_id(fd: int, wanted: int, *, deadline: float) -> list[bytes]:
+    """Raw stdout lines up to and including the response with id ``wanted`` (bounded by ``deadline``)."""
+    buffer = b""
+    lines: list[bytes] = []
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buffer += chunk
+        *complete, buffer = buffer.split(b"\n")
+        for line in complete:
+            lines.append(line + b"\n")
+            if json.loads(line).get("id") == wanted:
+                return lines
+    raise AssertionError(f"no response with id {wanted} before the deadline; got {lines!r}")
+
+
+def _rpc(message: dict[str, object]) -> bytes:
+    return (json.dumps(message) + "\n").encode()
+
+
+def test_stdout_carries_only_protocol_messages_while_logs_go_to_stderr(tree: dict[str, Path]) -> None:
+    noisy = "import json, sys\nprint('noise on stderr', file=sys.stderr)\nprint(json.dumps({'ok': True, 'content': 'fine'}))\n"
+    make_tool(tree["user"], "echo_eager", description="Echo text back (always listed).", script=noisy)
+    cmd = [sys.executable, "-m", "tooldir", "serve", "--project", str(tree["project"])]
+    cmd += ["--user-dir", str(tree["user"]), "--policy", str(tree["policy"])]
+    cmd += ["--state-dir", str(tree["tmp"] / "state"), "--log-level", "debug", "--no-watch"]
+    requests = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "echo_eager", "arguments": {"text": "x"}},
+        },
+    ]
+    with subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tree["tmp"]
+    ) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        for message in requests:
+            proc.stdin.write(_rpc(message))
+        proc.stdin.flush()
+        lines = _read_lines_until_id(proc.stdout.fileno(), 3, deadline=time.monotonic() + WAIT_S)
+        rest, stderr = proc.communicate(timeout=WAIT_S)  # closes stdin: the client hangs up
+    lines += rest.splitlines(keepends=True)
+    assert proc.returncode == 0
+    decoded = [json.loads(line) for line in lines]  # every stdout line is one JSON-RPC message
+    assert all(m.get("jsonrpc") == "2.0" for m in decoded)
+    by_id = {m["id"]: m for m in decoded if "id" in m}
+    assert set(by_id) == {1, 2, 3}
+    assert by_id[3]["result"]["content"][0]["text"] == "fine"
+    assert "serving" in stderr.decode()  # the logs went to stderr
