@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, time
 from types import MappingProxyType
+from typing import Any
 
-from ._internal.strictjson import StrictJSONError, loads
 from .model import PackageFile
 
 LOCK = "tool.lock"
@@ -95,7 +95,53 @@ def format_time(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
+def _constant(name: str) -> None:
+    raise ValueError(f"non-finite number {name}")
+
+
+# A lean strict decoder (the lock is on the signed-load hot path): duplicate keys, NaN/Infinity,
+# BOM, NUL and invalid UTF-8 are refused; the structure is then checked field by field.
+_decoder = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant)
+
+
+def _decode(data: bytes) -> Any:
+    if data.startswith(b"\xef\xbb\xbf") or b"\0" in data:
+        raise LockError("invalid-encoding: byte-order mark or NUL byte")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LockError(f"invalid-encoding: invalid UTF-8 at byte {exc.start}") from None
+    try:
+        value, end = _decoder.raw_decode(text)
+    except _DuplicateKeyError as exc:
+        raise LockError(f"duplicate-key: {exc.args[0]!r} appears twice") from None
+    except json.JSONDecodeError as exc:
+        raise LockError(f"invalid-json: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except (ValueError, RecursionError) as exc:
+        raise LockError(f"invalid-json: {str(exc)[:120]}") from None
+    if text[end:].strip(" \t\r\n"):
+        raise LockError("invalid-json: extra data after the JSON document")
+    return value
+
+
 def _check_path(path: str) -> str | None:
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate"
     if not path or path.startswith("/") or "\\" in path or "\0" in path:
         return "must be a relative '/'-separated path"
     if any(part in ("", ".", "..") for part in path.split("/")):
@@ -111,10 +157,7 @@ def parse_lock(data: bytes) -> Lock:
     Raises:
         LockError: with a message and a JSON pointer.
     """
-    try:
-        value = loads(data, max_depth=4)
-    except StrictJSONError as exc:
-        raise LockError(f"{exc.code}: {exc.message}") from None
+    value = _decode(data)
     if not isinstance(value, dict):
         raise LockError("the lock must be a JSON object")
     unknown = sorted(set(value) - _KEYS)

@@ -254,11 +254,13 @@ class _Run:
     """Accumulates steps and diagnostics of one package verification."""
 
     candidate: Candidate
+    explain: bool = False  # record steps (tooldir verify); off on the load path
     steps: list[Step] = field(default_factory=list)
     diags: list[Diagnostic] = field(default_factory=list)
 
     def step(self, name: str, ok: bool | None, detail: str) -> None:
-        self.steps.append(Step(name, ok, detail))
+        if self.explain:
+            self.steps.append(Step(name, ok, detail))
 
     def diag(self, severity: Severity, code: str, file: str, message: str, pointer: str | None = None) -> None:
         scan = self.candidate.scan
@@ -363,14 +365,15 @@ def _check_sshsig(
 
 
 def verify_package(
-    candidate: Candidate, *, keyring: Keyring, marks: HighWater, now: datetime
+    candidate: Candidate, *, keyring: Keyring, marks: HighWater, now: datetime, explain: bool = False
 ) -> SignatureVerdict | None:
-    """Verify a package's lock and signatures. None when it has no signature and no lock."""
+    """Verify a package's lock and signatures. None when it has no signature and no lock.
+    ``explain`` records every step in the verdict (for ``tooldir verify``)."""
     contents = candidate.scan.contents
     lock_bytes, mini, ssh = contents.get(LOCK), contents.get(MINISIG), contents.get(SSHSIG)
     if lock_bytes is None and mini is None and ssh is None:
         return None
-    run = _Run(candidate)
+    run = _Run(candidate, explain)
     if mini is None and ssh is None:
         run.step("signature", None, f"{LOCK} is present but not signed ({MINISIG} or {SSHSIG})")
         return run.verdict(trusted=False)

@@ -130,7 +130,7 @@ class Judgement:
 def _judge(candidate: Candidate, config: LoadConfig, now: datetime) -> Judgement:
     keyring = keyring_from_policy(config.policy)
     marks = load_high_water(config.state_dir)
-    verdict = verify_package(candidate, keyring=keyring, marks=marks, now=now)
+    verdict = verify_package(candidate, keyring=keyring, marks=marks, now=now, explain=True)
     inputs = TrustInputs(config.policy, load_approvals(config.state_dir), now, lambda _c: verdict)
     return Judgement(candidate, verdict, assess(candidate, inputs))
 

@@ -40,6 +40,12 @@ def test_rendered_lock_round_trips_and_leaves_out_the_lock_and_its_signatures() 
     [
         pytest.param(b"[]", "", id="not-an-object"),
         pytest.param(b'{"format": "x", "format": "y"}', "", id="duplicate-key"),
+        pytest.param(b'{"version": NaN}', "", id="nan"),
+        pytest.param(b"\xef\xbb\xbf{}", "", id="bom"),
+        pytest.param(b'{"name": "\xff"}', "", id="invalid-utf8"),
+        pytest.param(b"[" * 100_000, "", id="deep-nesting"),
+        pytest.param(b"{} {}", "", id="trailing-data"),
+        pytest.param(lock_doc(files={"\ud800": f"sha256:{HEX}"}), "/files/\ud800", id="lone-surrogate"),
         pytest.param(lock_doc(extra=1), "/extra", id="unknown-key"),
         pytest.param(lock_doc(format="tooldir-lock/2"), "/format", id="wrong-format"),
         pytest.param(lock_doc(name="../etc"), "/name", id="bad-name"),
