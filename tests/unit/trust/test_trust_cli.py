@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from toolkit import make_tool, project_tools
-from trustkit import need, run, ssh_keypair, ssh_sign
+from trustkit import minisign_keypair, need, run, ssh_keypair, ssh_sign
 
 from tooldir._cli import main
 from tooldir.state import load_approvals, load_high_water
@@ -242,3 +242,23 @@ def test_invalid_policy_exits_2_naming_the_file_and_key(
         err = err.replace("\n", "")  # the terminal wraps long lines
         assert str(policy) in err and key in err
         assert "Traceback" not in err + out
+
+
+def test_allow_records_the_signing_key_so_revoking_it_withdraws_the_approval(
+    capsys: pytest.CaptureFixture[str], project: Path, common: list[str], tmp_path: Path
+) -> None:
+    folder = make_tool(project_tools(project), "echo")
+    key = minisign_keypair(tmp_path / "keys")  # a key this user does not trust
+    cli_json(capsys, "lock", str(folder))
+    done = run(need("minisign"), "-S", "-s", key.secret, "-m", folder / "tool.lock")
+    assert done.returncode == 0, done.stderr
+    code, out, _ = cli(capsys, "allow", str(folder), *common, "--yes")
+    assert code == 0 and "signed by: minisign:" in out
+    (approval,) = load_approvals(tmp_path / "state").values()
+    assert approval.key is not None and approval.key.startswith("minisign:")
+    assert scan_status(capsys, common) == {"echo": ("active", "approved")}
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'[keys]\nrevoked = ["{key.line}"]\n')
+    assert scan_status(capsys, common, "--policy", str(policy)) == {"echo": ("rejected", "unverified")}
+    code, out, _ = cli(capsys, "verify", str(folder), *common, "--policy", str(policy))
+    assert code == 1 and "revoked-key" in out and "[FAIL] minisign key" in out
