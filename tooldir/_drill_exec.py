@@ -72,9 +72,15 @@ def load(builtins: tuple[BuiltinSpec, ...]) -> Snapshot:
 # Steps
 
 
-def apply_step(step: Step, arena: Arena, builtins: tuple[BuiltinSpec, ...], where: str) -> None:
+def apply_step(
+    step: Step, arena: Arena, builtins: tuple[BuiltinSpec, ...], where: str, runtime: Runtime | None
+) -> None:
     do = step.do
-    if do == "approve":
+    if do == "reload":
+        if runtime is None:
+            raise ScenarioError(f"{where}: 'reload' only makes sense after the load", path=arena.scenario)
+        runtime.reload()
+    elif do == "approve":
         approve(arena, arena.resolve(given(step.tool)), builtins)
     elif do == "forge-approval":
         approve(arena, arena.resolve(given(step.tool)), builtins, state_dir=arena.resolve(given(step.into)))
@@ -227,13 +233,46 @@ def sandbox_problem(policy: Policy) -> str | None:
     return problem
 
 
-def make_registry(snapshot: Snapshot, state_dir: Path) -> Any:
-    registry_cls = need("registry", "Registry")
-    store_cls = need("snapshot", "SnapshotStore")
-    return registry_cls(store_cls(snapshot), policy=user_policy(), state_dir=state_dir)
+class Runtime:
+    """What calls run against: one SnapshotStore shared by the Registry and, when a call goes
+    through a conversation, one Session; both are created on first use."""
+
+    def __init__(self, snapshot: Snapshot, state_dir: Path, builtins: tuple[BuiltinSpec, ...]) -> None:
+        self.snapshot = snapshot
+        self.state_dir = state_dir
+        self.builtins = builtins
+        self._store: Any = None
+        self._registry: Any = None
+        self._session: Any = None
+
+    @property
+    def store(self) -> Any:
+        if self._store is None:
+            self._store = need("snapshot", "SnapshotStore")(self.snapshot)
+        return self._store
+
+    @property
+    def registry(self) -> Any:
+        if self._registry is None:
+            registry_cls = need("registry", "Registry")
+            self._registry = registry_cls(self.store, policy=user_policy(), state_dir=self.state_dir)
+        return self._registry
+
+    @property
+    def session(self) -> Any:
+        if self._session is None:
+            session_cls = need("session", "Session")
+            self._session = session_cls(
+                self.store, policy=user_policy(), registry=self.registry, builtins=self.builtins
+            )
+        return self._session
+
+    def reload(self) -> None:
+        """A fresh load published into the store (what the watcher does after a change)."""
+        self.store.publish(load(self.builtins))
 
 
-def call(registry: Any, spec: CallSpec, arena: Arena) -> CallOutcome:
+def call(runtime: Runtime, spec: CallSpec, arena: Arena) -> CallOutcome:
     with contextlib.ExitStack() as stack:
         port = "0"
         listener = None
@@ -242,8 +281,9 @@ def call(registry: Any, spec: CallSpec, arena: Arena) -> CallOutcome:
             listener.setblocking(False)
             port = str(listener.getsockname()[1])
         text = arena.substitute(json.dumps(spec.input)).replace("{port}", port)
+        target = runtime.session if spec.via == "session" else runtime.registry
         t0 = time.monotonic()
-        result = registry.call(spec.tool, json.loads(text))
+        result = target.call(spec.tool, json.loads(text))
         seconds = time.monotonic() - t0
         connections = _accepted(listener) if listener is not None else 0
     leftovers = wait_for_no_processes(arena.marker, 5.0) if spec.check_processes else ()

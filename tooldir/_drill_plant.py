@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .drill import Plant
 
 NAMESPACES = ("project", "home", "user", "outside")
+SECRET_ENV = "TOOLDIR_DRILL_SECRET_TOKEN"  # noqa: S105 - the name of a fake secret
 
 
 class NotRunnableError(Exception):
@@ -297,11 +298,14 @@ TRUST_STATE_FILES = ("approvals.json", "versions.json")
 
 def fingerprint(arena: Arena) -> dict[str, str]:
     """(mode, owner, content hash or link text) of everything in HOME and outside the project,
-    except tooldir's own bookkeeping in the state dir."""
+    except the user tool root's contents and tooldir's own bookkeeping in the state dir."""
     result: dict[str, str] = {}
     for top in (arena.home, arena.outside):
         for dirpath, dirnames, filenames in os.walk(top):
             here = Path(dirpath)
+            if here == arena.user_root:  # tool content, not user state: scenarios mutate it on purpose
+                dirnames[:] = []
+                continue
             names = dirnames + filenames
             if here == arena.state:
                 dirnames[:] = []
@@ -321,7 +325,15 @@ def fingerprint(arena: Arena) -> dict[str, str]:
 @contextlib.contextmanager
 def isolated(arena: Arena) -> Iterator[None]:
     """HOME, XDG dirs, umask and working directory of the drill; restored afterwards."""
-    keys = ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "TOOLDIR_STATE_DIR")
+    keys = (
+        "HOME",
+        "XDG_CONFIG_HOME",
+        "XDG_STATE_HOME",
+        "XDG_DATA_HOME",
+        "XDG_CACHE_HOME",
+        "TOOLDIR_STATE_DIR",
+        SECRET_ENV,
+    )
     saved = {k: os.environ.get(k) for k in keys}
     cwd = os.getcwd()
     os.environ.update(
@@ -331,6 +343,7 @@ def isolated(arena: Arena) -> Iterator[None]:
         XDG_DATA_HOME=str(arena.home / ".local" / "share"),
         XDG_CACHE_HOME=str(arena.home / ".cache"),
     )
+    os.environ[SECRET_ENV] = arena.secret  # a secret in the user's environment; no tool may see it
     os.environ.pop("TOOLDIR_STATE_DIR", None)
     os.chdir(arena.project)
     umask = os.umask(0o022)  # folders the drill creates must not look group-writable

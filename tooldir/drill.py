@@ -46,6 +46,7 @@ from ._drill_plant import (
     make_removable,
     write_control,
 )
+from ._drill_storm import StormReport, plant_storm, run_storm
 from .errors import ConfigError
 from .model import BuiltinSpec, Risk, Status
 from .snapshot import Snapshot
@@ -129,6 +130,7 @@ StepKind = Literal[
     "policy",
     "tooldir",
     "sign-ssh",
+    "reload",
 ]
 
 _STEP_NEEDS: dict[str, tuple[str, ...]] = {
@@ -144,6 +146,7 @@ _STEP_NEEDS: dict[str, tuple[str, ...]] = {
     "policy": ("text",),
     "tooldir": (),
     "sign-ssh": ("key", "path"),
+    "reload": (),
 }
 
 
@@ -183,10 +186,15 @@ class CallSpec(_Frozen):
 
     tool: str
     input: dict[str, Any] = Field(default_factory=dict)
+    via: Literal["registry", "session"] = "registry"
+    """``session``: the model's call inside one conversation (``Session.call``), so guard tools
+    (``tool_search``, ``defer_execute_tool``) and the session gate apply."""
     before: tuple[Step, ...] = ()
     """Steps right before this call (e.g. swap a file between verification and execution)."""
     error: str | None = None
     """The expected error code (a refusal or a contained failure); None expects ok."""
+    message_includes: tuple[str, ...] = ()
+    """Substrings the error message must hold when the call fails (e.g. a hint)."""
     may_fail_with: tuple[str, ...] = ()
     """With ``error`` unset: error codes that are acceptable instead of ok (the threat allows both)."""
     max_seconds: float = Field(default=60.0, gt=0)
@@ -199,6 +207,14 @@ class CallSpec(_Frozen):
     check_processes: bool = False
     """After the call, no process may still carry the drill's {marker} on its command line."""
     audit: bool = True
+
+
+class Storm(_Frozen):
+    """watch:storm: generated packages churned while the watcher rebuilds (see _drill_storm)."""
+
+    packages: int = Field(default=40, ge=1, le=1000)
+    changes: int = Field(default=2000, ge=1, le=100_000)
+    settle_s: float = Field(default=30.0, gt=0, le=300)
 
 
 class AuditVerify(_Frozen):
@@ -260,6 +276,7 @@ class Scenario(_Frozen):
     after_load: tuple[Step, ...] = ()
     calls: tuple[CallSpec, ...] = ()
     after_calls: tuple[Step, ...] = ()
+    storm: Storm | None = None
     expect: Expect = Field(default_factory=Expect)
     folder: str = ""
 
@@ -425,7 +442,7 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
     for name in scenario.control.project:
         ex.approve(arena, arena.resolve(f"project/.tooldir/tools/{name}"), builtins)
     for i, step in enumerate(scenario.steps):
-        ex.apply_step(step, arena, builtins, f"steps[{i}] ({step.do})")
+        ex.apply_step(step, arena, builtins, f"steps[{i}] ({step.do})", None)
     before = fingerprint(arena)
     t0 = time.monotonic()
     try:
@@ -433,26 +450,36 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
     except ConfigError as exc:
         raise ScenarioError(exc.diagnostics(), path=scenario.folder) from None
     elapsed = time.monotonic() - t0
+    runtime = ex.Runtime(snapshot, arena.state, builtins)
     for i, step in enumerate(scenario.after_load):
-        ex.apply_step(step, arena, builtins, f"after_load[{i}] ({step.do})")
+        ex.apply_step(step, arena, builtins, f"after_load[{i}] ({step.do})", runtime)
     outcomes: list[ex.CallOutcome] = []
-    if scenario.calls:
-        if "sandbox" in scenario.requires:
-            problem = ex.sandbox_problem(ex.user_policy())
-            if problem is not None:
-                raise UnavailableError(f"no working sandbox: {problem}")
-        registry = ex.make_registry(snapshot, arena.state)
-        for i, spec in enumerate(scenario.calls):
-            for j, step in enumerate(spec.before):
-                ex.apply_step(step, arena, builtins, f"calls[{i}].before[{j}] ({step.do})")
-            outcomes.append(ex.call(registry, spec, arena))
+    if scenario.calls and "sandbox" in scenario.requires:
+        problem = ex.sandbox_problem(ex.user_policy())
+        if problem is not None:
+            raise UnavailableError(f"no working sandbox: {problem}")
+    for i, spec in enumerate(scenario.calls):
+        for j, step in enumerate(spec.before):
+            ex.apply_step(step, arena, builtins, f"calls[{i}].before[{j}] ({step.do})", runtime)
+        outcomes.append(ex.call(runtime, spec, arena))
+    storm = None
+    if scenario.storm is not None:
+        storm = run_storm(
+            arena,
+            ex.user_policy(),
+            builtins,
+            packages=scenario.storm.packages,
+            changes=scenario.storm.changes,
+            settle_s=scenario.storm.settle_s,
+        )
+        snapshot = ex.load(builtins)  # controls are checked after the storm
     audit = _check_audit(arena, outcomes) if outcomes else None  # before any tampering below
     for i, step in enumerate(scenario.after_calls):
-        ex.apply_step(step, arena, builtins, f"after_calls[{i}] ({step.do})")
+        ex.apply_step(step, arena, builtins, f"after_calls[{i}] ({step.do})", runtime)
     after = fingerprint(arena)
 
     checks = [
-        _check_outcome(scenario, arena, snapshot, elapsed, outcomes),
+        _check_outcome(scenario, arena, snapshot, elapsed, outcomes, storm=storm),
         _check_canary(arena),
         _check_controls(scenario, snapshot),
         _check_state(before, after),
@@ -462,6 +489,8 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
     observed = _observed(scenario, snapshot)
     if outcomes:
         observed = "; ".join([*(o.describe() for o in outcomes), observed])
+    if storm is not None:
+        observed = f"{storm.describe()}; {observed}"
     return DrillResult(scenario, observed, tuple(checks), time.monotonic() - started)
 
 
@@ -475,6 +504,8 @@ def _materialise(scenario: Scenario, arena: Arena) -> None:
         write_control(arena.resolve(f"project/.tooldir/tools/{name}"), name)
     if scenario.policy is not None:
         ex.write_policy(arena, scenario.policy)
+    if scenario.storm is not None:
+        plant_storm(arena, scenario.storm.packages)
     for plant in scenario.plant:
         apply_plant(plant, arena)
 
@@ -484,7 +515,13 @@ def _materialise(scenario: Scenario, arena: Arena) -> None:
 
 
 def _check_outcome(
-    scenario: Scenario, arena: Arena, snapshot: Snapshot, elapsed: float, outcomes: Sequence[ex.CallOutcome]
+    scenario: Scenario,
+    arena: Arena,
+    snapshot: Snapshot,
+    elapsed: float,
+    outcomes: Sequence[ex.CallOutcome],
+    *,
+    storm: StormReport | None = None,
 ) -> Check:
     expect = scenario.expect
     problems: list[str] = []
@@ -514,6 +551,8 @@ def _check_outcome(
         ):
             problems.append(f"{text!r} was looked at (it appears in a record or diagnostic)")
     problems.extend(_call_problems(arena, outcomes))
+    if storm is not None:
+        problems.extend(storm.problems)
     if expect.audit_verify is not None:
         ok, line, reason = ex.verify_audit(arena.state)
         verdict = expect.audit_verify
@@ -544,6 +583,9 @@ def _call_problems(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> list[str
         for text in spec.content_includes if o.ok else ():
             if arena.substitute(text) not in shown:
                 problems.append(f"call {spec.tool}: output lacks {text!r}")
+        for text in spec.message_includes if not o.ok else ():
+            if arena.substitute(text) not in (o.message or ""):
+                problems.append(f"call {spec.tool}: the refusal does not say {text!r}")
         for text in spec.content_excludes:
             if arena.substitute(text) in shown:
                 problems.append(f"call {spec.tool}: output leaks {text!r}")
@@ -562,13 +604,16 @@ def _check_audit(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> Check:
     for o in outcomes:
         if not o.spec.audit:
             continue
+        tool = o.spec.tool
+        if tool == "defer_execute_tool" and isinstance(o.spec.input.get("name"), str):
+            tool = o.spec.input["name"]  # the guard tool forwards the call; the log names the real tool
         line = lines.get(o.audit_id) if o.audit_id else None
         if line is None:
             problems.append(f"no audit line for the call of {o.spec.tool} (audit_id {o.audit_id})")
-        elif line.get("tool") != o.spec.tool or line.get("error_code") != o.code:
+        elif line.get("tool") != tool or line.get("error_code") != o.code:
             problems.append(
                 f"audit line {o.audit_id} says tool={line.get('tool')} error={line.get('error_code')}, "
-                f"the call was {o.spec.tool} {o.code}"
+                f"the call was {tool} {o.code}"
             )
     if problems:
         return Check("audit", False, "; ".join(problems))
@@ -615,4 +660,6 @@ def _observed(scenario: Scenario, snapshot: Snapshot) -> str:
         if not any(d in t.diagnostics for t in snapshot.tools):
             loose.setdefault(f"{d.source or ''}:{d.tool or '(root)'}", set()).add(d.code)
     parts.extend(f"{where} [{', '.join(sorted(codes))}]" for where, codes in sorted(loose.items()))
+    if len(parts) > 12:
+        parts = [*parts[:6], f"... and {len(parts) - 6} more"]
     return "; ".join(parts) or "nothing loaded"
