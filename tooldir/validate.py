@@ -104,7 +104,7 @@ class _Validation:
             self.fail(exc.code, exc.message, exc.pointer)
             return None
         if not isinstance(data, dict):
-            self.fail("schema-invalid", f"the manifest must be a JSON object, not {type(data).__name__}", "")
+            self.fail("schema-invalid", f"the manifest must be a JSON object, not {_json_type(data)}", "")
             return None
         self.raw = raw.decode("utf-8")  # cannot fail: loads() accepted it
         self._check_text(data)
@@ -167,7 +167,8 @@ class _Validation:
             try:
                 jsonschema_rs.validator_for(thaw(schema))
             except (ValueError, jsonschema_rs.ReferencingError) as exc:
-                self.fail("invalid-input-schema", f"input_schema cannot be compiled: {exc}", "/input_schema")
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                self.fail("invalid-input-schema", f"input_schema cannot be compiled: {reason}", "/input_schema")
 
     def _check_command(self, argv: list[str]) -> None:
         files = {f.path: f for f in self.scan.files}
@@ -218,7 +219,7 @@ class _Validation:
         if not may_contain_injection(data, self.raw):
             return
         texts: list[tuple[str, Any]] = [("/description", data.get("description"))]
-        texts += [(p, t) for p, t in iter_strings(data.get("input_schema")) if p.endswith("/description")]
+        texts += [(p, t) for p, t in iter_strings(data.get("input_schema"), "/input_schema") if p.endswith("/description")]
         for pointer, text in texts:
             if isinstance(text, str):
                 for reason in injection_reasons(text):
@@ -247,6 +248,18 @@ def _unsafe_arg(arg: str) -> str | None:
     if _SHELL_META.search(arg):
         return "contains shell syntax or a variable; commands run without a shell"
     return None
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "null"
 
 
 def _refs(value: Any, pointer: str) -> list[tuple[str, str]]:
