@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from tooldir._cli import main
-from tooldir._drill_plant import fingerprint as _fingerprint
-from tooldir._drill_plant import make_arena
-from tooldir.drill import ScenarioError, _check_canary, _check_state, load_scenario, run_drill
+from tooldir._drill_checks import check_canary, check_state
+from tooldir._drill_plant import fingerprint, make_arena
+from tooldir._drill_storm import whole
+from tooldir.drill import ScenarioError, load_scenario, run_drill
 
 HOSTILE = {
     "name": "evil_new",
@@ -76,27 +77,27 @@ def test_a_drill_whose_hostile_plant_breaks_a_control_tool_fails_the_control_che
 
 def test_canary_check_fails_when_hostile_code_wrote_its_marker(tmp_path: Path) -> None:
     arena = make_arena(tmp_path, "s")
-    assert _check_canary(arena).passed
+    assert check_canary(arena).passed
     arena.canary.write_text("ran")
-    check = _check_canary(arena)
+    check = check_canary(arena)
     assert not check.passed
     assert "ran" in check.message
 
 
 def test_state_check_names_a_user_file_changed_during_the_load(tmp_path: Path) -> None:
     arena = make_arena(tmp_path, "s")
-    before = _fingerprint(arena)
+    before = fingerprint(arena)
     (arena.state / "approvals.json").write_text("{}")
-    check = _check_state(before, _fingerprint(arena))
+    check = check_state(before, fingerprint(arena))
     assert not check.passed
     assert "home/.local/state/tooldir/approvals.json" in check.message
 
 
 def test_state_check_ignores_the_audit_log_that_tooldir_itself_appends_to(tmp_path: Path) -> None:
     arena = make_arena(tmp_path, "s")
-    before = _fingerprint(arena)
+    before = fingerprint(arena)
     (arena.state / "audit.jsonl").write_text("{}\n")
-    assert _check_state(before, _fingerprint(arena)).passed
+    assert check_state(before, fingerprint(arena)).passed
 
 
 @pytest.mark.parametrize(
@@ -206,3 +207,82 @@ def test_cli_drill_prints_hostile_names_with_invisible_characters_made_visible(
     out = capsys.readouterr().out
     assert "\u202e" not in out
     assert "<U+202E>" in out
+
+
+def test_a_drill_needing_machinery_this_build_lacks_fails_as_not_runnable_yet(tmp_path: Path) -> None:
+    folder = write_scenario(tmp_path / "trust-unapproved", 'needs = ["teleport.Beam"]\n' + HEADER)
+    result = run_drill(load_scenario(folder))
+    assert not result.passed
+    assert result.unavailable is None  # a tooldir gap, never a skip
+    assert result.checks[0].name == "runnable"
+    assert result.checks[0].message.startswith("not runnable yet: tooldir.teleport does not exist")
+
+
+def test_a_tooldir_step_naming_a_missing_command_fails_as_not_runnable_yet(tmp_path: Path) -> None:
+    folder = write_scenario(
+        tmp_path / "trust-unapproved", HEADER + '[[steps]]\ndo = "tooldir"\nargs = ["teleport", "--now"]\n'
+    )
+    result = run_drill(load_scenario(folder))
+    assert not result.passed
+    assert result.checks[0].message == "not runnable yet: 'tooldir teleport' does not exist in this build"
+
+
+def test_a_failing_tooldir_step_is_a_clear_scenario_error_with_its_exit_code(tmp_path: Path) -> None:
+    folder = write_scenario(
+        tmp_path / "trust-unapproved",
+        HEADER + '[[steps]]\ndo = "tooldir"\nargs = ["sign", "{project}/nowhere", "--key", "{home}/k"]\n',
+    )
+    result = run_drill(load_scenario(folder))
+    assert not result.passed
+    message = result.checks[0].message
+    assert "steps[0] (tooldir): 'tooldir sign' exited 2, expected 0" in message
+
+
+def test_whole_rejects_a_snapshot_whose_owner_index_disagrees_with_its_tools(tmp_path: Path) -> None:
+    import dataclasses
+    from types import MappingProxyType
+
+    from tooldir import load
+
+    project = tmp_path / "p"
+    root = project / ".tooldir" / "tools"
+    root.mkdir(parents=True)
+    (root / "evil_new").mkdir()
+    (root / "evil_new" / "schema.json").write_text(json.dumps(HOSTILE))
+    (root / "evil_new" / "run.py").write_text("")
+    snapshot = load(project=project, user_dirs=[], state_dir=tmp_path / "state")
+    assert whole(snapshot) is None
+    torn = dataclasses.replace(snapshot, by_name=MappingProxyType({}))
+    assert "by_name disagrees" in (whole(torn) or "")
+
+
+SANDBOX = os.environ.get("TOOLDIR_REQUIRE_SANDBOX") == "1"
+
+
+def test_a_call_whose_output_leaks_the_secret_fails_the_outcome_check(tmp_path: Path) -> None:
+    folder = write_scenario(
+        tmp_path / "sandbox-secrets",
+        HEADER.replace('"trust:unapproved"', '"sandbox:secrets"').replace(
+            'expected = "e"', 'expected = "e"\nrequires = ["sandbox"]'
+        )
+        + '[[calls]]\ntool = "good_user_tool"\ninput = { text = "{secret}" }\ncontent_excludes = ["{secret}"]\n',
+    )
+    result = run_drill(load_scenario(folder))
+    if result.unavailable is not None and not SANDBOX:
+        pytest.skip(f"no working sandbox on this machine: {result.unavailable}")
+    checks = {c.name: c for c in result.checks}
+    assert not checks["outcome"].passed
+    assert "call good_user_tool: output leaks '{secret}'" in checks["outcome"].message
+    assert checks["audit"].passed  # the (successful) call was recorded
+
+
+def test_a_call_refused_with_another_code_than_expected_fails_and_names_both(tmp_path: Path) -> None:
+    folder = write_scenario(
+        tmp_path / "trust-unapproved",
+        HEADER + '[[calls]]\ntool = "evil_new"\ninput = { text = "x" }\nerror = "timeout"\n',
+        {"evil_new": HOSTILE},
+    )
+    result = run_drill(load_scenario(folder))
+    checks = {c.name: c for c in result.checks}
+    assert "call evil_new should fail with timeout but got not-active" in checks["outcome"].message
+    assert checks["audit"].passed
