@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 from toolkit import make_tool, manifest, project_tools
