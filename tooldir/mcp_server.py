@@ -255,7 +255,7 @@ class ToolServer:
         self.watcher = watcher
         self.turn_idle_s = turn_idle_s
         self.notifier = ListChangedNotifier()
-        self._tools: dict[str, types.Tool] = {}  # schema digest -> MCP tool: rendering 10k tools is not free
+        self._wire: dict[int, tuple[ToolDef, dict[str, Any]]] = {}  # rendering 10k tools is not free
         self._portal: BlockingPortal | None = None
         self._activity = threading.Lock()
         self._last_call: float | None = None
@@ -292,26 +292,32 @@ class ToolServer:
 
     # -- tools/list ------------------------------------------------------------------------------
 
-    def list_tools_sync(self) -> list[types.Tool]:
-        """The working set as MCP tools; the session pins every schema it hands out."""
-        fresh: dict[str, types.Tool] = {}
-        out: list[types.Tool] = []
+    def list_tools_sync(self) -> list[dict[str, Any]]:
+        """The working set as MCP tools in wire form (``Tool`` JSON objects); the session pins
+        every schema it hands out. Rendered tools are cached per definition object: the session
+        hands out the same objects for as long as a snapshot is current."""
+        fresh: dict[int, tuple[ToolDef, dict[str, Any]]] = {}
+        out: list[dict[str, Any]] = []
         for definition in self.session.working_set():
-            digest = definition.digest
-            tool = fresh.get(digest) or self._tools.get(digest)
-            if tool is None:
+            key = id(definition)  # safe: the cache holds the object, so its id cannot be reused
+            entry = self._wire.get(key)
+            if entry is None or entry[0] is not definition:
                 try:
-                    tool = mcp_tool_from_def(definition)
+                    wire = mcp_tool_from_def(definition).model_dump(by_alias=True, mode="json", exclude_none=True)
                 except ValueError as exc:  # the loader should never let this through; never offer it
                     log.error("not offering %r over MCP: %s", definition.name, exc)
                     continue
-            fresh[digest] = tool
-            out.append(tool)
-        self._tools = fresh
+                entry = (definition, wire)
+            fresh[key] = entry
+            out.append(entry[1])
+        self._wire = fresh
         return out
 
-    async def list_tools(self) -> list[types.Tool]:
-        return await anyio.to_thread.run_sync(self.list_tools_sync)
+    async def list_tools(self) -> dict[str, Any]:
+        """The ``tools/list`` result (one page: clients expect the whole working set)."""
+        tools = await anyio.to_thread.run_sync(self.list_tools_sync)
+        # ttlMs 0: clients must not cache a list that changes with every search
+        return {"tools": tools, "ttlMs": 0, "cacheScope": "private", "resultType": "complete"}
 
     # -- tools/call ------------------------------------------------------------------------------
 
@@ -382,10 +388,10 @@ def build_server(front: ToolServer) -> Server[Any]:
     """The SDK's low-level server with tooldir's handlers: tools/list, tools/call and
     subscriptions/listen (2026-07-28 change notifications)."""
 
-    async def on_list_tools(
-        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=await front.list_tools())
+    async def on_list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams) -> HandlerResult:
+        # a plain dict: the SDK still validates it against the negotiated protocol version, but the
+        # cached wire form of each tool skips a pydantic dump of every tool on every list
+        return await front.list_tools()
 
     async def on_call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -397,10 +403,10 @@ def build_server(front: ToolServer) -> Server[Any]:
         version=_version(),
         title="tooldir",
         instructions=INSTRUCTIONS,
-        on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
         on_subscriptions_listen=ListenHandler(front.notifier.bus),
     )
+    server.add_request_handler("tools/list", types.PaginatedRequestParams, on_list_tools)
     server.middleware.append(front.notifier.observe)
     return server
 
