@@ -133,6 +133,16 @@ def _open_failure(exc: OSError) -> tuple[str, str]:
     return "unreadable", f"cannot be opened: {exc.strerror}"
 
 
+def display_name(name: str) -> str:
+    """``name`` as printable text: bytes that are not UTF-8 (decoded by the OS layer as lone
+    surrogates) become ``\\xNN`` escapes, so diagnostics can always be encoded and shown."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return name
+
+
 def list_packages(root_fd: int, root: RootSpec, limits: Limits) -> tuple[list[str], list[Diagnostic]] | None:
     """Names of candidate tool folders directly under the root, with diagnostics for entries that
     are not folders. None when the root has more entries than allowed (the whole root is refused)."""
@@ -147,8 +157,9 @@ def list_packages(root_fd: int, root: RootSpec, limits: Limits) -> tuple[list[st
             name = entry.name
             if name.startswith("."):
                 continue  # editor and VCS droppings; never a valid tool name, never loaded
-            path = os.path.join(root.path, name)
-            where = {"tool": name, "source": root.source, "path": path}
+            shown = display_name(name)
+            path = os.path.join(root.path, shown)
+            where = {"tool": shown, "source": root.source, "path": path}
             if entry.is_symlink():
                 diags.append(error("symlink", f"tool folder {path} is a symbolic link; not followed", **where))
             elif entry.is_dir(follow_symlinks=False):
@@ -210,6 +221,9 @@ class _Walk:
         entries.sort()
         for name, kind in entries:
             rel = prefix + name
+            if display_name(name) != name:
+                self.fail("invalid-encoding", display_name(rel), f"{display_name(rel)!r}: file names must be UTF-8")
+                continue
             if kind == _FILE:
                 if not self.read_file(dir_fd, name, rel):
                     return False
@@ -303,8 +317,12 @@ def _read_bounded(fd: int, limit: int) -> bytes | None:
 def scan_package(root_fd: int, root: RootSpec, name: str, limits: Limits) -> PackageScan:
     """Read one tool folder ``name`` directly under the open root."""
     root_path = root.path
-    pkg_path = os.path.join(root_path, name)
-    walk = _Walk(root.source, name, pkg_path, limits)
+    shown = display_name(name)
+    pkg_path = os.path.join(root_path, shown)
+    walk = _Walk(root.source, shown, pkg_path, limits)
+    if shown != name:  # never a valid tool name; nothing is read
+        walk.fail("invalid-name", "", f"tool folder name {shown!r} is not UTF-8")
+        return _finish(walk, root_path, False)
     try:
         fd = os.open(name, _DIR_FLAGS, dir_fd=root_fd)
     except OSError as exc:

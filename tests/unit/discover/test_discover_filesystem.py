@@ -403,3 +403,25 @@ def test_any_change_anywhere_in_the_package_changes_its_digest(root: Path) -> No
     (folder / "extra.txt").write_text("")
     after_new_file = load_user(root).records("digest_me")[0].digest
     assert len({before, after_content, after_mode, after_new_file}) == 4
+
+
+# -- names that are not UTF-8 ---------------------------------------------------------------------
+
+
+def test_a_tool_folder_whose_name_is_not_utf8_is_reported_without_being_read(root: Path) -> None:
+    bad = os.fsdecode(b"tool\xff")
+    make_tool(root, bad)
+    make_tool(root, "fine_tool")
+    snap = load_user(root)
+    assert codes(snap, "tool\\xff") == {"invalid-name"}
+    assert [t.status for t in snap.records("tool\\xff")] == [Status.REJECTED]
+    assert snap.records("fine_tool")[0].status is Status.ACTIVE
+    snap.to_json()  # every string in the snapshot can be encoded
+
+
+def test_a_package_file_whose_name_is_not_utf8_rejects_the_package(root: Path) -> None:
+    folder = make_tool(root, "odd_file")
+    (folder / os.fsdecode(b"data\xfe.txt")).write_text("x")
+    snap = load_user(root)
+    assert codes(snap, "odd_file") == {"invalid-encoding"}
+    assert any("data\\xfe.txt" in (d.path or "") for d in snap.diagnostics)
