@@ -18,11 +18,12 @@ from typing import Any
 from rich.table import Table
 
 from ..discover import RootSpec, open_root, scan_package
+from ..keys import generate_minisign_key, minisign_sign, parse_minisign_secret_key
 from ..loader import LoadConfig, project_root
 from ..lockfile import LOCK, MINISIG, LockError, compare_files, format_time, parse_expiry, parse_lock, render_lock
 from ..model import Diagnostic, Severity, Source, Status
 from ..policy import Policy
-from ..signatures import SignatureFormatError, generate_minisign_key, minisign_sign, parse_minisign_secret_key
+from ..signatures import SignatureFormatError
 from ..state import Approval, load_approvals, load_high_water, record_approval, record_versions, remove_approvals
 from ..trust import Assessment, SignatureVerdict, TrustInputs, assess, keyring_from_policy, verify_package
 from ..validate import Candidate, validate_package

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from trustkit import minisign_keypair, minisign_sign, need, run, ssh_keypair, ssh_sign
 
+from tooldir import keys
 from tooldir import signatures as sg
 from tooldir.signatures import SignatureFormatError
 
@@ -53,11 +54,11 @@ def test_legacy_non_prehashed_minisign_signature_is_refused(tmp_path: Path, mess
 
 
 def test_our_keys_and_signatures_are_accepted_by_the_minisign_cli(tmp_path: Path, message: Path) -> None:
-    key, secret_text, public_text = sg.generate_minisign_key()
+    key, secret_text, public_text = keys.generate_minisign_key()
     (tmp_path / "k.pub").write_text(public_text)
     (tmp_path / "k.sec").write_text(secret_text)
     sig = tmp_path / "tool.lock.minisig"
-    sig.write_bytes(sg.minisign_sign(key, message.read_bytes(), "timestamp:1\tfile:tool.lock"))
+    sig.write_bytes(keys.minisign_sign(key, message.read_bytes(), "timestamp:1\tfile:tool.lock"))
     done = run(need("minisign"), "-V", "-p", tmp_path / "k.pub", "-m", message, "-x", sig)
     assert done.returncode == 0, done.stderr
     assert b"timestamp:1\tfile:tool.lock" in done.stdout
@@ -65,14 +66,14 @@ def test_our_keys_and_signatures_are_accepted_by_the_minisign_cli(tmp_path: Path
     other = tmp_path / "other.minisig"
     done = run(need("minisign"), "-S", "-s", tmp_path / "k.sec", "-m", message, "-x", other)
     assert done.returncode == 0, done.stderr
-    assert sg.parse_minisign_secret_key(secret_text).public_key() == sg.parse_minisign_public_key(public_text)
+    assert keys.parse_minisign_secret_key(secret_text).public_key() == sg.parse_minisign_public_key(public_text)
 
 
 def test_passwordless_minisign_cli_secret_key_can_sign_with_tooldir(tmp_path: Path, message: Path) -> None:
     key = minisign_keypair(tmp_path)
-    secret = sg.parse_minisign_secret_key(key.secret.read_text())
+    secret = keys.parse_minisign_secret_key(key.secret.read_text())
     sig = tmp_path / "ours.minisig"
-    sig.write_bytes(sg.minisign_sign(secret, message.read_bytes(), "ok"))
+    sig.write_bytes(keys.minisign_sign(secret, message.read_bytes(), "ok"))
     done = run(need("minisign"), "-V", "-p", key.public, "-m", message, "-x", sig)
     assert done.returncode == 0, done.stderr
 
@@ -81,7 +82,7 @@ def test_password_protected_minisign_key_is_refused_with_an_explanation(tmp_path
     done = run(need("minisign"), "-G", "-f", "-p", tmp_path / "k.pub", "-s", tmp_path / "k.sec", stdin=b"pw\npw\n")
     assert done.returncode == 0, done.stderr
     with pytest.raises(SignatureFormatError, match="password-protected"):
-        sg.parse_minisign_secret_key((tmp_path / "k.sec").read_text())
+        keys.parse_minisign_secret_key((tmp_path / "k.sec").read_text())
 
 
 @pytest.mark.parametrize(

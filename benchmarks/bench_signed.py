@@ -1,0 +1,166 @@
+"""Signed-load benchmark: N minisign-signed project tools against the same N unsigned (issue 3 "Speed").
+
+unsigned          N generated project packages, no lock, no signature: every tool ends ``pending``.
+signed-cold       the same packages, each with ``tool.lock`` + ``tool.lock.minisig`` by a trusted key:
+                  every tool ``active``. The in-process verification cache is cleared and the state
+                  has no record of earlier verifications, so every signature (2 Ed25519 checks:
+                  the lock and the trusted comment) is verified: the first load after a change.
+signed-remembered a new process after ``tooldir scan`` (or a host's ``remember_load``): the
+                  in-process cache is cleared, the state remembers the successful verifications.
+signed-rebuild    a fresh ``Loader`` in the same process (what the watcher's rebuilds see):
+                  verification results are cached by content hash of key + signature + lock.
+
+Each variant: ``Loader(make_config(project=..., user_dirs=[], policy=...)).load()``, warm page
+cache (one untimed pass), median of several interleaved runs. Target: signed <= 1.2x unsigned.
+
+    python3 benchmarks/bench_signed.py [--quick] [--sizes 1000,10000] [--runs 5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.generate import generate
+from tooldir import keys, signatures
+from tooldir.discover import RootSpec, open_root, scan_package
+from tooldir.loader import Loader, make_config
+from tooldir.lockfile import LOCK, MINISIG, render_lock
+from tooldir.model import Source, Status
+from tooldir.policy import KeysPolicy, Policy, SourcePolicy, SourcesPolicy
+from tooldir.trust import remember_load
+
+
+def sign_tree(root: Path, key: keys.MinisignSecretKey) -> None:
+    """Write tool.lock and tool.lock.minisig for every package (what tooldir lock + sign do)."""
+    spec = RootSpec(Source.PROJECT, str(root))
+    fd, diags = open_root(spec)
+    if fd is None:
+        raise SystemExit(f"cannot open {root}: {diags}")
+    try:
+        for name in sorted(os.listdir(root)):
+            scan = scan_package(fd, spec, name, Policy().limits)
+            lock = render_lock(name, 1, None, scan.files)
+            (root / name / LOCK).write_bytes(lock)
+            (root / name / MINISIG).write_bytes(keys.minisign_sign(key, lock, f"tool:{name}\tversion:1"))
+    finally:
+        os.close(fd)
+
+
+def prepare(n: int, workdir: Path) -> tuple[Path, Path, str]:
+    """(unsigned project, signed project, trusted public key line); reused when already there."""
+    unsigned, signed = workdir / f"unsigned-{n}", workdir / f"signed-{n}"
+    pub_file = workdir / f"signed-{n}.pub"
+    for project in (unsigned, signed):
+        project.mkdir(parents=True, exist_ok=True)
+        (project / ".tooldir").mkdir(exist_ok=True)
+        os.chmod(project / ".tooldir", 0o755)  # noqa: S103 -- readable by all is fine; writable by others is refused
+    if not (unsigned / ".tooldir" / "tools").exists():
+        generate(unsigned / ".tooldir" / "tools", n, seed=0)
+    if not pub_file.exists():
+        generate(signed / ".tooldir" / "tools", n, seed=0)
+        key, _secret, public = keys.generate_minisign_key()
+        sign_tree(signed / ".tooldir" / "tools", key)
+        pub_file.write_text(public)
+    return unsigned, signed, pub_file.read_text().splitlines()[1]
+
+
+def _load(project: Path, policy: Policy, state: Path) -> tuple[int, int]:
+    snap = Loader(make_config(project=project, user_dirs=[], policy=policy, state_dir=state)).load()
+    return (
+        sum(1 for t in snap.tools if t.status is Status.ACTIVE),
+        sum(1 for t in snap.tools if t.status is Status.PENDING),
+    )
+
+
+def bench(n: int, runs: int, workdir: Path) -> dict[str, Any]:
+    unsigned, signed, public = prepare(n, workdir)
+    # every risk level allowed, so every package reaches the signature check
+    project = SourcePolicy(require=("approval", "signature", "pin"), max_risk="exec")
+    policy = Policy(sources=SourcesPolicy(project=project), keys=KeysPolicy(minisign=(public,)))
+    empty_state, remembered_state = workdir / f"state-empty-{n}", workdir / f"state-remembered-{n}"
+
+    def cold() -> tuple[int, int]:
+        signatures.clear_cache()
+        return _load(signed, policy, empty_state)
+
+    def remembered() -> tuple[int, int]:
+        signatures.clear_cache()
+        return _load(signed, policy, remembered_state)
+
+    variants: dict[str, Callable[[], tuple[int, int]]] = {
+        "unsigned": lambda: _load(unsigned, policy, empty_state),
+        "signed-cold": cold,  # leaves the in-process cache filled for signed-rebuild, which runs next
+        "signed-rebuild": lambda: _load(signed, policy, empty_state),
+        "signed-remembered": remembered,
+    }
+    # untimed pass: warm the page cache; then record the verifications as `tooldir scan` would
+    for fn in variants.values():
+        fn()
+    snap = Loader(make_config(project=signed, user_dirs=[], policy=policy, state_dir=remembered_state)).load()
+    remember_load(remembered_state, snap.tools)
+    samples: dict[str, list[float]] = {k: [] for k in variants}
+    results: dict[str, tuple[int, int]] = {}
+    for _ in range(runs):
+        for name, fn in variants.items():
+            t0 = time.perf_counter()
+            results[name] = fn()
+            samples[name].append(time.perf_counter() - t0)
+    expected = {"unsigned": (0, n)} | {k: (n, 0) for k in variants if k != "unsigned"}
+    if results != expected:
+        raise SystemExit(f"benchmark invalid: (active, pending) per variant {results}, expected {expected}")
+    median = {k: statistics.median(v) for k, v in samples.items()}
+    base = median["unsigned"]
+    return {
+        "n": n,
+        "runs": runs,
+        "seconds": median,
+        "ratio": {k: v / base for k, v in median.items() if k != "unsigned"},
+        "verify_us_per_tool": (median["signed-cold"] - base) / n * 1e6,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small sizes (200, 1000), 3 runs")
+    parser.add_argument("--sizes", help="comma-separated package counts (default 1000,10000)")
+    parser.add_argument("--runs", type=int, help="timed runs per variant (default 5)")
+    parser.add_argument("--workdir", type=Path, help="reuse generated trees here (default: a temp dir)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([200, 1000] if args.quick else [1000, 10_000])
+    runs = args.runs or (3 if args.quick else 5)
+    with tempfile.TemporaryDirectory(prefix="tooldir-bench-signed-") as tmp:
+        workdir = args.workdir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        os.chmod(workdir, 0o755)  # noqa: S103 -- discovery refuses group/world-writable roots, not readable ones
+        rows = [bench(n, runs, workdir) for n in sizes]
+    if args.json:
+        print(json.dumps({"benchmark": "signed", "results": rows}, indent=2))
+        return 0
+    print(f"signed-load benchmark (median of {runs}, warm page cache; target signed <= 1.2x unsigned)")
+    print(
+        f"{'n':>7} {'unsigned s':>11} {'cold s':>8} {'ratio':>6} {'remembered s':>13} {'ratio':>6} {'rebuild s':>10} {'ratio':>6}"
+    )
+    for r in rows:
+        s, q = r["seconds"], r["ratio"]
+        print(
+            f"{r['n']:>7} {s['unsigned']:>11.3f} {s['signed-cold']:>8.3f} {q['signed-cold']:>5.2f}x"
+            f" {s['signed-remembered']:>13.3f} {q['signed-remembered']:>5.2f}x"
+            f" {s['signed-rebuild']:>10.3f} {q['signed-rebuild']:>5.2f}x"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
