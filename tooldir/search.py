@@ -13,11 +13,17 @@ into the top k (the MaxScore idea); the top k found are exact.
 
 from __future__ import annotations
 
+import functools
+import gc
 import heapq
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
 
@@ -135,9 +141,15 @@ def split_words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
+@functools.lru_cache(maxsize=1 << 17)
+def _term(raw: str) -> str:
+    word = raw.lower()
+    return "" if word in STOP_WORDS else stem(word)
+
+
 def tokenize(text: str) -> list[str]:
     """Words of ``text`` as index terms: split, lower-cased, stop words dropped, stemmed."""
-    return [stem(w) for w in split_words(text) if w not in STOP_WORDS]
+    return [t for t in map(_term, _WORD.findall(text)) if t]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -234,9 +246,12 @@ def _analyze(doc: SearchDoc) -> _Analyzed:
     lengths = {}
     for f, terms in _field_terms(doc).items():
         lengths[f] = len(terms)
-        for t in terms:
-            per = tf.setdefault(t, {})
-            per[f] = per.get(f, 0) + 1
+        for t, c in Counter(terms).items():
+            per = tf.get(t)
+            if per is None:
+                tf[t] = {f: c}
+            else:
+                per[f] = c
     return _Analyzed(doc, tf, lengths)
 
 
@@ -289,12 +304,13 @@ class SearchIndex:
 
     @classmethod
     def build(cls, docs: Iterable[SearchDoc], params: Bm25fParams | None = None) -> SearchIndex:
-        analyzed: dict[str, _Analyzed] = {}
-        for doc in docs:
-            if doc.name in analyzed:
-                raise ValueError(f"duplicate tool name {doc.name!r} in search index")
-            analyzed[doc.name] = _analyze(doc)
-        return cls(analyzed, params or Bm25fParams())
+        with _gc_paused():
+            analyzed: dict[str, _Analyzed] = {}
+            for doc in docs:
+                if doc.name in analyzed:
+                    raise ValueError(f"duplicate tool name {doc.name!r} in search index")
+                analyzed[doc.name] = _analyze(doc)
+            return cls(analyzed, params or Bm25fParams())
 
     @classmethod
     def from_snapshot(
@@ -318,9 +334,10 @@ class SearchIndex:
         analyzed = dict(self._analyzed)
         for name in removals:
             analyzed.pop(name, None)
-        for doc in upserts:
-            analyzed[doc.name] = _analyze(doc)
-        return SearchIndex(analyzed, self.params)
+        with _gc_paused():
+            for doc in upserts:
+                analyzed[doc.name] = _analyze(doc)
+            return SearchIndex(analyzed, self.params)
 
     def apply_diff(
         self, snapshot: Snapshot, change: SnapshotDiff, *, builtins: Mapping[str, Mapping[str, Any]] | None = None
@@ -361,19 +378,27 @@ class SearchIndex:
         for a in self._analyzed.values():
             for t in a.tf:
                 df[t] = df.get(t, 0) + 1
-        postings: dict[str, list[tuple[int, float]]] = {}
+        idf = {t: math.log(1.0 + (n - c + 0.5) / (c + 0.5)) for t, c in df.items()}
+        k1 = p.k1
+        postings: dict[str, list[tuple[int, float]]] = {t: [] for t in df}
         for doc_id, name in enumerate(self._names):
             a = self._analyzed[name]
-            norm = {f: 1.0 - p.b[f] + p.b[f] * a.lengths[f] / avg[f] for f in FIELDS}
+            scale = {f: p.weights[f] / (1.0 - p.b[f] + p.b[f] * a.lengths[f] / avg[f]) for f in FIELDS}
             for t, per in a.tf.items():
-                pseudo = sum(p.weights[f] * c / norm[f] for f, c in per.items())
-                idf = math.log(1.0 + (n - df[t] + 0.5) / (df[t] + 0.5))
-                postings.setdefault(t, []).append((doc_id, idf * pseudo / (p.k1 + pseudo)))
+                pseudo = sum(scale[f] * c for f, c in per.items())
+                postings[t].append((doc_id, idf[t] * pseudo / (k1 + pseudo)))
         for t, plist in postings.items():
-            plist.sort(key=lambda e: (-e[1], e[0]))
+            plist.sort(key=itemgetter(1), reverse=True)  # stable: equal impacts keep doc order
             self._postings[t] = tuple(plist)
-            self._position[t] = {d: pos for pos, (d, _) in enumerate(plist)}
             self._max_impact[t] = plist[0][1]
+
+    def _positions(self, term: str) -> dict[int, int]:
+        """doc id -> position in the term's postings (built on first use; a pure memo)."""
+        where = self._position.get(term)
+        if where is None:
+            where = {d: pos for pos, (d, _) in enumerate(self._postings[term])}
+            self._position[term] = where
+        return where
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -412,19 +437,26 @@ class SearchIndex:
             remaining[i] = remaining[i + 1] + self._max_impact[terms[i]]
         acc: dict[int, float] = {}
         rejected: set[int] = set()
+        unfiltered = required is None and allow is None
         full = False  # top_k candidates found; from then on ``threshold`` is the k-th best so far
         threshold = 0.0
         for i, t in enumerate(terms):
             rest = remaining[i + 1]
             plist = self._postings[t]
             # an unseen tool needs an impact of at least ``cutoff`` here to still reach the top k
-            cutoff = threshold * (1 - 1e-9) - rest if full else -math.inf
-            stop = len(plist)
-            if plist[0][1] >= cutoff:
-                for pos, (d, s) in enumerate(plist):
-                    if s < cutoff:
-                        stop = pos  # impact-ordered: no later entry can admit an unseen tool
-                        break
+            cutoff = -math.inf
+            if full and max(acc.values()) * (1 - 1e-9) - rest > plist[-1][1]:  # cheap bound first
+                threshold = heapq.nlargest(top_k, acc.values())[-1]
+                cutoff = threshold * (1 - 1e-9) - rest
+            # impact-ordered: entries before ``stop`` may admit unseen tools, later ones cannot
+            stop = len(plist) if cutoff <= plist[-1][1] else bisect_right(plist, -cutoff, key=_neg_impact)
+            head = plist if stop == len(plist) else plist[:stop]
+            if unfiltered:
+                get = acc.get
+                for d, s in head:
+                    acc[d] = get(d, 0.0) + s
+            else:
+                for d, s in head:
                     cur = acc.get(d)
                     if cur is not None:
                         acc[d] = cur + s
@@ -433,24 +465,35 @@ class SearchIndex:
                             rejected.add(d)
                             continue
                         acc[d] = s
-                        if not full and len(acc) >= top_k:
-                            full = True
-                            threshold = heapq.nlargest(top_k, acc.values())[-1]
-                            cutoff = threshold * (1 - 1e-9) - rest
-            else:
-                stop = 0
             if stop < len(plist):  # the tail only updates known candidates
-                where = self._position[t]
+                where = self._positions(t)
                 for d in acc:
                     pos = where.get(d, -1)
                     if pos >= stop:
                         acc[d] += plist[pos][1]
-            if full:
+            full = len(acc) >= top_k
+            if full and stop < len(plist) and len(acc) > 8 * top_k:  # drop what can no longer reach the top k
                 threshold = heapq.nlargest(top_k, acc.values())[-1]
-                if stop < len(plist) and len(acc) > 8 * top_k:  # drop what can no longer reach the top k
-                    floor = threshold * (1 - 1e-9) - rest
+                floor = threshold * (1 - 1e-9) - rest
+                if floor > 0:
                     kept = {d: s for d, s in acc.items() if s >= floor}
                     rejected.update(acc.keys() - kept.keys())
                     acc = kept
         best = heapq.nsmallest(top_k, acc.items(), key=lambda e: (-e[1], names[e[0]]))
         return [Hit(names[d], s) for d, s in best]
+
+
+def _neg_impact(entry: tuple[int, float]) -> float:
+    return -entry[1]
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    # building allocates many long-lived objects; the cyclic GC makes that superlinear (PERF_NOTES)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
