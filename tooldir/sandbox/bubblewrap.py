@@ -30,6 +30,7 @@ from ..model import ToolRecord
 from ..policy import SandboxPolicy
 from . import RunRequest, RunResult
 from .process import TRUSTED_PATH, Identity, identity_for, limits_prefix, spawn_and_collect
+from .seccomp import build_filter
 from .store import verified_files
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -147,10 +148,13 @@ class BubblewrapSandbox:
         args = base_args(self.policy, network=request.network)
         fds: list[int] = []
         try:
+            args += seccomp_args(fds)
             args += package_args(request.record, contents, fds)
             args += ["--remount-ro", "/", "--chdir", TOOL_DIR]
             args += sandbox_env(dict(request.env))
-            args += ["--", *argv]
+            info_read, info_write = os.pipe()
+            fds.append(info_read)
+            args += ["--info-fd", str(info_write), "--", *argv]
             return spawn_and_collect(
                 args,
                 stdin=request.stdin,
@@ -159,12 +163,27 @@ class BubblewrapSandbox:
                 cap=self.policy.max_output_bytes,
                 policy=self.policy,
                 identity=self.identity,
-                pass_fds=fds,
+                pass_fds=[*fds, info_write],
                 cwd="/",
+                info_fd=info_read,
+                close_after_spawn=(info_write,),
             )
         finally:
             for fd in fds:
                 os.close(fd)
+
+
+def _memfd(data: bytes, fds: list[int]) -> int:
+    fd = os.memfd_create("tooldir", 0)
+    fds.append(fd)
+    _write_all(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def seccomp_args(fds: list[int]) -> list[str]:
+    program = build_filter()
+    return [] if program is None else ["--seccomp", str(_memfd(program, fds))]
 
 
 def package_args(record: ToolRecord, contents: list[bytes], fds: list[int]) -> list[str]:
@@ -180,10 +199,7 @@ def package_args(record: ToolRecord, contents: list[bytes], fds: list[int]) -> l
             if folder not in made:
                 made.add(folder)
                 args += ["--perms", "0555", "--dir", folder]
-        fd = os.memfd_create("tooldir-file", 0)
-        fds.append(fd)
-        _write_all(fd, data)
-        os.lseek(fd, 0, os.SEEK_SET)
+        fd = _memfd(data, fds)
         args += ["--perms", "0555" if f.executable else "0444", "--ro-bind-data", str(fd), f"{TOOL_DIR}/{f.path}"]
     return args
 
@@ -210,9 +226,12 @@ def _probe(uid: int | None, scratch_mb: int) -> str | None:
     true = shutil.which("true", path=TRUSTED_PATH)
     if true is None:
         return "no 'true' binary on the trusted PATH to probe with"
+    fds: list[int] = []
     try:
+        args += seccomp_args(fds)
         done = subprocess.run(
             [*args, "--remount-ro", "/", "--", os.path.realpath(true)],
+            pass_fds=fds,
             capture_output=True,
             timeout=10,
             check=False,
@@ -224,6 +243,9 @@ def _probe(uid: int | None, scratch_mb: int) -> str | None:
         )
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bubblewrap could not be started: {exc}"
+    finally:
+        for fd in fds:
+            os.close(fd)
     if done.returncode != 0:
         why = done.stderr.decode("utf-8", "replace").strip()[:300]
         return f"bubblewrap does not work here (exit {done.returncode}): {why}"

@@ -4,6 +4,7 @@ and an unprivileged uid when started as root. Shared by the bubblewrap and the u
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import selectors
 import shutil
@@ -104,16 +105,21 @@ def spawn_and_collect(
     identity: Identity,
     pass_fds: Sequence[int] = (),
     cwd: str | None = None,
+    info_fd: int | None = None,
+    close_after_spawn: Sequence[int] = (),
 ) -> RunResult:
     """Run ``argv`` in its own process group, feed ``stdin``, read both outputs up to ``cap`` bytes
     each. On timeout or an overflowing output the whole group is killed.
+
+    ``info_fd`` is the read end of bubblewrap's ``--info-fd`` pipe: its ``child-pid`` (the sandbox's
+    init) is waited for, bounded, so no sandboxed process outlives the call.
 
     Raises:
         SandboxError: ``sandbox-failed`` when the process cannot be started.
     """
     started = time.perf_counter()
-    prefix = limits_prefix(policy, identity.effective_uid, extra_fds=len(pass_fds))
     try:
+        prefix = limits_prefix(policy, identity.effective_uid, extra_fds=len(pass_fds))
         proc = subprocess.Popen(
             [*prefix, *argv],
             stdin=subprocess.PIPE,
@@ -130,11 +136,14 @@ def spawn_and_collect(
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise SandboxError(f"cannot start the sandbox: {exc}", code="sandbox-failed") from None
-    out, err = CappedBuffer(cap), CappedBuffer(cap)
+    finally:
+        for fd in close_after_spawn:
+            os.close(fd)
+    out, err, info = CappedBuffer(cap), CappedBuffer(cap), CappedBuffer(4096)
     timed_out = False
     deadline = started + timeout_s
     try:
-        timed_out = _pump(proc, stdin, out, err, deadline)
+        timed_out = _pump(proc, stdin, out=out, err=err, deadline=deadline, info_fd=info_fd, info=info)
     finally:
         if proc.poll() is None:
             _kill_group(proc)
@@ -142,6 +151,9 @@ def spawn_and_collect(
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
+        if info_fd is not None:
+            _drain(info_fd, info)
+            _wait_gone(_child_pid(info.value()))
     code = proc.returncode
     killed = timed_out or out.truncated or err.truncated
     return RunResult(
@@ -156,7 +168,50 @@ def spawn_and_collect(
     )
 
 
-def _pump(proc: subprocess.Popen[bytes], stdin: bytes, out: CappedBuffer, err: CappedBuffer, deadline: float) -> bool:
+def _drain(fd: int, buffer: CappedBuffer) -> None:
+    os.set_blocking(fd, False)
+    with contextlib.suppress(OSError):
+        while chunk := os.read(fd, 4096):
+            if not buffer.feed(chunk):
+                break
+
+
+def _child_pid(info: bytes) -> int | None:
+    try:
+        pid = json.loads(info or b"{}").get("child-pid")
+    except (ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) and pid > 1 else None
+
+
+def _wait_gone(pid: int | None) -> None:
+    """Wait (bounded) until the sandbox's init has exited: its pid namespace is then empty."""
+    if pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + _KILL_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[-1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in (b"Z", b"X"):
+            return
+        time.sleep(0.002)
+
+
+def _pump(
+    proc: subprocess.Popen[bytes],
+    stdin: bytes,
+    *,
+    out: CappedBuffer,
+    err: CappedBuffer,
+    deadline: float,
+    info_fd: int | None,
+    info: CappedBuffer,
+) -> bool:
     """Move bytes until both outputs close and the process exits. Returns True on timeout."""
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None  # noqa: S101
     sel = selectors.DefaultSelector()
@@ -168,6 +223,8 @@ def _pump(proc: subprocess.Popen[bytes], stdin: bytes, out: CappedBuffer, err: C
         proc.stdin.close()
     sel.register(proc.stdout, selectors.EVENT_READ, out)
     sel.register(proc.stderr, selectors.EVENT_READ, err)
+    if info_fd is not None:
+        sel.register(info_fd, selectors.EVENT_READ, info)
     readers = 2
     try:
         while readers:
@@ -188,11 +245,14 @@ def _pump(proc: subprocess.Popen[bytes], stdin: bytes, out: CappedBuffer, err: C
                         sel.unregister(proc.stdin)
                         proc.stdin.close()
                     continue
-                fd = key.fileobj.fileno()  # type: ignore[union-attr]
+                fd = key.fd
                 chunk = os.read(fd, 65536)
                 if not chunk:
                     sel.unregister(key.fileobj)
-                    readers -= 1
+                    readers -= fd != info_fd
+                    continue
+                if key.data is info:
+                    info.feed(chunk)
                     continue
                 if not key.data.feed(chunk):
                     _kill_group(proc)
