@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache, partial
 from pathlib import Path
+from typing import TypeVar, cast
 
 from .lockfile import LOCK, MINISIG, SSHSIG, LockError, compare_files, format_time, parse_lock
 from .model import Diagnostic, PackageFile, Risk, Severity, Status, ToolRecord, Trust, error, warning
@@ -146,6 +147,7 @@ class Assessment:
 
 
 UNVERIFIED = Trust(False, "unverified")
+T = TypeVar("T")
 
 
 def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
@@ -288,6 +290,29 @@ class _Run:
         return SignatureVerdict(trusted, signer, version, tuple(self.diags), label, key, tuple(self.steps))
 
 
+_MEMO_MAX = 1 << 16
+_memos: dict[Callable[[bytes], object], dict[bytes, object]] = {}
+
+
+def _memo(parse: Callable[[bytes], T], data: bytes) -> T:
+    """``parse(data)`` remembered by content: every build re-assesses every package, and the bytes
+    of unchanged packages are the same objects (their hash is cached), so a rebuild parses nothing.
+    Parse errors (ValueError subclasses) are remembered and re-raised."""
+    memo = _memos.setdefault(parse, {})
+    found = memo.get(data)
+    if found is None:
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        try:
+            found = parse(data)
+        except ValueError as exc:
+            found = exc
+        memo[data] = found
+    if isinstance(found, ValueError):
+        raise found.with_traceback(None)  # do not grow the remembered exception's traceback
+    return cast(T, found)
+
+
 @dataclass(frozen=True, slots=True)
 class _Signed:
     ident: str  # identity of the trusted key
@@ -296,7 +321,7 @@ class _Signed:
 
 def _check_minisig(run: _Run, data: bytes, lock: bytes, keyring: Keyring) -> tuple[_Signed | None, str | None]:
     try:
-        sig = parse_minisig(data)
+        sig = _memo(parse_minisig, data)
     except SignatureFormatError as exc:
         run.fail("minisign", "bad-signature", MINISIG, f"malformed {MINISIG}: {exc}")
         return None, None
@@ -323,7 +348,7 @@ def _check_sshsig(
     run: _Run, data: bytes, lock: bytes, keyring: Keyring, now: datetime
 ) -> tuple[_Signed | None, str | None]:
     try:
-        sig = parse_sshsig(data)
+        sig = _memo(parse_sshsig, data)
     except SignatureFormatError as exc:
         run.fail("ssh", "bad-signature", SSHSIG, f"malformed {SSHSIG}: {exc}")
         return None, None
@@ -401,7 +426,7 @@ def _check_lock(
     first = signed[0]
     untrusted = partial(run.verdict, trusted=False, key=first.ident)
     try:
-        lock = parse_lock(lock_bytes)
+        lock = _memo(parse_lock, lock_bytes)
     except LockError as exc:
         run.fail("lock", "invalid-lock", LOCK, f"{LOCK} is signed but malformed: {exc.message}", exc.pointer)
         return untrusted()
