@@ -8,7 +8,8 @@ signed-cold       the same packages, each with ``tool.lock`` + ``tool.lock.minis
 signed-remembered a new process after ``tooldir scan`` (or a host's ``remember_load``): the
                   in-process cache is cleared, the state remembers the successful verifications.
 signed-rebuild    a fresh ``Loader`` in the same process (what the watcher's rebuilds see):
-                  verification results are cached by content hash of key + signature + lock.
+                  verification results are cached by content hash of key + signature + lock,
+                  parsed locks and signatures by their bytes.
 
 Each variant: ``Loader(make_config(project=..., user_dirs=[], policy=...)).load()``, warm page
 cache (one untimed pass), median of several interleaved runs. Target: signed <= 1.2x unsigned.
@@ -32,13 +33,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.generate import generate
-from tooldir import keys, signatures
+from tooldir import keys
 from tooldir.discover import RootSpec, open_root, scan_package
 from tooldir.loader import Loader, make_config
 from tooldir.lockfile import LOCK, MINISIG, render_lock
 from tooldir.model import Source, Status
 from tooldir.policy import KeysPolicy, Policy, SourcePolicy, SourcesPolicy
-from tooldir.trust import remember_load
+from tooldir.trust import clear_caches, remember_load
 
 
 def sign_tree(root: Path, key: keys.MinisignSecretKey) -> None:
@@ -91,11 +92,11 @@ def bench(n: int, runs: int, workdir: Path) -> dict[str, Any]:
     empty_state, remembered_state = workdir / f"state-empty-{n}", workdir / f"state-remembered-{n}"
 
     def cold() -> tuple[int, int]:
-        signatures.clear_cache()
+        clear_caches()
         return _load(signed, policy, empty_state)
 
     def remembered() -> tuple[int, int]:
-        signatures.clear_cache()
+        clear_caches()
         return _load(signed, policy, remembered_state)
 
     variants: dict[str, Callable[[], tuple[int, int]]] = {

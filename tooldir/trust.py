@@ -31,6 +31,7 @@ from .signatures import (
     AllowedSigner,
     MinisignPublicKey,
     SignatureFormatError,
+    clear_cache,
     key_ident,
     parse_minisig,
     parse_minisign_public_key,
@@ -311,6 +312,12 @@ def _memo(parse: Callable[[bytes], T], data: bytes) -> T:
     if isinstance(found, ValueError):
         raise found.with_traceback(None)  # do not grow the remembered exception's traceback
     return cast(T, found)
+
+
+def clear_caches() -> None:
+    """Forget every in-process parse and verification result (benchmarks, tests)."""
+    _memos.clear()
+    clear_cache()
 
 
 @dataclass(frozen=True, slots=True)
