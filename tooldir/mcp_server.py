@@ -102,12 +102,8 @@ def tool_annotations(risk: Risk | None, *, title: str | None = None) -> types.To
 
 
 def _plain(value: Any) -> Any:
-    """A deep copy of a (possibly frozen) JSON value as plain dicts and lists."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
+    """A deep copy of a (possibly frozen) JSON value as plain dicts and lists (C-speed round trip)."""
+    return json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))
 
 
 def mcp_tool(name: str, description: str, input_schema: Mapping[str, Any], risk: Risk | None) -> types.Tool:
@@ -119,8 +115,9 @@ def mcp_tool(name: str, description: str, input_schema: Mapping[str, Any], risk:
     """
     if not MCP_TOOL_NAME.fullmatch(name):
         raise ValueError(f"{name!r} is not a valid MCP tool name")
-    schema = _plain(input_schema)
-    if not isinstance(schema, dict) or schema.get("type") != "object":
+    # shallow: pydantic's JSON-mode dump builds fresh plain containers for the nested values
+    schema = dict(input_schema) if isinstance(input_schema, Mapping) else None
+    if schema is None or schema.get("type") != "object":
         raise ValueError(f"the input schema of {name!r} is not a JSON Schema of type object")
     meta = {"tooldir/risk": str(risk)} if risk is not None else None
     return types.Tool(
@@ -322,9 +319,17 @@ class ToolServer:
     # -- tools/call ------------------------------------------------------------------------------
 
     def call_tool_sync(self, name: str, arguments: Mapping[str, Any] | None) -> types.CallToolResult:
-        self._turn_boundary()
         try:
+            self._turn_boundary()
             result = self.session.call(name, {} if arguments is None else arguments, context=CALL_CONTEXT)
+        except Exception:  # a bug, not a tool failure: still an isError result, never a protocol error
+            log.exception("tools/call %r failed inside tooldir", name)
+            return call_tool_result(
+                ok=False,
+                content=None,
+                error_code="internal-error",
+                error_message="tooldir failed while handling this call (see the server log); nothing was returned",
+            )
         finally:
             with self._activity:
                 self._last_call = time.monotonic()

@@ -1,0 +1,85 @@
+"""ToolServer in-process: the working set as wire tools, call outcomes, notification hand-off."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from toolkit import make_tool
+
+from tooldir.loader import make_config
+from tooldir.mcp_server import ToolServer
+from tooldir.policy import parse_policy
+
+POLICY = '[defer]\nmode = "on"\nrules = ["NoDefer(echo_eager)", "Defer(*)"]\n'
+
+
+@pytest.fixture
+def front(tmp_path: Path) -> Iterator[ToolServer]:
+    user = tmp_path / "user"
+    make_tool(user, "echo_eager", description="Echo (eager).")
+    make_tool(user, "weather_report", description="Weather forecast for a city.", keywords=["weather"])
+    project = tmp_path / "project"
+    project.mkdir()
+    config = make_config(project=project, user_dirs=[user], policy=parse_policy(POLICY), state_dir=tmp_path / "s")
+    server = ToolServer.open(config, watch=False)
+    yield server
+    server.close()
+
+
+def test_listing_twice_reuses_the_rendered_wire_tools(front: ToolServer) -> None:
+    first = front.list_tools_sync()
+    second = front.list_tools_sync()
+    assert [t["name"] for t in first] == ["echo_eager", "tool_search", "defer_execute_tool"]
+    assert all(a is b for a, b in zip(first, second, strict=True))
+    assert first[0]["inputSchema"]["type"] == "object"
+    assert first[0]["annotations"] == {
+        "readOnlyHint": True,
+        "destructiveHint": False,
+        "idempotentHint": True,
+        "openWorldHint": False,
+    }
+    # defer_execute_tool can run any loaded tool: it is marked as dangerous as the worst of them
+    assert first[2]["annotations"]["destructiveHint"] is True
+
+
+def test_a_search_that_loads_tools_hands_a_list_changed_to_the_loop(front: ToolServer) -> None:
+    scheduled: list[Any] = []
+
+    class Portal:
+        def start_task_soon(self, fn: Any) -> None:
+            scheduled.append(fn)
+
+    front.attach(Portal())  # type: ignore[arg-type]
+    result = front.call_tool_sync("tool_search", {"queries": ["weather"]})
+    assert result.is_error is False
+    assert scheduled == [front.notifier.tools_changed]
+    assert "weather_report" in [t["name"] for t in front.list_tools_sync()]
+
+    missed = front.call_tool_sync("tool_search", {"queries": ["zzzzqqq"]})
+    assert missed.is_error is False
+    assert len(scheduled) == 1  # a miss changes nothing, so nothing is sent
+
+
+def test_a_bug_inside_tooldir_is_an_is_error_result_not_a_protocol_error(
+    front: ToolServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(front.session, "call", broken)
+    result = front.call_tool_sync("echo_eager", {"text": "x"})
+    assert result.is_error is True
+    assert result.structured_content == {
+        "error": {
+            "code": "internal-error",
+            "message": "tooldir failed while handling this call (see the server log); nothing was returned",
+        }
+    }
+
+
+def test_a_negative_turn_idle_is_refused(front: ToolServer) -> None:
+    with pytest.raises(ValueError, match="turn_idle_s"):
+        ToolServer(store=front.store, registry=front.registry, session=front.session, turn_idle_s=-1)
