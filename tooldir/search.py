@@ -438,25 +438,14 @@ class SearchIndex:
         acc: dict[int, float] = {}
         rejected: set[int] = set()
         unfiltered = required is None and allow is None
-        full = False  # top_k candidates found; from then on ``threshold`` is the k-th best so far
-        threshold = 0.0
+        full = False  # top_k candidates found
         for i, t in enumerate(terms):
             rest = remaining[i + 1]
             plist = self._postings[t]
-            # an unseen tool needs an impact of at least ``cutoff`` here to still reach the top k
-            cutoff = -math.inf
-            if full and max(acc.values()) * (1 - 1e-9) - rest > plist[-1][1]:  # cheap bound first
-                threshold = heapq.nlargest(top_k, acc.values())[-1]
-                cutoff = threshold * (1 - 1e-9) - rest
-            # impact-ordered: entries before ``stop`` may admit unseen tools, later ones cannot
-            stop = len(plist) if cutoff <= plist[-1][1] else bisect_right(plist, -cutoff, key=_neg_impact)
-            head = plist if stop == len(plist) else plist[:stop]
-            if unfiltered:
-                get = acc.get
-                for d, s in head:
-                    acc[d] = get(d, 0.0) + s
-            else:
-                for d, s in head:
+            n = len(plist)
+            start = 0
+            if not full:  # admit from the head of the list until there are top_k candidates
+                for start, (d, s) in enumerate(plist, 1):  # noqa: B007 - ``start`` is used after the loop
                     cur = acc.get(d)
                     if cur is not None:
                         acc[d] = cur + s
@@ -465,20 +454,43 @@ class SearchIndex:
                             rejected.add(d)
                             continue
                         acc[d] = s
-            if stop < len(plist):  # the tail only updates known candidates
-                where = self._positions(t)
-                for d in acc:
-                    pos = where.get(d, -1)
-                    if pos >= stop:
-                        acc[d] += plist[pos][1]
-            full = len(acc) >= top_k
-            if full and stop < len(plist) and len(acc) > 8 * top_k:  # drop what can no longer reach the top k
-                threshold = heapq.nlargest(top_k, acc.values())[-1]
-                floor = threshold * (1 - 1e-9) - rest
-                if floor > 0:
-                    kept = {d: s for d, s in acc.items() if s >= floor}
-                    rejected.update(acc.keys() - kept.keys())
-                    acc = kept
+                        if len(acc) >= top_k:
+                            break
+                full = len(acc) >= top_k
+            if start < n:
+                # an unseen tool needs an impact of at least ``cutoff`` here to still reach the top k
+                cutoff = -math.inf
+                if max(acc.values()) * (1 - 1e-9) - rest > plist[-1][1]:  # a cheap bound first
+                    threshold = heapq.nlargest(top_k, acc.values())[-1]
+                    cutoff = threshold * (1 - 1e-9) - rest
+                # impact-ordered: entries before ``stop`` may admit unseen tools, later ones cannot
+                stop = n if cutoff <= plist[-1][1] else max(start, bisect_right(plist, -cutoff, key=_neg_impact))
+                if unfiltered:
+                    get = acc.get
+                    for d, s in plist[start:stop]:
+                        acc[d] = get(d, 0.0) + s
+                else:
+                    for d, s in plist[start:stop]:
+                        cur = acc.get(d)
+                        if cur is not None:
+                            acc[d] = cur + s
+                        elif d not in rejected:
+                            if (required is not None and d not in required) or not ok(d):
+                                rejected.add(d)
+                                continue
+                            acc[d] = s
+                if stop < n:  # the tail only updates known candidates
+                    where = self._positions(t)
+                    for d in acc:
+                        pos = where.get(d, -1)
+                        if pos >= stop:
+                            acc[d] += plist[pos][1]
+                    if len(acc) > 8 * top_k:  # drop what can no longer reach the top k
+                        threshold = heapq.nlargest(top_k, acc.values())[-1]
+                        floor = threshold * (1 - 1e-9) - rest
+                        kept = {d: s for d, s in acc.items() if s >= floor}
+                        rejected.update(acc.keys() - kept.keys())
+                        acc = kept
         best = heapq.nsmallest(top_k, acc.items(), key=lambda e: (-e[1], names[e[0]]))
         return [Hit(names[d], s) for d, s in best]
 

@@ -122,6 +122,9 @@ def test_pruned_top_k_equals_the_exhaustive_ranking(
     index = SearchIndex.build(docs)
     query = " ".join(q)
     assert [h.name for h in index.search(query, top_k=k)] == _exhaustive(index, query, k)
+    even = {d.name for d in docs[::2]}  # a visibility filter, as sessions use one
+    filtered = [n for n in _exhaustive(index, query, len(docs)) if n in even][:k]
+    assert [h.name for h in index.search(query, top_k=k, allow=even.__contains__)] == filtered
 
 
 @settings(max_examples=40, deadline=None)
