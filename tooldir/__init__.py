@@ -14,16 +14,23 @@ from .errors import (
     ToolDirError,
     TrustError,
 )
+from .hooks import Deny, HookCall, Redact, Rewrite
 from .loader import LoadConfig, Loader, load, make_config
 from .model import BuiltinSpec, Diagnostic, Manifest, Risk, Severity, Source, Status, ToolRecord, Trust
 from .policy import Policy, load_policy
+from .registry import CallError, CallGate, CallResult, Registry
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
 
 __all__ = [
     "BuiltinSpec",
+    "CallError",
+    "CallGate",
+    "CallResult",
     "ConfigError",
+    "Deny",
     "Diagnostic",
     "ExecutionError",
+    "HookCall",
     "LoadConfig",
     "Loader",
     "Manifest",
@@ -31,6 +38,9 @@ __all__ = [
     "PermissionDeniedError",
     "Policy",
     "PolicyError",
+    "Redact",
+    "Registry",
+    "Rewrite",
     "Risk",
     "SandboxError",
     "Severity",

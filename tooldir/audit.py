@@ -117,7 +117,7 @@ class JsonlAudit:
                 line["hash"] = digest
                 data = _canonical(line) + b"\n"
                 os.write(fd, data)
-                os.fsync(fd)
+                os.fdatasync(fd)  # appended data and the new size reach the disk
                 self._cache = (size + len(data), seq + 1, digest)
             finally:
                 os.close(fd)  # also releases the flock

@@ -268,7 +268,10 @@ class Registry:
         record = builtin.record if builtin is not None else self._resolve(name, by_name)
         trace.record = record
         if session is not None:
-            refusal = session.authorize(record)
+            try:
+                refusal = session.authorize(record)
+            except Exception as exc:  # a broken gate refuses: fail closed
+                raise _Stop("session-refused", f"the session check failed: {type(exc).__name__}: {exc}") from None
             if refusal is not None:
                 code, message = refusal
                 raise _Stop(str(code) or "session-refused", str(message))

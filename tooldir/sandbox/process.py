@@ -191,6 +191,7 @@ def _wait_gone(pid: int | None) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + _KILL_WAIT_S
+    pause = 0.0002
     while time.monotonic() < deadline:
         try:
             with open(f"/proc/{pid}/stat", "rb") as fh:
@@ -199,7 +200,8 @@ def _wait_gone(pid: int | None) -> None:
             return
         if state in (b"Z", b"X"):
             return
-        time.sleep(0.002)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)
 
 
 def _pump(

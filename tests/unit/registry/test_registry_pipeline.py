@@ -253,3 +253,22 @@ def test_risk_of_a_directory_tool_comes_from_its_manifest(tmp_path: Path) -> Non
     setup.registry.add_pre_hook(lambda *, call, input: calls.append(call), name="spy")
     setup.registry.call("echo", {"text": "x"})
     assert calls[0].risk is Risk.EXTERNAL_READ and calls[0].digest is not None
+
+
+def test_a_session_gate_that_raises_refuses_the_call(tmp_path: Path) -> None:
+    class BrokenGate:
+        def authorize(self, record: ToolRecord) -> tuple[str, str] | None:
+            raise RuntimeError("session store offline")
+
+    box = FakeSandbox()
+    setup = registry_for(tmp_path, user_dir=user_tool(tmp_path), sandbox=box, audit=MemoryAudit())
+    result = setup.registry.call("echo", {"text": "x"}, session=BrokenGate())
+    assert result.error is not None and result.error.code == "session-refused"
+    assert "session store offline" in result.error.message and box.requests == []
+
+
+def test_public_api_exports_the_registry_surface() -> None:
+    import tooldir
+
+    for name in ("Registry", "CallResult", "CallError", "CallGate", "Deny", "Rewrite", "Redact", "HookCall"):
+        assert name in tooldir.__all__ and hasattr(tooldir, name)

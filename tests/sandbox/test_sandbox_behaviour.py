@@ -1,0 +1,181 @@
+"""What a tool sees in the sandbox, the example tools through the CLI, and the fail-closed path when
+no sandbox works."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+from toolkit import make_tool
+
+import tooldir.sandbox
+from tooldir._cli import main
+from tooldir.loader import Loader, make_config
+from tooldir.policy import Policy
+from tooldir.registry import Registry
+from tooldir.snapshot import SnapshotStore
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "fixtures" / "example"
+
+INSPECT = """\
+import json, os, sys
+request = json.load(sys.stdin)
+print(json.dumps({"ok": True, "content": {
+    "argv": sys.argv, "request": request, "cwd": os.getcwd(), "env": dict(os.environ),
+    "files": sorted(os.listdir(".")), "uid": os.getuid(),
+}}))
+"""
+
+CONNECT = """\
+import json, socket, sys
+request = json.load(sys.stdin)
+s = socket.create_connection(("127.0.0.1", request["input"]["port"]), timeout=2)
+s.sendall(b"hello")
+print(json.dumps({"ok": True, "content": "sent"}))
+"""
+
+
+def registry_with(tmp_path: Path, policy: Policy, **tool: Any) -> Registry:
+    user = tmp_path / "user"
+    make_tool(user, "probe_tool", **tool)
+    state = tmp_path / "state"
+    config = make_config(project=None, user_dirs=[user], policy=policy, state_dir=state)
+    return Registry(SnapshotStore(Loader(config).load()), policy=policy, state_dir=state)
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_the_tool_gets_its_input_only_on_stdin_with_a_scrubbed_env_in_its_verified_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ALLOWED_TOKEN", "tok")
+    monkeypatch.setenv("UNDECLARED", "nope")
+    policy = Policy.model_validate({"sandbox": {"env_allow": ["ALLOWED_TOKEN"]}})
+    execute = {"command": ["python3", "run.py"], "env": ["ALLOWED_TOKEN"]}
+    registry = registry_with(tmp_path, policy, script=INSPECT, execute=execute)
+    hostile = {"text": "--output=/root/.bashrc; rm -rf ~ $(id)"}  # argument injection
+    result = registry.call("probe_tool", hostile, context={"conversation": "c1"})
+    assert result.ok, result.error
+    seen = result.content
+    assert seen["argv"] == ["run.py"]  # never spliced into argv
+    assert seen["request"] == {"version": 1, "input": hostile, "context": {"conversation": "c1"}}
+    assert seen["cwd"] == "/tool" and seen["files"] == ["run.py", "schema.json"]
+    assert seen["env"]["ALLOWED_TOKEN"] == "tok" and "UNDECLARED" not in seen["env"]
+    assert seen["uid"] != 0
+    assert not (Path.home() / ".bashrc").exists()
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_network_is_given_only_when_declared_and_allowed_by_policy(tmp_path: Path) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(5)
+    port = listener.getsockname()[1]
+    schema = {"type": "object", "properties": {"port": {"type": "integer"}}, "required": ["port"]}
+    execute = {"command": ["python3", "run.py"], "network": True}
+    try:
+        denied = registry_with(tmp_path / "a", Policy(), script=CONNECT, input_schema=schema, execute=execute)
+        refused = denied.call("probe_tool", {"port": port})
+        assert refused.error is not None and refused.error.code == "tool-failed"
+        allowed_policy = Policy.model_validate({"sandbox": {"network": True}})
+        allowed = registry_with(tmp_path / "b", allowed_policy, script=CONNECT, input_schema=schema, execute=execute)
+        result = allowed.call("probe_tool", {"port": port})
+        assert result.ok, result.error
+        conn, _ = listener.accept()
+        assert conn.recv(5) == b"hello"
+        conn.close()
+    finally:
+        listener.close()
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+@pytest.mark.parametrize(
+    ("tool", "value", "expected"),
+    [
+        ("json_format", {"document": "[1,2]", "indent": 0}, "[1,2]"),
+        (
+            "hash_text",
+            {"text": "abc"},
+            {"algorithm": "sha256", "hexdigest": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        ),
+        ("unit_convert", {"value": 0, "from_unit": "C", "to_unit": "K"}, {"value": 273.15, "unit": "K"}),
+    ],
+    ids=["json_format", "hash_text", "unit_convert"],
+)
+def test_the_example_tools_run_through_tooldir_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tool: str, value: dict[str, Any], expected: Any
+) -> None:
+    argv = ["run", tool, "--input", json.dumps(value), "--json", "--user-dir", str(EXAMPLES / "user")]
+    argv += ["--project", str(EXAMPLES / "project"), "--state-dir", str(tmp_path / "state")]
+    code = main(argv)
+    printed = json.loads(capsys.readouterr().out)
+    assert code == 0, printed
+    assert set(printed) == {"ok", "content", "error", "audit_id"}
+    assert printed["ok"] is True and printed["error"] is None and printed["content"] == expected
+    assert main(["audit", "verify", "--json", "--state-dir", str(tmp_path / "state")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is True and report["lines"] == 1
+
+
+def test_cli_run_exit_codes_follow_the_error_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    common = [
+        "--json",
+        "--user-dir",
+        str(EXAMPLES / "user"),
+        "--project",
+        str(tmp_path),
+        "--state-dir",
+        str(tmp_path / "s"),
+    ]
+    assert main(["run", "json_format", "--input", '{"document": 5}', *common]) == 2
+    assert json.loads(capsys.readouterr().out)["error"]["code"] == "invalid-input"
+    assert main(["run", "no_such_tool", "--input", "{}", *common]) == 2
+    assert json.loads(capsys.readouterr().out)["error"]["code"] == "unknown-tool"
+    policy = tmp_path / "plan.toml"
+    policy.write_text('[permissions]\ndeny = ["json_*"]\n')
+    assert main(["run", "json_format", "--input", '{"document": "1"}', "--policy", str(policy), *common]) == 3
+    assert json.loads(capsys.readouterr().out)["error"]["code"] == "permission-denied"
+    assert main(["run", "json_format", "--input", "[1", *common]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    assert main(["run", "json_format", "--input-file", str(tmp_path / "missing.json"), *common]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_audit_verify_reports_the_first_broken_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tooldir.audit import AuditEvent, JsonlAudit
+
+    sink = JsonlAudit(tmp_path / "audit.jsonl")
+    for n in range(3):
+        sink.record(AuditEvent(f"t{n}", "user", None, "sha256:x", "allow", None, "ok", None, 1.0))
+    lines = (tmp_path / "audit.jsonl").read_bytes().splitlines(keepends=True)
+    (tmp_path / "audit.jsonl").write_bytes(lines[0] + lines[2])  # line 2 deleted
+    assert main(["audit", "verify", "--json", "--state-dir", str(tmp_path)]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False and report["broken_line"] == 2
+
+
+def test_without_a_working_sandbox_directory_tools_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tooldir.sandbox, "probe", lambda policy: "bwrap: setting up uid map: Permission denied")
+    registry = registry_with(tmp_path, Policy())
+    result = registry.call("probe_tool", {"text": "x"})
+    assert result.error is not None and result.error.code == "sandbox-unavailable"
+    assert "Permission denied" in result.error.message and "unsafe_allow_unsandboxed" in result.error.message
+
+
+def test_the_unsafe_opt_in_runs_unsandboxed_and_warns_on_every_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(tooldir.sandbox, "probe", lambda policy: "no bwrap")
+    policy = Policy.model_validate({"sandbox": {"unsafe_allow_unsandboxed": True}})
+    registry = registry_with(tmp_path, policy)
+    with caplog.at_level(logging.WARNING, logger="tooldir"):
+        first = registry.call("probe_tool", {"text": "a"})
+        second = registry.call("probe_tool", {"text": "b"})
+    assert first.ok and first.content == {"text": "a"} and second.content == {"text": "b"}
+    runs = [r for r in caplog.records if "WITHOUT a sandbox" in r.getMessage()]
+    assert len(runs) == 2
