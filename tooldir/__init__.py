@@ -3,6 +3,7 @@
 Public surface only; everything not in ``__all__`` is private.
 """
 
+from .catalog import ToolDef
 from .errors import (
     ConfigError,
     ExecutionError,
@@ -19,7 +20,10 @@ from .loader import LoadConfig, Loader, load, make_config
 from .model import BuiltinSpec, Diagnostic, Manifest, Risk, Severity, Source, Status, ToolRecord, Trust
 from .policy import Policy, load_policy
 from .registry import CallError, CallGate, CallResult, Registry
+from .search import SearchIndex
+from .session import IndexFollower, SearchResult, Session
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
+from .tokens import TokenCounter, TokenReport
 
 __all__ = [
     "BuiltinSpec",
@@ -31,6 +35,7 @@ __all__ = [
     "Diagnostic",
     "ExecutionError",
     "HookCall",
+    "IndexFollower",
     "LoadConfig",
     "Loader",
     "Manifest",
@@ -43,6 +48,9 @@ __all__ = [
     "Rewrite",
     "Risk",
     "SandboxError",
+    "SearchIndex",
+    "SearchResult",
+    "Session",
     "Severity",
     "Snapshot",
     "SnapshotDiff",
@@ -50,6 +58,9 @@ __all__ = [
     "Source",
     "StateError",
     "Status",
+    "TokenCounter",
+    "TokenReport",
+    "ToolDef",
     "ToolDirError",
     "ToolRecord",
     "Trust",
