@@ -211,3 +211,17 @@ def test_verification_results_are_cached_by_content(tmp_path: Path, message: Pat
     assert sg.cache_size() == 1
     assert sg.verify_minisign(sig, pub, b"other") is not None
     assert sg.cache_size() == 2
+
+
+@given(
+    st.lists(
+        st.sampled_from(["alice", "a,b", '"x y"', 'namespaces="tooldir"', "valid-after=2026", "ssh-ed25519", "ssh-rsa"])
+        | st.text(max_size=40),
+        max_size=6,
+    )
+)
+def test_arbitrary_allowed_signers_lines_become_problems_never_crashes(tokens: list[str]) -> None:
+    text = " ".join(tokens) + "\n" + " ".join(tokens)
+    signers, problems = sg.parse_allowed_signers(text, "f")
+    assert len(signers) + len(problems) <= len(text.splitlines())
+    assert all(p.startswith("f line ") for p in problems)
