@@ -30,4 +30,6 @@ def test_poisoned_directory_ends_in_its_code_without_running_anything_while_good
     assert "runnable" not in checks, checks["runnable"].message
     for name in ("outcome", "canary", "control", "state"):
         assert checks[name].passed, f"{name}: {checks[name].message} (observed: {result.observed})"
+    if scenario.calls:  # execution drills: every attempt is in the audit log
+        assert checks["audit"].passed, checks["audit"].message
     assert result.passed
