@@ -82,6 +82,8 @@ def apply_step(
         runtime.reload()
     elif do == "approve":
         approve(arena, arena.resolve(given(step.tool)), builtins)
+    elif do == "pin":
+        pin(arena, arena.resolve(given(step.tool)), builtins, where)
     elif do == "forge-approval":
         approve(arena, arena.resolve(given(step.tool)), builtins, state_dir=arena.resolve(given(step.into)))
     elif do == "write":
@@ -134,6 +136,22 @@ def corrupt(arena: Arena, path: str, line: int, column: int, where: str) -> None
     row[column - 1] = ord("B") if row[column - 1] == ord("A") else ord("A")
     lines[line - 1] = bytes(row)
     target.write_bytes(b"\n".join(lines))
+
+
+def pin(arena: Arena, package: Path, builtins: tuple[BuiltinSpec, ...], where: str) -> None:
+    """The user pins the package's current digest in their policy (``[pins] name = digest``)."""
+    record = next((t for t in load(builtins).tools if t.path == str(package)), None)
+    if record is None or record.digest is None:
+        raise ScenarioError(f"{where}: cannot pin {package}: it does not load cleanly", path=arena.scenario)
+    target = arena.config / "tooldir" / "policy.toml"
+    text = target.read_text(encoding="utf-8") if target.exists() else ""
+    line = f'{record.name} = "{record.digest}"\n'
+    lines = text.splitlines(keepends=True)
+    if "[pins]\n" in lines:
+        lines.insert(lines.index("[pins]\n") + 1, line)
+    else:
+        lines += ["\n" if lines and not lines[-1].endswith("\n") else "", "[pins]\n", line]
+    write_policy(arena, "".join(lines))
 
 
 def write_policy(arena: Arena, text: str) -> None:

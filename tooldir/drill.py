@@ -119,6 +119,7 @@ class Plant(_Frozen):
 
 StepKind = Literal[
     "approve",
+    "pin",
     "forge-approval",
     "write",
     "remove",
@@ -135,6 +136,7 @@ StepKind = Literal[
 
 _STEP_NEEDS: dict[str, tuple[str, ...]] = {
     "approve": ("tool",),
+    "pin": ("tool",),
     "forge-approval": ("tool", "into"),
     "write": ("path",),
     "remove": ("path",),
