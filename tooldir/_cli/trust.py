@@ -471,7 +471,9 @@ def _explain(package: Package, judged: Judgement, policy: Policy) -> list[dict[s
             steps.extend(s.to_json() for s in verdict.steps)
     if "approval" in rules.require:
         found = {d.code for d in assessment.diagnostics}
-        if assessment.trust.method == "approved":
+        if assessment.trust.trusted and assessment.trust.method != "approved":
+            add("approval", None, f"not needed: trusted as {assessment.trust.method}")
+        elif assessment.trust.method == "approved":
             add(
                 "approval",
                 True,
