@@ -24,6 +24,7 @@ import os
 import stat
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -109,6 +110,7 @@ class _Pending:
     trust: bool = False
     policy: bool = False
     rearm: bool = False
+    stale: set[str] = field(default_factory=set)  # folders replaced: watches at or below them are renewed
     full: bool = False
     first: float = 0.0
     last: float = 0.0
@@ -243,6 +245,12 @@ class Watcher:
                 raise RuntimeError("a Watcher can be started once")
             self._started = True
         logging.getLogger("watchdog.observers.inotify_c").addHandler(self._hook)
+        # watchdog warns when it re-registers its own callback on a folder it already watches (a
+        # folder created and moved in quick succession); the watch stays correct. Under ``-W error``
+        # that warning would kill watchdog's reader thread and silently end all events.
+        warnings.filterwarnings(
+            "ignore", message=r"Callback with id .* already exists for watch", category=RuntimeWarning
+        )
         try:
             self._observer = self._observer_factory()
             self._observer.start()
@@ -323,14 +331,15 @@ class Watcher:
                 want[key] = ident
         return want
 
-    def _arm(self) -> None:
-        """Bring the scheduled watches in line with the folders that exist now."""
+    def _arm(self, stale: set[str] | frozenset[str] = frozenset()) -> None:
+        """Bring the scheduled watches in line with the folders that exist now; watches at or
+        below a ``stale`` folder (deleted, moved or replaced) are renewed."""
         observer = self._observer
         if observer is None:
             return
         desired = self._desired()
         for key, (watch, ident) in list(self._watches.items()):
-            if desired.get(key) != ident:
+            if desired.get(key) != ident or any(_under(key[0], s) is not None for s in stale):
                 del self._watches[key]
                 try:
                     observer.unschedule(watch)
@@ -412,7 +421,9 @@ class Watcher:
                     continue  # its listing changed: the child's own event says which (chmod is "attrib")
                 structural = kind in _STRUCTURAL
                 if structural:
+                    # a new folder may reuse the inode number of the deleted one: renew the watches
                     pending.rearm = True
+                    pending.stale.add(path)
                 if target.kind == "root" and target.root is not None:
                     pending.touch(target.root.path, None, whole=structural)
                 elif target.kind == "state":
@@ -475,7 +486,7 @@ class Watcher:
 
     def _process(self, batch: _Pending) -> None:
         if batch.rearm:
-            self._arm()
+            self._arm(batch.stale)
         full = batch.full
         if batch.policy and self._policy_file is not None:
             full = self._reload_policy() or full
