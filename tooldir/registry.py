@@ -24,6 +24,7 @@ denials included, is one audit line. Error codes (``CallResult.error.code``) are
 ``tool-failed``               the tool exited non-zero or was killed by a signal
 ``tool-error``                the tool answered ``{"ok": false, ...}``
 ``handler-failed``            a builtin handler raised
+``invalid-output``            a builtin or a post hook produced content that is not plain JSON
 ``audit-failed``              the audit line could not be written (the result is withheld)
 ============================  =====================================================================
 """
@@ -286,7 +287,7 @@ class Registry:
         call = HookCall(record.name, record.source, risk, record.digest, getattr(session, "id", None))
         data = self._run_pre_hooks(call, data, validator)
         trace.input = data
-        ctx = {} if context is None else thaw(context)
+        ctx = _check_context(context)
         if builtin is not None:
             trace.ran = True
             try:
@@ -296,7 +297,12 @@ class Registry:
         else:
             content = self._run_directory_tool(record, data, ctx)
             trace.ran = True
-        return self._run_post_hooks(call, content)
+        content = self._run_post_hooks(call, content)
+        try:
+            json.dumps(content, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise _Stop("invalid-output", f"the result is not plain JSON: {exc}", ran=True) from None
+        return content
 
     def _resolve(self, name: Any, by_name: Mapping[str, ToolRecord]) -> ToolRecord:
         if not isinstance(name, str):
@@ -512,6 +518,19 @@ def _interpret(result: RunResult, timeout: float, cap: int) -> Any:
             message = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
             raise _Stop("tool-error", message or "the tool reported an error", ran=True, content=content)
     return sanitize_text(text)
+
+
+def _check_context(context: Any) -> dict[str, Any]:
+    if context is None:
+        return {}
+    if not isinstance(context, Mapping):
+        raise _Stop("invalid-input", f"context must be a JSON object, not {type(context).__name__}")
+    try:
+        json.dumps(context, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise _Stop("invalid-input", f"context is not plain JSON: {exc}") from None
+    plain: dict[str, Any] = thaw(context)
+    return plain
 
 
 def _check_builtin_schema(name: str, schema: Any) -> dict[str, Any]:

@@ -179,3 +179,48 @@ def test_the_unsafe_opt_in_runs_unsandboxed_and_warns_on_every_use(
     assert first.ok and first.content == {"text": "a"} and second.content == {"text": "b"}
     runs = [r for r in caplog.records if "WITHOUT a sandbox" in r.getMessage()]
     assert len(runs) == 2
+
+
+MEMORY_HOG = """\
+import json, sys
+json.load(sys.stdin)
+hog = bytearray(1024 * 1024 * 1024)
+print(json.dumps({"ok": True, "content": len(hog)}))
+"""
+
+CPU_HOG = """\
+import json, sys
+json.load(sys.stdin)
+while True:
+    pass
+"""
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_memory_limit_stops_a_tool_that_allocates_too_much(tmp_path: Path) -> None:
+    policy = Policy.model_validate({"sandbox": {"memory_mb": 128}})
+    registry = registry_with(tmp_path, policy, script=MEMORY_HOG)
+    result = registry.call("probe_tool", {"text": "x"})
+    assert result.error is not None and result.error.code == "tool-failed"
+    assert "MemoryError" in result.error.message
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_cpu_limit_kills_a_busy_loop_before_the_wall_clock_timeout(tmp_path: Path) -> None:
+    policy = Policy.model_validate({"sandbox": {"cpu_s": 1, "timeout_s": 20}})
+    registry = registry_with(tmp_path, policy, script=CPU_HOG)
+    result = registry.call("probe_tool", {"text": "x"})
+    assert result.error is not None and result.error.code == "tool-failed"  # SIGXCPU, not a timeout
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_a_sandbox_that_fails_to_start_is_reported_as_sandbox_failed_not_as_a_tool_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tooldir.sandbox import bubblewrap
+
+    monkeypatch.setattr(bubblewrap, "sandbox_env", lambda extra=None: ["--no-such-bwrap-option"])
+    registry = registry_with(tmp_path, Policy())
+    result = registry.call("probe_tool", {"text": "x"})
+    assert result.error is not None and result.error.code == "sandbox-failed"
+    assert "no-such-bwrap-option" in result.error.message

@@ -38,6 +38,7 @@ class RunResult:
     stderr_truncated: bool
     timed_out: bool
     duration_ms: float
+    started: bool = True  # False when the sandbox never started the tool (set-up failed)
 
 
 class Sandbox(Protocol):

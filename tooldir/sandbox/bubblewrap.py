@@ -155,7 +155,7 @@ class BubblewrapSandbox:
             info_read, info_write = os.pipe()
             fds.append(info_read)
             args += ["--info-fd", str(info_write), "--", *argv]
-            return spawn_and_collect(
+            result = spawn_and_collect(
                 args,
                 stdin=request.stdin,
                 env={},
@@ -171,6 +171,10 @@ class BubblewrapSandbox:
         finally:
             for fd in fds:
                 os.close(fd)
+        if not result.started and not result.timed_out:
+            why = result.stderr.decode("utf-8", "replace").strip()[-500:] or f"exit status {result.exit_code}"
+            raise SandboxError(f"bubblewrap could not start the tool: {why}", code="sandbox-failed")
+        return result
 
 
 def _memfd(data: bytes, fds: list[int]) -> int:

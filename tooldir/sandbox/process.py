@@ -151,9 +151,11 @@ def spawn_and_collect(
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
+        child = None
         if info_fd is not None:
             _drain(info_fd, info)
-            _wait_gone(_child_pid(info.value()))
+            child = _child_pid(info.value())
+            _wait_gone(child, kill=proc.returncode is None or proc.returncode < 0 or timed_out)
     code = proc.returncode
     killed = timed_out or out.truncated or err.truncated
     return RunResult(
@@ -165,6 +167,7 @@ def spawn_and_collect(
         stderr_truncated=err.truncated,
         timed_out=timed_out,
         duration_ms=(time.perf_counter() - started) * 1000,
+        started=info_fd is None or child is not None,
     )
 
 
@@ -184,12 +187,13 @@ def _child_pid(info: bytes) -> int | None:
     return pid if isinstance(pid, int) and pid > 1 else None
 
 
-def _wait_gone(pid: int | None) -> None:
+def _wait_gone(pid: int | None, *, kill: bool) -> None:
     """Wait (bounded) until the sandbox's init has exited: its pid namespace is then empty."""
     if pid is None:
         return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGKILL)
+    if kill:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + _KILL_WAIT_S
     pause = 0.0002
     while time.monotonic() < deadline:

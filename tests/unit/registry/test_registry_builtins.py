@@ -118,3 +118,10 @@ def test_registry_overhead_for_a_builtin_call_stays_small(tmp_path: Path) -> Non
         setup.registry.call("noop", {"n": 1})
     per_call_ms = (time.perf_counter() - start) * 1000 / 500
     assert per_call_ms < 2.0  # generous bound for a noisy CI box; the benchmark reports the real figure
+
+
+def test_a_handler_returning_non_json_content_gives_invalid_output(tmp_path: Path) -> None:
+    setup = registry_for(tmp_path, audit=MemoryAudit())
+    setup.registry.register("sets", NOOP_SCHEMA, lambda *, input, context: {1, 2}, description="x")
+    result = setup.registry.call("sets", {})
+    assert result.error is not None and result.error.code == "invalid-output" and result.content is None

@@ -272,3 +272,12 @@ def test_public_api_exports_the_registry_surface() -> None:
 
     for name in ("Registry", "CallResult", "CallError", "CallGate", "Deny", "Rewrite", "Redact", "HookCall"):
         assert name in tooldir.__all__ and hasattr(tooldir, name)
+
+
+@pytest.mark.parametrize("context", [["a"], {"when": object()}, {"x": float("inf")}], ids=["list", "object", "inf"])
+def test_a_context_that_is_not_a_plain_json_object_is_invalid_input(tmp_path: Path, context: Any) -> None:
+    box = FakeSandbox()
+    setup = registry_for(tmp_path, user_dir=user_tool(tmp_path), sandbox=box, audit=MemoryAudit())
+    result = setup.registry.call("echo", {"text": "x"}, context=context)
+    assert result.error is not None and result.error.code == "invalid-input" and "context" in result.error.message
+    assert box.requests == []
