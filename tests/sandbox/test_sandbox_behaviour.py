@@ -224,3 +224,20 @@ def test_a_sandbox_that_fails_to_start_is_reported_as_sandbox_failed_not_as_a_to
     result = registry.call("probe_tool", {"text": "x"})
     assert result.error is not None and result.error.code == "sandbox-failed"
     assert "no-such-bwrap-option" in result.error.message
+
+
+def test_the_unsafe_path_still_runs_a_private_verified_copy_without_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    monkeypatch.setattr(tooldir.sandbox, "probe", lambda policy: "no bwrap")
+    policy = Policy.model_validate({"sandbox": {"unsafe_allow_unsandboxed": True}})
+    registry = registry_with(tmp_path, policy, script=INSPECT)
+    result = registry.call("probe_tool", {"text": "x"})
+    assert result.ok, result.error
+    assert not result.content["cwd"].startswith(str(tmp_path / "user"))  # not the live package
+    assert "HOME" in result.content["env"] and result.content["env"]["HOME"] == "/nonexistent"
+    if os.geteuid() == 0:
+        assert result.content["uid"] == policy.sandbox.run_as_uid
+    assert not Path(result.content["cwd"]).exists()  # the private copy is removed afterwards

@@ -1,18 +1,22 @@
 """Running without isolation: only when the policy sets ``sandbox.unsafe_allow_unsandboxed`` and no
-sandbox works. The verified copy still runs (not the live package), with a scrubbed environment,
-rlimits, the timeout and output caps; but the tool can read the user's files and use the network.
-Every run logs a warning."""
+sandbox works. The verified bytes still run (a fresh private copy, never the live package), as an
+unprivileged uid when tooldir is root, with a scrubbed environment, rlimits, the timeout and output
+caps; but the tool can read whatever that uid can read and use the network. Every run logs a
+warning."""
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from ..policy import SandboxPolicy
 from . import RunRequest, RunResult
 from .bubblewrap import TOOL_DIR, tool_argv
-from .process import Identity, spawn_and_collect
-from .store import materialize
+from .process import identity_for, spawn_and_collect
+from .store import verified_files
 
 log = logging.getLogger("tooldir")
 
@@ -23,23 +27,37 @@ class UnsafeUnsandboxed:
     def __init__(self, policy: SandboxPolicy, state_dir: Path) -> None:
         self.policy = policy
         self.store_dir = Path(state_dir) / "sandbox" / "packages"
+        self.identity = identity_for(policy)
 
     def run(self, request: RunRequest) -> RunResult:
         log.warning(
             "running %s WITHOUT a sandbox (policy sandbox.unsafe_allow_unsandboxed = true)", request.record.name
         )
-        package = materialize(request.record, self.store_dir)
+        _, contents = verified_files(request.record, self.store_dir)
         argv = tool_argv(request.record)
-        if argv[0].startswith(TOOL_DIR + "/"):
-            argv[0] = str(package / argv[0][len(TOOL_DIR) + 1 :])
-        env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8", **request.env}
-        return spawn_and_collect(
-            argv,
-            stdin=request.stdin,
-            env=env,
-            timeout_s=request.timeout_s,
-            cap=self.policy.max_output_bytes,
-            policy=self.policy,
-            identity=Identity(None, None),
-            cwd=str(package),
-        )
+        workdir = Path(tempfile.mkdtemp(prefix="tooldir-unsafe-"))
+        try:
+            for f, data in zip(request.record.files, contents, strict=True):
+                dest = workdir / f.path
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(data)
+                os.chmod(dest, 0o555 if f.executable else 0o444)
+            for folder, _, _ in os.walk(workdir):
+                os.chmod(folder, 0o555)  # noqa: S103 - a read-only copy the (dropped) uid must enter
+            if argv[0].startswith(TOOL_DIR + "/"):
+                argv[0] = str(workdir / argv[0][len(TOOL_DIR) + 1 :])
+            env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8", **request.env}
+            return spawn_and_collect(
+                argv,
+                stdin=request.stdin,
+                env=env,
+                timeout_s=request.timeout_s,
+                cap=self.policy.max_output_bytes,
+                policy=self.policy,
+                identity=self.identity,
+                cwd=str(workdir),
+            )
+        finally:
+            for folder, _, _ in os.walk(workdir):
+                os.chmod(folder, 0o700)
+            shutil.rmtree(workdir, ignore_errors=True)
