@@ -34,6 +34,7 @@ from .catalog import (
     directory_entry,
     directory_text,
     tool_def,
+    tool_reference_blocks,
 )
 from .errors import PermissionDeniedError
 from .model import BuiltinSpec, Risk, Source, Status, ToolRecord, Trust
@@ -123,6 +124,10 @@ class SearchResult:
             out["hint"] = self.hint
         return out
 
+    def tool_reference_blocks(self) -> list[dict[str, str]]:
+        """The matches as Anthropic ``tool_reference`` blocks (for ``defer_loading`` requests)."""
+        return tool_reference_blocks(m.name for m in self.matches)
+
 
 @dataclass(slots=True)
 class _Loaded:
@@ -182,6 +187,7 @@ class Session:
         self._log: list[dict[str, Any]] = []
         self._subscribers: list[Callable[[int], None]] = []
         self.version = 0
+        self._dirty = False
         self._working_digest = self._working_key()
         self._unsubscribe = store.subscribe(self._on_publish)
 
@@ -328,7 +334,9 @@ class Session:
         selects = [s for s in selects if s]
         keyword = list(dict.fromkeys(keyword))
         with self._lock:
-            return self._search(selects, keyword, top_k, scope)
+            result = self._search(selects, keyword, top_k, scope)
+        self._flush()
+        return result
 
     def _search(self, selects: list[str], keyword: list[str], top_k: int, scope: str) -> SearchResult:
         view = self._view()
@@ -520,7 +528,9 @@ class Session:
             self.turn += 1
             if dropped:
                 self._changed()
-            return self._log[before:]
+            steps = self._log[before:]
+        self._flush()
+        return steps
 
     def explanations(self) -> list[dict[str, Any]]:
         """Every promotion and re-deferral so far, with the numbers behind it."""
@@ -552,10 +562,18 @@ class Session:
         return tuple((d.name, d.digest) for d in self.working_set(pin=False))
 
     def _changed(self) -> None:
+        """Record a working-set change (under the lock); :meth:`_flush` notifies after release."""
         self._working_digest = self._working_key()
         self.version += 1
-        version, subscribers = self.version, list(self._subscribers)
-        for fn in subscribers:
+        self._dirty = True
+
+    def _flush(self) -> None:
+        with self._lock:
+            if not self._dirty:
+                return
+            self._dirty = False
+            version, subscribers = self.version, list(self._subscribers)
+        for fn in subscribers:  # outside the lock: a subscriber may call back into the session
             fn(version)
 
     def _on_publish(self, snapshot: Snapshot, change: SnapshotDiff) -> None:
@@ -563,6 +581,7 @@ class Session:
         with self._lock:
             if self._working_key() != self._working_digest:
                 self._changed()
+        self._flush()
 
     def close(self) -> None:
         """Persist usage priors (if a state dir was given) and stop following the store."""

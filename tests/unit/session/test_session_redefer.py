@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,20 @@ def test_usage_numbers_are_explained_for_a_fresh_tool() -> None:
     usage = Usage(alpha=0.4, beta=1.6)
     verdict = judge(DeferPolicy(), usage, schema_tokens=200, pinned=False)
     assert not verdict.redefer and "idle 0 < 3" in verdict.reason
+
+
+def test_subscribers_are_notified_outside_the_session_lock(tmp_path: Path) -> None:
+    s = setup(tmp_path)
+    names: list[list[str]] = []
+
+    def on_change(version: int) -> None:
+        # another thread reads the working set while this callback waits for it (an MCP server does this)
+        worker = threading.Thread(target=lambda: names.append([d.name for d in s.session.working_set()]))
+        worker.start()
+        worker.join(timeout=5)
+        assert not worker.is_alive()
+
+    s.session.subscribe(on_change)
+    s.session.tool_search(tool_names=["stock_quote"])
+    assert names == [["tool_search", "defer_execute_tool", "stock_quote"]]
+    assert s.session.tool_search(tool_names=["stock_quote"]).tool_reference_blocks() == []  # repeat: hint only
