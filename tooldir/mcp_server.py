@@ -21,6 +21,7 @@ nothing but protocol messages can reach the client's stdout pipe.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -28,11 +29,13 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 import mcp_types as types
 from anyio.from_thread import BlockingPortal
@@ -52,8 +55,10 @@ from .snapshot import SnapshotStore
 from .watch import Watcher, WatchProblem
 
 log = logging.getLogger("tooldir.serve")
+T = TypeVar("T")
 
 SERVER_NAME = "tooldir"
+MAX_CONCURRENT_CALLS = 16  # tools/call runs at once per connection; more wait their turn
 DEFAULT_TURN_IDLE_S = 30.0
 CALL_CONTEXT: Mapping[str, Any] = {"via": "mcp"}
 AUDIT_META_KEY = "tooldir/audit_id"
@@ -254,6 +259,7 @@ class ToolServer:
         self.notifier = ListChangedNotifier()
         self._wire: dict[int, tuple[ToolDef, dict[str, Any]]] = {}  # rendering 10k tools is not free
         self._portal: BlockingPortal | None = None
+        self._limiter: anyio.CapacityLimiter | None = None
         self._activity = threading.Lock()
         self._last_call: float | None = None
         self._unsubscribe = session.subscribe(self._on_session_change)
@@ -344,7 +350,13 @@ class ToolServer:
         )
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any] | None) -> types.CallToolResult:
-        return await anyio.to_thread.run_sync(self.call_tool_sync, name, arguments)
+        """Run the call off the loop. A cancelled request (the client cancelled it, or hung up)
+        stops waiting at once; the run finishes in the background, or dies with the process."""
+        limiter = self._limiter
+        if limiter is None:
+            return await _off_loop(lambda: self.call_tool_sync(name, arguments))
+        async with limiter:
+            return await _off_loop(lambda: self.call_tool_sync(name, arguments))
 
     def _turn_boundary(self) -> None:
         with self._activity:
@@ -359,8 +371,9 @@ class ToolServer:
     # -- change notifications --------------------------------------------------------------------
 
     def attach(self, portal: BlockingPortal) -> None:
-        """Start delivering list_changed through ``portal`` (the protocol loop's)."""
+        """Start delivering list_changed through ``portal`` (the protocol loop's); call on the loop."""
         self._portal = portal
+        self._limiter = anyio.CapacityLimiter(MAX_CONCURRENT_CALLS)
 
     def detach(self) -> None:
         self._portal = None
@@ -383,6 +396,31 @@ class ToolServer:
         if self.watcher is not None:
             self.watcher.stop()
         self.session.close()
+
+
+async def _off_loop(fn: Callable[[], T]) -> T:
+    """``fn()`` in a fresh daemon thread. Unlike a worker-pool thread, an abandoned daemon thread
+    never holds the process open at exit, and the sandbox it spawned (``--die-with-parent``) dies
+    with it, so a client that hangs up mid-call leaves no process behind."""
+    token = anyio.lowlevel.current_token()
+    done = anyio.Event()
+    box: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:  # handed to the awaiting task below
+            box.append((False, exc))
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting any more
+                anyio.from_thread.run_sync(done.set, token=token)
+
+    threading.Thread(target=run, name="tooldir-mcp-call", daemon=True).start()
+    await done.wait()
+    ok, value = box[0]
+    if ok:
+        return cast(T, value)
+    raise value
 
 
 def _log_problem(problem: WatchProblem) -> None:

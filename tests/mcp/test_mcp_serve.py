@@ -8,6 +8,8 @@ import select
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -399,3 +401,39 @@ def test_stdout_carries_only_protocol_messages_while_logs_go_to_stderr(tree: dic
     assert set(by_id) == {1, 2, 3}
     assert by_id[3]["result"]["content"][0]["text"] == "fine"
     assert "serving" in stderr.decode()  # the logs went to stderr
+
+
+SLOW_POLICY = """
+[defer]
+mode = "on"
+rules = ["NoDefer(echo_eager)", "NoDefer(slow_tool)", "Defer(*)"]
+"""
+
+
+async def _until(predicate: Callable[[], bool], timeout: float) -> None:
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.05)
+
+
+async def test_hanging_up_during_a_long_call_ends_the_server_and_the_sandboxed_tool(tree: dict[str, Path]) -> None:
+    token = f"slow-{uuid.uuid4().hex}"  # appears in the sandboxed process's argv, so it can be found
+    make_tool(
+        tree["user"],
+        "slow_tool",
+        description="Sleep for a minute.",
+        script="import sys, time\nsys.stdin.read()\ntime.sleep(60)\n",
+        execute={"command": ["python3", "run.py", token], "timeout_s": 60, "network": False, "env": []},
+    )
+    policy = tree["tmp"] / "slow.toml"
+    policy.write_text(SLOW_POLICY)
+    with anyio.fail_after(TEST_BOUND_S):
+        async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=policy) as s:
+            assert "slow_tool" in await s.list_names()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(s.client.call_tool, "slow_tool", {"text": "x"})
+                await _until(lambda: bool(processes_mentioning(token)), WAIT_S)  # the tool is running
+                tg.cancel_scope.cancel()  # the client gives up on the call and hangs up
+        # the stdio client waits 2 s for a voluntary exit before it signals the server
+        await _until(lambda: not processes_mentioning(token) and not processes_mentioning(s.marker), WAIT_S)
+    assert "the client closed the connection; shut down cleanly" in s.log_file.read_text()
