@@ -29,7 +29,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -178,19 +178,6 @@ def call_tool_result(
     )
 
 
-def tools_fingerprint(tools: Sequence[types.Tool]) -> tuple[tuple[str, str], ...]:
-    """What a client would see of a tool list, cheap to compare: (name, schema+text digest) pairs."""
-    return tuple(sorted((t.name, _digest_tool(t)) for t in tools))
-
-
-def _digest_tool(tool: types.Tool) -> str:
-    return json.dumps(
-        [tool.description, tool.input_schema, tool.annotations.model_dump() if tool.annotations else None],
-        sort_keys=True,
-        ensure_ascii=False,
-    )
-
-
 # ------------------------------------------------------------------------------------------------
 # list_changed delivery, both protocol eras
 
@@ -208,7 +195,6 @@ class ListChangedNotifier:
     def __init__(self) -> None:
         self.bus = InMemorySubscriptionBus()
         self._legacy: ServerSession | None = None
-        self.sent = 0
 
     async def observe(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """Server middleware: remember the handshake-era channel once the handshake is done."""
@@ -217,7 +203,6 @@ class ListChangedNotifier:
         return await call_next(ctx)
 
     async def tools_changed(self) -> None:
-        self.sent += 1
         await self.bus.publish(ToolsListChanged())
         if self._legacy is not None:
             try:

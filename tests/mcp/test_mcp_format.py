@@ -11,7 +11,6 @@ from tooldir.mcp_server import (
     call_tool_result,
     mcp_tool,
     tool_annotations,
-    tools_fingerprint,
 )
 from tooldir.model import Risk
 
@@ -96,12 +95,3 @@ def test_text_content_is_sent_verbatim_without_structured_content() -> None:
     assert isinstance(result.content[0], types.TextContent)
     assert result.content[0].text == "hello\nworld"
     assert result.structured_content is None
-
-
-def test_fingerprint_changes_with_schema_or_description_but_not_with_order() -> None:
-    a = mcp_tool("a", "A.", SCHEMA, Risk.READ)
-    b = mcp_tool("b", "B.", SCHEMA, Risk.READ)
-    b2 = mcp_tool("b", "B changed.", SCHEMA, Risk.READ)
-    assert tools_fingerprint([a, b]) == tools_fingerprint([b, a])
-    assert tools_fingerprint([a, b]) != tools_fingerprint([a, b2])
-    assert tools_fingerprint([a]) != tools_fingerprint([a, b])
