@@ -63,6 +63,13 @@ def _gc_paused() -> Iterator[None]:
         yield
     finally:
         if was:
+            # Promote what the build allocated straight to the oldest generation (freeze + unfreeze
+            # are two list splices) instead of letting the re-enabled GC scan every new, long-lived
+            # snapshot object in its young generations first (~20 us per tool at 10k). Cyclic
+            # garbage is still found, at the next full collection. Skipped if the host froze objects.
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 

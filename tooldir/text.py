@@ -49,24 +49,25 @@ _INJECTION_SOURCES = (
 _INJECTION = [(re.compile(source, re.I), reason) for reason, source in _INJECTION_SOURCES]
 
 
+def clean_strings_schema() -> dict[str, Any]:
+    """A JSON Schema, to be placed at ``#/$defs/clean``, that accepts a value when no string in it
+    (at any depth) matches an injection pattern. See :func:`_prefilter` for when this is sound."""
+    union = "(?i)" + "|".join(f"(?:{source})" for _, source in _INJECTION_SOURCES)
+    return {
+        "if": {"type": "string"},
+        "then": {"not": {"pattern": union}},
+        "items": {"$ref": "#/$defs/clean"},
+        "additionalProperties": {"$ref": "#/$defs/clean"},
+    }
+
+
 @cache
 def _prefilter() -> Any:
     """A compiled jsonschema-rs validator that accepts a JSON value when no string in it matches
     any injection pattern. Rust's regex engine scans a whole manifest in microseconds where eight
     Python regexes over every description cost hundreds. Sound on ASCII text only: there Python
     and ECMA/Rust agree on ``\\b``, ``\\s`` and case folding. None if it cannot be built."""
-    union = "(?i)" + "|".join(f"(?:{source})" for _, source in _INJECTION_SOURCES)
-    schema = {
-        "$defs": {
-            "clean": {
-                "if": {"type": "string"},
-                "then": {"not": {"pattern": union}},
-                "items": {"$ref": "#/$defs/clean"},
-                "additionalProperties": {"$ref": "#/$defs/clean"},
-            }
-        },
-        "$ref": "#/$defs/clean",
-    }
+    schema = {"$defs": {"clean": clean_strings_schema()}, "$ref": "#/$defs/clean"}
     # Every string is checked (not only descriptions): a superset, so the filter stays sound.
     try:
         return jsonschema_rs.Draft202012Validator(schema)

@@ -22,10 +22,18 @@ from .discover import MANIFEST, PackageScan
 from .model import Diagnostic, Manifest, Severity, error, warning
 from .names import explain_invalid, is_valid_name
 from .policy import Policy
-from .text import injection_reasons, invisible_characters, may_contain_injection, may_hide_characters
+from .text import (
+    clean_strings_schema,
+    injection_reasons,
+    invisible_characters,
+    may_contain_injection,
+    may_hide_characters,
+)
 
 _DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 _SHELL_META = re.compile(r"[;&|`<>]|\$\(|\$\{|^\$|\$[A-Za-z_]")
+#: An argument made only of these cannot hold a path separator, '~', '=', a variable or shell syntax.
+_PLAIN_ARG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+,@%-]*")
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish", "csh", "tcsh", "busybox", "env", "sudo", "doas"})
 
 
@@ -60,6 +68,25 @@ def _input_schema_meta_validator() -> Any:
     """Draft 2020-12 meta-schema with format assertion, so a ``pattern`` that is not a valid
     regex is caught here (plain meta-validation treats ``format`` as an annotation)."""
     return jsonschema_rs.Draft202012Validator({"$ref": _DRAFT_2020_12}, validate_formats=True)
+
+
+@cache
+def _all_clear_validator() -> Any:
+    """One pass for the common case: the manifest schema, the input schema's meta-schema (with
+    format assertion) and no injection-like string, all at once. Only when it says no do the
+    separate checks run to find out what is wrong. None if the engine cannot build it."""
+    schema = {
+        "$defs": {"manifest": manifest_schema(), "clean": clean_strings_schema()},
+        "allOf": [
+            {"$ref": "#/$defs/manifest"},
+            {"properties": {"input_schema": {"$ref": _DRAFT_2020_12}}},
+            {"$ref": "#/$defs/clean"},
+        ],
+    }
+    try:
+        return jsonschema_rs.Draft202012Validator(schema, validate_formats=True)
+    except (ValueError, jsonschema_rs.ReferencingError):  # pragma: no cover - depends on the engine
+        return None
 
 
 @cache
@@ -107,14 +134,19 @@ class _Validation:
             self.fail("schema-invalid", f"the manifest must be a JSON object, not {_json_type(data)}", "")
             return None
         self.raw = raw.decode("utf-8")  # cannot fail: loads() accepted it
-        self._check_text(data)
-        if not _fast_manifest_validator().is_valid(data):
-            self._report_schema_errors(data)
-            return None
+        all_clear = _all_clear_validator()
+        # Plain text (ASCII, no escapes that could hide characters) that passes every schema check
+        # and the injection pre-filter in one pass has no schema error and no suspicious text.
+        fast = all_clear is not None and not may_hide_characters(self.raw) and all_clear.is_valid(data)
+        if not fast:
+            self._check_text(data)
+            if not _fast_manifest_validator().is_valid(data):
+                self._report_schema_errors(data)
+                return None
         name = data["name"]
         if name != scan.name:
             self.fail("name-mismatch", f"manifest name {name!r} differs from its folder name {scan.name!r}", "/name")
-        self._check_input_schema(data["input_schema"])
+        self._check_input_schema(data["input_schema"], meta_checked=fast)
         self._check_command(data["execute"]["command"])
         if any(d.severity is Severity.ERROR for d in self.diags):
             return None
@@ -137,7 +169,7 @@ class _Validation:
                 continue
             self.fail("schema-invalid", err.message, pointer or "")
 
-    def _check_input_schema(self, schema: FrozenDict) -> None:
+    def _check_input_schema(self, schema: FrozenDict, *, meta_checked: bool) -> None:
         declared = schema.get("$schema")
         if declared is not None and declared not in (_DRAFT_2020_12, _DRAFT_2020_12 + "#"):
             self.fail(
@@ -154,7 +186,7 @@ class _Validation:
             if any(d.code == "invalid-input-schema" for d in self.diags):
                 return
         meta = _input_schema_meta_validator()
-        if not meta.is_valid(schema):
+        if not meta_checked and not meta.is_valid(schema):
             for exc in sorted(meta.iter_errors(schema), key=lambda e: [str(p) for p in e.instance_path])[:5]:
                 where = "".join(f"/{escape_pointer(str(p))}" for p in exc.instance_path)
                 self.fail(
@@ -174,10 +206,11 @@ class _Validation:
         files = {f.path: f for f in self.scan.files}
         interpreters = set(self.policy.exec.interpreters)
         for index, arg in enumerate(argv):
-            pointer = f"/execute/command/{index}"
+            if _PLAIN_ARG.fullmatch(arg):
+                continue  # letters, digits and harmless punctuation only: nothing to check
             problem = _unsafe_arg(arg)
             if problem:
-                self.fail("unsafe-command", f"argument {arg!r} {problem}", pointer)
+                self.fail("unsafe-command", f"argument {arg!r} {problem}", f"/execute/command/{index}")
         if any(d.code == "unsafe-command" for d in self.diags):
             return
         head = argv[0]
@@ -219,7 +252,9 @@ class _Validation:
         if not may_contain_injection(data, self.raw):
             return
         texts: list[tuple[str, Any]] = [("/description", data.get("description"))]
-        texts += [(p, t) for p, t in iter_strings(data.get("input_schema"), "/input_schema") if p.endswith("/description")]
+        texts += [
+            (p, t) for p, t in iter_strings(data.get("input_schema"), "/input_schema") if p.endswith("/description")
+        ]
         for pointer, text in texts:
             if isinstance(text, str):
                 for reason in injection_reasons(text):
