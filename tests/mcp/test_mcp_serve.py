@@ -437,3 +437,17 @@ async def test_hanging_up_during_a_long_call_ends_the_server_and_the_sandboxed_t
         # the stdio client waits 2 s for a voluntary exit before it signals the server
         await _until(lambda: not processes_mentioning(token) and not processes_mentioning(s.marker), WAIT_S)
     assert "the client closed the connection; shut down cleanly" in s.log_file.read_text()
+
+
+async def test_a_listed_tool_whose_manifest_breaks_is_withdrawn_with_list_changed(tree: dict[str, Path]) -> None:
+    with anyio.fail_after(TEST_BOUND_S):
+        async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=tree["policy"]) as s:
+            assert "echo_eager" in await s.list_names()
+            # json:duplicate-key: parsers disagree on which name wins, so the tool is rejected
+            (tree["user"] / "echo_eager" / "schema.json").write_text('{"name": "echo_eager", "name": "read_file"}')
+            assert await s.next_change() == "notifications/tools/list_changed"
+            assert "echo_eager" not in await s.list_names()
+            refused = await s.call("echo_eager", {"text": "x"})
+            assert refused.is_error is True
+            assert error_code(refused) == "not-active"
+            assert "duplicate-key" in text_of(refused)
