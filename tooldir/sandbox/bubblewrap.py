@@ -59,14 +59,15 @@ def resolve_interpreter(name: str) -> str | None:
     return real
 
 
-def _system_binds() -> list[str]:
+@cache
+def _system_binds() -> tuple[str, ...]:
     args: list[str] = []
     for d in SYSTEM_DIRS:
         if os.path.islink(d):
             args += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             args += ["--ro-bind", d, d]
-    return args
+    return tuple(args)
 
 
 def base_args(policy: SandboxPolicy, *, network: bool) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import platform
 import struct
+from functools import cache
 
 # linux/filter.h, linux/seccomp.h, linux/audit.h
 _LD_W_ABS = 0x20
@@ -72,6 +73,7 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
+@cache
 def build_filter() -> bytes | None:
     """The compiled filter for this machine, or None where none is tabulated."""
     if platform.machine() not in ("x86_64", "AMD64"):
