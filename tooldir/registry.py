@@ -55,7 +55,7 @@ from .permissions import PermissionCheck, PermissionRequest, from_policy
 from .policy import Policy
 from .sandbox import RunRequest, RunResult, Sandbox
 from .sandbox.output import sanitize_json, sanitize_text
-from .snapshot import SnapshotStore
+from .snapshot import Snapshot, SnapshotStore
 
 log = logging.getLogger("tooldir")
 
@@ -247,9 +247,7 @@ class Registry:
         session_id = getattr(session, "id", None) if session is not None else None
         snapshot = self._store.current
         try:
-            content = self._pipeline(
-                name, input, session=session, context=context, by_name=snapshot.by_name, trace=trace
-            )
+            content = self._pipeline(name, input, session=session, context=context, snapshot=snapshot, trace=trace)
         except _Stop as stop:
             trace.ran = trace.ran or stop.ran
             return self._finish(trace, name, session_id, snapshot.id, error=stop)
@@ -262,11 +260,11 @@ class Registry:
         *,
         session: CallGate | None,
         context: Mapping[str, Any] | None,
-        by_name: Mapping[str, ToolRecord],
+        snapshot: Snapshot,
         trace: _Trace,
     ) -> Any:
         builtin = self._builtins.get(name) if isinstance(name, str) else None
-        record = builtin.record if builtin is not None else self._resolve(name, by_name)
+        record = builtin.record if builtin is not None else self._resolve(name, snapshot)
         trace.record = record
         if session is not None:
             try:
@@ -304,14 +302,16 @@ class Registry:
             raise _Stop("invalid-output", f"the result is not plain JSON: {exc}", ran=True) from None
         return content
 
-    def _resolve(self, name: Any, by_name: Mapping[str, ToolRecord]) -> ToolRecord:
+    def _resolve(self, name: Any, snapshot: Snapshot) -> ToolRecord:
         if not isinstance(name, str):
             raise _Stop("unknown-tool", f"tool name must be a string, not {type(name).__name__}")
-        record = by_name.get(name)
+        record = snapshot.by_name.get(name)
+        if record is not None and record.source is Source.BUILTIN:
+            raise _Stop("unknown-tool", f"builtin {name!r} is not registered in this registry")
         if record is not None and record.status is Status.ACTIVE and record.manifest is not None:
             return record
         if record is None:
-            others = [r for r in self._store.current.records(name) if r.source is not Source.BUILTIN]
+            others = [r for r in snapshot.records(name) if r.source is not Source.BUILTIN]
             if not others:
                 raise _Stop("unknown-tool", f"no tool named {name!r}")
             record = others[-1]

@@ -281,3 +281,24 @@ def test_a_context_that_is_not_a_plain_json_object_is_invalid_input(tmp_path: Pa
     result = setup.registry.call("echo", {"text": "x"}, context=context)
     assert result.error is not None and result.error.code == "invalid-input" and "context" in result.error.message
     assert box.requests == []
+
+
+def test_a_rejected_tool_is_refused_with_its_diagnostic(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    make_tool(user, "bad_cmd", execute={"command": ["python3", "../escape.py"]})  # exec:traversal
+    box = FakeSandbox()
+    setup = registry_for(tmp_path, user_dir=user, sandbox=box, audit=MemoryAudit())
+    result = setup.registry.call("bad_cmd", {"text": "x"})
+    assert result.error is not None and result.error.code == "not-active"
+    assert "rejected" in result.error.message and "unsafe-command" in result.error.message
+    assert box.requests == []
+
+
+def test_a_builtin_known_to_the_snapshot_but_not_registered_here_is_unknown(tmp_path: Path) -> None:
+    from tooldir.model import BuiltinSpec
+
+    spec = BuiltinSpec(name="host_only", description="x", input_schema={"type": "object"})
+    setup = registry_for(tmp_path, builtins=[spec], audit=MemoryAudit())
+    result = setup.registry.call("host_only", {})
+    assert result.error is not None and result.error.code == "unknown-tool"
+    assert "not registered" in result.error.message
