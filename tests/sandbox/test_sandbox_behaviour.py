@@ -241,3 +241,20 @@ def test_the_unsafe_path_still_runs_a_private_verified_copy_without_root(
     if os.geteuid() == 0:
         assert result.content["uid"] == policy.sandbox.run_as_uid
     assert not Path(result.content["cwd"]).exists()  # the private copy is removed afterwards
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_the_pending_project_example_runs_only_after_approval(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    roots = ["--user-dir", str(EXAMPLES / "user"), "--project", str(EXAMPLES / "project")]
+    state = ["--state-dir", str(tmp_path / "state")]
+    run = ["run", "word_count", "--input", '{"text": "one two\\nthree"}', "--json", *roots, *state]
+    assert main(run) == 3  # the project word_count shadows the user one and is pending
+    refused = json.loads(capsys.readouterr().out)
+    assert refused["error"]["code"] == "not-active" and "not-approved" in refused["error"]["message"]
+    package = EXAMPLES / "project" / ".tooldir" / "tools" / "word_count"
+    assert main(["allow", str(package), "--yes", *roots, *state]) == 0
+    capsys.readouterr()
+    assert main(run) == 0
+    assert json.loads(capsys.readouterr().out)["content"] == {"words": 3}
