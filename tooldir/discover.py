@@ -136,6 +136,8 @@ def _open_failure(exc: OSError) -> tuple[str, str]:
 def display_name(name: str) -> str:
     """``name`` as printable text: bytes that are not UTF-8 (decoded by the OS layer as lone
     surrogates) become ``\\xNN`` escapes, so diagnostics can always be encoded and shown."""
+    if name.isascii():
+        return name
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
@@ -205,15 +207,12 @@ class _Walk:
             for e in it:
                 # d_type from the directory itself: links, folders and special files are known
                 # without opening them (a FIFO or device is never opened at all)
-                kind = (
-                    _LINK
-                    if e.is_symlink()
-                    else _DIR
-                    if e.is_dir(follow_symlinks=False)
-                    else _FILE
-                    if e.is_file(follow_symlinks=False)
-                    else _OTHER
-                )
+                if e.is_file(follow_symlinks=False):  # a regular file, never a link to one
+                    kind = _FILE
+                elif e.is_dir(follow_symlinks=False):
+                    kind = _DIR
+                else:
+                    kind = _LINK if e.is_symlink() else _OTHER
                 entries.append((e.name, kind))
                 if len(entries) > cap:  # bounded memory even for a folder with millions of entries
                     self.fail("too-many-entries", prefix, f"more than {cap} entries in folder {prefix or '.'}")
