@@ -258,3 +258,43 @@ def test_the_pending_project_example_runs_only_after_approval(
     capsys.readouterr()
     assert main(run) == 0
     assert json.loads(capsys.readouterr().out)["content"] == {"words": 3}
+
+
+SLOW_ENV = """\
+import json, os, sys, time
+json.load(sys.stdin)
+time.sleep(1.5)
+print(json.dumps({"ok": True, "content": os.environ.get("ALLOWED_TOKEN")}))
+"""
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_allowed_env_values_never_appear_in_the_host_process_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+    import time
+
+    secret = "tok-" + tmp_path.name
+    monkeypatch.setenv("ALLOWED_TOKEN", secret)
+    policy = Policy.model_validate({"sandbox": {"env_allow": ["ALLOWED_TOKEN"]}})
+    execute = {"command": ["python3", "run.py"], "env": ["ALLOWED_TOKEN"]}
+    registry = registry_with(tmp_path, policy, script=SLOW_ENV, execute=execute)
+    results: list[Any] = []
+    worker = threading.Thread(target=lambda: results.append(registry.call("probe_tool", {"text": "x"})))
+    worker.start()
+    seen_bwrap = leaked = False
+    deadline = time.monotonic() + 5
+    while worker.is_alive() and time.monotonic() < deadline:
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                data = cmdline.read_bytes()
+            except OSError:
+                continue
+            seen_bwrap = seen_bwrap or (b"bwrap" in data and b"--info-fd" in data)
+            leaked = leaked or secret.encode() in data
+        time.sleep(0.05)
+    worker.join(timeout=10)
+    assert results and results[0].ok and results[0].content == secret  # the tool did get it
+    assert seen_bwrap  # the scan saw the sandbox's command line
+    assert not leaked

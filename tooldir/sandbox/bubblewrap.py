@@ -152,7 +152,9 @@ class BubblewrapSandbox:
             args += seccomp_args(fds)
             args += package_args(request.record, contents, fds)
             args += ["--remount-ro", "/", "--chdir", TOOL_DIR]
-            args += sandbox_env(dict(request.env))
+            # through a memfd, not argv: the host's process list must not show env values
+            env_args = sandbox_env(dict(request.env))
+            args += ["--args", str(_memfd(b"".join(a.encode() + b"\0" for a in env_args), fds))]
             info_read, info_write = os.pipe()
             fds.append(info_read)
             args += ["--info-fd", str(info_write), "--", *argv]

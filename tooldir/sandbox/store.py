@@ -145,7 +145,9 @@ def verified_files(record: ToolRecord, base: Path) -> tuple[Path, list[bytes]]:
             os.close(pkg_fd)
         for folder, _, _ in os.walk(staging):
             os.chmod(folder, 0o555)  # noqa: S103 - read-only copy; nobody may write it
-        if target.exists():  # damaged earlier copy: replace it
+        if target.is_symlink():
+            target.unlink()
+        elif target.exists():  # damaged earlier copy: replace it
             _remove(target)
         os.rename(staging, target)
     except OSError as exc:
