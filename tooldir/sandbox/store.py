@@ -23,6 +23,8 @@ from pathlib import Path
 from ..errors import SandboxError
 from ..model import ToolRecord
 
+MAX_COPIES = 512
+"""Copies kept in the store; the least recently created beyond this are removed."""
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 
@@ -150,6 +152,7 @@ def verified_files(record: ToolRecord, base: Path) -> tuple[Path, list[bytes]]:
         elif target.exists():  # damaged earlier copy: replace it
             _remove(target)
         os.rename(staging, target)
+        _prune(base, keep=MAX_COPIES)
     except OSError as exc:
         _remove(staging)
         found = _read_copy(target, record) if target.is_dir() else None
@@ -160,6 +163,18 @@ def verified_files(record: ToolRecord, base: Path) -> tuple[Path, list[bytes]]:
         _remove(staging)
         raise
     return target, contents
+
+
+def _prune(base: Path, *, keep: int) -> None:
+    try:
+        entries = [e for e in os.scandir(base) if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
+    except OSError:
+        return
+    if len(entries) <= keep:
+        return
+    entries.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime)
+    for entry in entries[: len(entries) - keep]:
+        _remove(Path(entry.path))
 
 
 def _remove(path: Path) -> None:
