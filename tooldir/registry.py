@@ -263,6 +263,7 @@ class Registry:
         snapshot: Snapshot,
         trace: _Trace,
     ) -> Any:
+        trace.input = raw_input  # hashed into the audit line even if the call is refused early
         builtin = self._builtins.get(name) if isinstance(name, str) else None
         record = builtin.record if builtin is not None else self._resolve(name, snapshot)
         trace.record = record
@@ -272,6 +273,8 @@ class Registry:
             except Exception as exc:  # a broken gate refuses: fail closed
                 raise _Stop("session-refused", f"the session check failed: {type(exc).__name__}: {exc}") from None
             if refusal is not None:
+                if not (isinstance(refusal, tuple) and len(refusal) == 2):
+                    raise _Stop("session-refused", f"the session gate refused with {type(refusal).__name__}")
                 code, message = refusal
                 raise _Stop(str(code) or "session-refused", str(message))
         validator = builtin.validator if builtin is not None else self._validator_for(record)

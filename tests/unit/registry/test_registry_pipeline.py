@@ -302,3 +302,18 @@ def test_a_builtin_known_to_the_snapshot_but_not_registered_here_is_unknown(tmp_
     result = setup.registry.call("host_only", {})
     assert result.error is not None and result.error.code == "unknown-tool"
     assert "not registered" in result.error.message
+
+
+def test_a_session_gate_returning_garbage_refuses_and_the_denial_hashes_the_input(tmp_path: Path) -> None:
+    from tooldir.audit import input_digest
+
+    class OddGate:
+        def authorize(self, record: ToolRecord) -> Any:
+            return "no"
+
+    audit = MemoryAudit()
+    box = FakeSandbox()
+    setup = registry_for(tmp_path, user_dir=user_tool(tmp_path), sandbox=box, audit=audit)
+    result = setup.registry.call("echo", {"text": "x"}, session=OddGate())
+    assert result.error is not None and result.error.code == "session-refused" and box.requests == []
+    assert audit.events[0].input_sha256 == input_digest({"text": "x"})
