@@ -141,15 +141,19 @@ def split_words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
+_COARSE = re.compile(r"[A-Za-z]+|[0-9]+")
+
+
 @functools.lru_cache(maxsize=1 << 17)
-def _term(raw: str) -> str:
-    word = raw.lower()
-    return "" if word in STOP_WORDS else stem(word)
+def _terms_of(raw: str) -> tuple[str, ...]:
+    """Index terms of one coarse token (a run of letters or of digits); cached."""
+    words = (raw,) if raw.islower() or raw.isdigit() else _WORD.findall(raw)
+    return tuple(stem(w) for w in map(str.lower, words) if w not in STOP_WORDS)
 
 
 def tokenize(text: str) -> list[str]:
     """Words of ``text`` as index terms: split, lower-cased, stop words dropped, stemmed."""
-    return [t for t in map(_term, _WORD.findall(text)) if t]
+    return [t for raw in _COARSE.findall(text) for t in _terms_of(raw)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -226,9 +230,9 @@ def _field_terms(doc: SearchDoc) -> dict[str, list[str]]:
     return {
         "name": tokenize(doc.name),
         "description": tokenize(doc.description),
-        "keywords": [t for k in doc.keywords for t in tokenize(k)],
-        "param_names": [t for p, _ in doc.params for t in tokenize(p)],
-        "param_descriptions": [t for _, d in doc.params for t in tokenize(d)],
+        "keywords": tokenize(" ".join(doc.keywords)),
+        "param_names": tokenize(" ".join(p for p, _ in doc.params)),
+        "param_descriptions": tokenize(" ".join(d for _, d in doc.params)),
     }
 
 
@@ -237,22 +241,18 @@ class _Analyzed:
     """One document's per-field term counts and lengths (kept so updates never re-tokenize)."""
 
     doc: SearchDoc
-    tf: Mapping[str, Mapping[str, int]]  # term -> field -> count
-    lengths: Mapping[str, int]
+    counts: tuple[tuple[str, Mapping[str, int], int], ...]  # (field, term -> count, field length)
+    terms: frozenset[str]
 
 
 def _analyze(doc: SearchDoc) -> _Analyzed:
-    tf: dict[str, dict[str, int]] = {}
-    lengths = {}
-    for f, terms in _field_terms(doc).items():
-        lengths[f] = len(terms)
-        for t, c in Counter(terms).items():
-            per = tf.get(t)
-            if per is None:
-                tf[t] = {f: c}
-            else:
-                per[f] = c
-    return _Analyzed(doc, tf, lengths)
+    counts = []
+    terms: set[str] = set()
+    for f, words in _field_terms(doc).items():
+        c = Counter(words)
+        terms.update(c)
+        counts.append((f, c, len(words)))
+    return _Analyzed(doc, tuple(counts), frozenset(terms))
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,20 +373,25 @@ class SearchIndex:
         if n == 0:
             return
         p = self.params
-        avg = {f: max(sum(a.lengths[f] for a in self._analyzed.values()) / n, 1e-9) for f in FIELDS}
-        df: dict[str, int] = {}
+        totals = dict.fromkeys(FIELDS, 0)
+        df: Counter[str] = Counter()
         for a in self._analyzed.values():
-            for t in a.tf:
-                df[t] = df.get(t, 0) + 1
+            df.update(a.terms)
+            for f, _, length in a.counts:
+                totals[f] += length
+        avg = {f: max(totals[f] / n, 1e-9) for f in FIELDS}
         idf = {t: math.log(1.0 + (n - c + 0.5) / (c + 0.5)) for t, c in df.items()}
         k1 = p.k1
         postings: dict[str, list[tuple[int, float]]] = {t: [] for t in df}
         for doc_id, name in enumerate(self._names):
-            a = self._analyzed[name]
-            scale = {f: p.weights[f] / (1.0 - p.b[f] + p.b[f] * a.lengths[f] / avg[f]) for f in FIELDS}
-            for t, per in a.tf.items():
-                pseudo = sum(scale[f] * c for f, c in per.items())
-                postings[t].append((doc_id, idf[t] * pseudo / (k1 + pseudo)))
+            pseudo: dict[str, float] = {}
+            get = pseudo.get
+            for f, counts, length in self._analyzed[name].counts:
+                scale = p.weights[f] / (1.0 - p.b[f] + p.b[f] * length / avg[f])
+                for t, c in counts.items():
+                    pseudo[t] = get(t, 0.0) + scale * c
+            for t, x in pseudo.items():
+                postings[t].append((doc_id, idf[t] * x / (k1 + x)))
         for t, plist in postings.items():
             plist.sort(key=itemgetter(1), reverse=True)  # stable: equal impacts keep doc order
             self._postings[t] = tuple(plist)
