@@ -81,7 +81,9 @@ class Package:
     where: str  # how the root was found, for people
 
 
-def _locate_path(target: str, config: LoadConfig) -> Package:
+def _locate_path(target: str, config: LoadConfig, *, must_exist: bool = True) -> Package:
+    if must_exist and not os.path.lexists(target):
+        raise CommandError(f"{target}: no such tool folder")
     absolute = os.path.abspath(target)
     parent, name = os.path.realpath(os.path.dirname(absolute)), os.path.basename(absolute)
     for root in config.roots:
@@ -178,7 +180,10 @@ def cmd_allow(args: argparse.Namespace) -> int:
     if not args.yes:
         if args.json or not sys.stdin.isatty():
             raise CommandError("not approved: review the package and re-run with --yes to record", EXIT_REFUSED)
-        answer = input(f"Approve {manifest.name} with digest {scan.digest}? [y/N] ")
+        try:
+            answer = input(f"Approve {manifest.name} with digest {scan.digest}? [y/N] ")
+        except EOFError:
+            answer = ""
         if answer.strip().lower() not in ("y", "yes"):
             console().print("not approved")
             return EXIT_REFUSED
@@ -220,7 +225,7 @@ def cmd_revoke(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     approvals = load_approvals(config.state_dir)
     if os.sep in args.target or os.path.isdir(args.target):
-        paths = [_locate_path(args.target, config).path]
+        paths = [_locate_path(args.target, config, must_exist=False).path]
     else:
         paths = [p for p, a in approvals.items() if a.name == args.target]
     removed = remove_approvals(config.state_dir, paths)
@@ -323,11 +328,11 @@ def cmd_keygen(args: argparse.Namespace) -> int:
             if p.exists() or p.is_symlink():
                 raise CommandError(f"{p} exists; pass --force to overwrite it")
     key, secret_text, public_text = generate_minisign_key()
-    try:
-        _write_atomic(secret_path, secret_text.encode(), 0o600)
-        _write_atomic(public_path, public_text.encode(), 0o644)
-    except OSError as exc:
-        raise CommandError(f"cannot write key: {exc.strerror}: {exc.filename}") from None
+    for path, text, mode in ((secret_path, secret_text, 0o600), (public_path, public_text, 0o644)):
+        try:
+            _write_atomic(path, text.encode(), mode)
+        except OSError as exc:
+            raise CommandError(f"cannot write {path}: {exc.strerror}") from None
     line = public_text.splitlines()[1]
     key_id = key.public_key().id_hex
     if args.json:

@@ -262,3 +262,20 @@ def test_allow_records_the_signing_key_so_revoking_it_withdraws_the_approval(
     assert scan_status(capsys, common, "--policy", str(policy)) == {"echo": ("rejected", "unverified")}
     code, out, _ = cli(capsys, "verify", str(folder), *common, "--policy", str(policy))
     assert code == 1 and "revoked-key" in out and "[FAIL] minisign key" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["lock", "{tmp}/missing"], "no such tool folder", id="lock-missing-dir"),
+        pytest.param(["verify", "{tmp}/missing"], "no such tool folder", id="verify-missing-dir"),
+        pytest.param(["keygen", "{tmp}/no/such/dir/k"], "cannot write", id="keygen-missing-dir"),
+        pytest.param(["sign", "{tmp}", "--key", "{tmp}"], "cannot read", id="key-is-a-directory"),
+    ],
+)
+def test_bad_paths_are_usage_errors_without_tracebacks(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], message: str
+) -> None:
+    code, out, err = cli(capsys, *[a.format(tmp=tmp_path) for a in argv])
+    assert code == 2 and message in err
+    assert "Traceback" not in out + err
