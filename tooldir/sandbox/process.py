@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import selectors
 import shutil
 import signal
@@ -77,21 +78,28 @@ def limits_prefix(policy: SandboxPolicy, uid: int, *, extra_fds: int = 0) -> lis
     prlimit = find_prlimit()
     if prlimit is None:
         raise SandboxError("prlimit (util-linux) is not installed", code="sandbox-unavailable")
-    nproc = count_tasks(uid) + policy.max_processes
-    memory = policy.memory_mb * 1024 * 1024
-    fsize = policy.max_file_mb * 1024 * 1024
-    nofile = 256 + extra_fds
+    nproc = _clamp(resource.RLIMIT_NPROC, count_tasks(uid) + policy.max_processes)
+    memory = _clamp(resource.RLIMIT_AS, policy.memory_mb * 1024 * 1024)
+    fsize = _clamp(resource.RLIMIT_FSIZE, policy.max_file_mb * 1024 * 1024)
+    nofile = _clamp(resource.RLIMIT_NOFILE, 256 + extra_fds)
+    cpu_hard = _clamp(resource.RLIMIT_CPU, policy.cpu_s + 1)
     return [
         prlimit,
         f"--nproc={nproc}:{nproc}",
         f"--as={memory}:{memory}",
         f"--fsize={fsize}:{fsize}",
-        f"--cpu={policy.cpu_s}:{policy.cpu_s + 1}",
+        f"--cpu={min(policy.cpu_s, cpu_hard)}:{cpu_hard}",
         "--core=0:0",
         f"--nofile={nofile}:{nofile}",
         "--memlock=0:0",
         "--",
     ]
+
+
+def _clamp(which: int, value: int) -> int:
+    """Never ask for more than the current hard limit (an unprivileged process cannot raise it)."""
+    hard = resource.getrlimit(which)[1]
+    return value if hard == resource.RLIM_INFINITY else min(value, hard)
 
 
 def spawn_and_collect(
