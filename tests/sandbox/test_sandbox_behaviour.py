@@ -298,3 +298,15 @@ def test_allowed_env_values_never_appear_in_the_host_process_list(
     assert results and results[0].ok and results[0].content == secret  # the tool did get it
     assert seen_bwrap  # the scan saw the sandbox's command line
     assert not leaked
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_tooldir_run_prints_the_content_for_people_and_the_audit_id_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["run", "json_format", "--input", '{"document": "{\\"b\\": 1}"}', "--user-dir", str(EXAMPLES / "user")]
+    argv += ["--project", str(tmp_path), "--state-dir", str(tmp_path / "state")]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert '"b": 1' in captured.out
+    assert "audit id:" in captured.err
