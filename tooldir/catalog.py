@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -30,7 +29,8 @@ SUMMARY_CHARS = 60
 
 @dataclass(frozen=True, slots=True)
 class ToolDef:
-    """One tool's model-facing definition. ``input_schema`` is plain JSON (not frozen)."""
+    """One tool's model-facing definition. ``input_schema`` may be deep-frozen (shared with the
+    snapshot); every rendering returns fresh, mutable JSON."""
 
     name: str
     description: str
@@ -49,7 +49,7 @@ class ToolDef:
         return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
 
     def schema_json(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "input_schema": dict(self.input_schema)}
+        return {"name": self.name, "description": self.description, "input_schema": thaw(self.input_schema)}
 
     def anthropic(self, *, defer_loading: bool = False) -> dict[str, Any]:
         out = self.schema_json()
@@ -60,11 +60,11 @@ class ToolDef:
     def openai(self) -> dict[str, Any]:
         return {
             "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": dict(self.input_schema)},
+            "function": {"name": self.name, "description": self.description, "parameters": thaw(self.input_schema)},
         }
 
     def mcp(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "inputSchema": dict(self.input_schema)}
+        return {"name": self.name, "description": self.description, "inputSchema": thaw(self.input_schema)}
 
     def render(self, fmt: Format) -> dict[str, Any]:
         if fmt == "anthropic":
@@ -80,9 +80,9 @@ def tool_def(record: ToolRecord, builtin: BuiltinSpec | None = None) -> ToolDef 
     """The definition of a record with a manifest, or of a builtin from its spec."""
     if record.manifest is not None:
         m = record.manifest
-        return ToolDef(m.name, m.description, thaw(m.input_schema), m.risk)
+        return ToolDef(m.name, m.description, m.input_schema, m.risk)
     if builtin is not None:
-        return ToolDef(builtin.name, builtin.description, thaw(builtin.input_schema), builtin.risk)
+        return ToolDef(builtin.name, builtin.description, builtin.input_schema, builtin.risk)
     return None
 
 
@@ -96,14 +96,21 @@ def render_all(defs: Iterable[ToolDef], fmt: Format) -> list[dict[str, Any]]:
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 
 
+# control and format characters (C0/C1 controls, soft hyphen, bidi controls, zero-width, tags)
+_INVISIBLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff"
+    "\ufff9-\ufffb\U000e0000-\U000e007f]"
+)
+
+
 def _visible(text: str) -> str:
-    """Drop control and format characters (bidi, zero-width, tags): the directory is model-facing."""
-    return "".join(ch if unicodedata.category(ch) not in ("Cc", "Cf") else " " for ch in text)
+    """Control and format characters become spaces: the directory is model-facing."""
+    return _INVISIBLE.sub(" ", text)
 
 
 def summary(description: str, limit: int = SUMMARY_CHARS) -> str:
     """The first sentence of ``description`` on one line, at most ``limit`` characters."""
-    text = " ".join(_visible(description).split())
+    text = " ".join(_visible(description[: limit * 4]).split())
     first = _SENTENCE_END.split(text, maxsplit=1)[0]
     if len(first) > limit:
         cut = first[: limit - 1].rsplit(" ", 1)[0] if " " in first[: limit - 1] else first[: limit - 1]

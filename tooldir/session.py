@@ -62,6 +62,7 @@ class IndexFollower:
         self._builtins = _builtin_docs(b for b in builtins if b.name not in GUARD_TOOLS)
         snapshot = store.current
         self._pair = (snapshot, SearchIndex.from_snapshot(snapshot, builtins=self._builtins))
+        self._views: dict[tuple[Any, ...], _View] = {}
         self._unsubscribe = store.subscribe(self._on_publish)
 
     def _on_publish(self, snapshot: Snapshot, change: SnapshotDiff) -> None:
@@ -72,6 +73,18 @@ class IndexFollower:
     @property
     def current(self) -> tuple[Snapshot, SearchIndex]:
         return self._pair
+
+    def shared(self, key: tuple[Any, ...], compute: Callable[[], _View]) -> _View:
+        """A view computed once for all sessions with the same snapshot and configuration."""
+        with self._lock:
+            view = self._views.get(key)
+        if view is None:
+            view = compute()
+            with self._lock:
+                self._views[key] = view
+                while len(self._views) > 8:
+                    self._views.pop(next(iter(self._views)))
+        return view
 
     def close(self) -> None:
         self._unsubscribe()
@@ -198,6 +211,12 @@ class Session:
         cached = self._view_cache
         if cached is not None and cached.snapshot_id == f"{snapshot.id}/{snapshot.generation}":
             return cached
+        key = (snapshot.id, snapshot.generation, id(self._policy), id(self._counter), tuple(sorted(self._builtins)))
+        view = self._follower.shared(key, lambda: self._compute_view(snapshot))
+        self._view_cache = view
+        return view
+
+    def _compute_view(self, snapshot: Snapshot) -> _View:
         defs: dict[str, ToolDef] = {}
         sources: dict[str, Source] = {}
         unavailable: dict[str, str] = {}
@@ -223,18 +242,20 @@ class Session:
         wanted = frozenset(n for n in defs if self._policy.defer.is_deferred(n))
         decision: dict[str, Any] = {"mode": self._policy.defer.mode, "candidates": len(wanted)}
         if self._policy.defer.mode == "auto" and wanted:
-            full = sum(self._tokens(defs[n]) for n in wanted)
             cost = self._counter.count(directory_text([directory_entry(defs[n]) for n in sorted(wanted)]))
             cost += sum(self._tokens(g) for g in GUARD_DEFS)
-            decision.update(saving_tokens=full - cost, deferred_tokens=full, directory_and_guard_tokens=cost)
+            full = 0
+            for n in sorted(wanted):  # stop counting once deferring clearly pays off
+                full += self._tokens(defs[n])
+                if full > 2 * cost:
+                    break
+            decision.update(saving_tokens_at_least=full - cost, directory_and_guard_tokens=cost)
             if full <= cost:
                 wanted = frozenset()
                 decision["reason"] = "auto: deferring would cost more than it saves"
             else:
                 decision["reason"] = "auto: deferring saves more than the search tools cost"
-        view = _View(f"{snapshot.id}/{snapshot.generation}", defs, sources, unavailable, wanted, decision)
-        self._view_cache = view
-        return view
+        return _View(f"{snapshot.id}/{snapshot.generation}", defs, sources, unavailable, wanted, decision)
 
     def _tokens(self, d: ToolDef) -> int:
         return self._counter.count_json(d.anthropic())
