@@ -261,9 +261,10 @@ class _Run:
     steps: list[Step] = field(default_factory=list)
     diags: list[Diagnostic] = field(default_factory=list)
 
-    def step(self, name: str, ok: bool | None, detail: str) -> None:
+    def step(self, name: str, ok: bool | None, detail: str | Callable[[], str]) -> None:
+        """Record a step; ``detail`` may be a callable so the load path never formats it."""
         if self.explain:
-            self.steps.append(Step(name, ok, detail))
+            self.steps.append(Step(name, ok, detail() if callable(detail) else detail))
 
     def diag(self, severity: Severity, code: str, file: str, message: str, pointer: str | None = None) -> None:
         scan = self.candidate.scan
@@ -333,7 +334,7 @@ def _check_minisig(run: _Run, data: bytes, lock: bytes, keyring: Keyring) -> tup
         run.fail("minisign", "bad-signature", MINISIG, f"malformed {MINISIG}: {exc}")
         return None, None
     ident = sig.key_ident
-    run.step("minisign", True, f"{MINISIG} parses; signed by key {ident}")
+    run.step("minisign", True, lambda: f"{MINISIG} parses; signed by key {ident}")
     if ident in keyring.revoked:
         run.fail("minisign key", "revoked-key", MINISIG, f"signed by revoked key {ident}")
         return None, ident
@@ -341,13 +342,19 @@ def _check_minisig(run: _Run, data: bytes, lock: bytes, keyring: Keyring) -> tup
     if key is None:
         run.doubt("minisign key", "untrusted-key", MINISIG, f"signed by {ident}, which is not in keys.minisign")
         return None, ident
-    run.step("minisign key", True, f"{ident} is a trusted key (keys.minisign)")
+    run.step("minisign key", True, lambda: f"{ident} is a trusted key (keys.minisign)")
     problem = verify_minisign(sig, key, lock, keyring.verified)
     if problem:
         run.fail("minisign signature", "bad-signature", MINISIG, problem)
         return None, ident
-    comment = sig.trusted_comment.decode("utf-8", "replace")
-    run.step("minisign signature", True, f"signature and trusted comment are valid (trusted comment: {comment})")
+    run.step(
+        "minisign signature",
+        True,
+        lambda: (
+            "signature and trusted comment are valid "
+            f"(trusted comment: {sig.trusted_comment.decode('utf-8', 'replace')})"
+        ),
+    )
     return _Signed(ident, f"minisign:{key.id_hex}"), ident
 
 
@@ -360,7 +367,7 @@ def _check_sshsig(
         run.fail("ssh", "bad-signature", SSHSIG, f"malformed {SSHSIG}: {exc}")
         return None, None
     ident = sig.key_ident
-    run.step("ssh", True, f"{SSHSIG} parses; {sig.key_type} key {sig.fingerprint}, namespace {sig.namespace!r}")
+    run.step("ssh", True, lambda: f"{SSHSIG} parses; {sig.key_type} key {sig.fingerprint}, namespace {sig.namespace!r}")
     if ident in keyring.revoked:
         run.fail("ssh key", "revoked-key", SSHSIG, f"signed by revoked key {sig.fingerprint}")
         return None, ident
@@ -374,7 +381,7 @@ def _check_sshsig(
             "ssh signature", "bad-signature", SSHSIG, f"signature is for namespace {sig.namespace!r}, not {NAMESPACE!r}"
         )
         return None, ident
-    run.step("ssh signature", True, f"signature is valid for namespace {NAMESPACE!r}")
+    run.step("ssh signature", True, lambda: f"signature is valid for namespace {NAMESPACE!r}")
     reasons = []
     for signer in keyring.ssh:
         if signer.key_blob != sig.public_key:
@@ -387,7 +394,11 @@ def _check_sshsig(
             reasons.append(window)
             continue
         principal = ",".join(signer.principals)
-        run.step("ssh key", True, f"{sig.fingerprint} is allowed for {principal} (allowed_signers line {signer.line})")
+        run.step(
+            "ssh key",
+            True,
+            f"{sig.fingerprint} is allowed for {principal} (allowed_signers line {signer.line})",
+        )
         return _Signed(ident, principal), ident
     why = "; ".join(reasons) or "the key is not in the allowed_signers file"
     run.doubt("ssh key", "untrusted-key", SSHSIG, f"signed by {sig.fingerprint}: {why}")
@@ -437,7 +448,7 @@ def _check_lock(
     except LockError as exc:
         run.fail("lock", "invalid-lock", LOCK, f"{LOCK} is signed but malformed: {exc.message}", exc.pointer)
         return untrusted()
-    run.step("lock", True, f"{LOCK} parses: {lock.name} version {lock.version}, {len(lock.files)} files")
+    run.step("lock", True, lambda: f"{LOCK} parses: {lock.name} version {lock.version}, {len(lock.files)} files")
     name = run.candidate.manifest.name if run.candidate.manifest else run.candidate.scan.name
     if lock.name != name:
         # replay: a lock signed for another tool
@@ -445,7 +456,7 @@ def _check_lock(
             "lock name", "bad-signature", LOCK, f"the lock is signed for tool {lock.name!r}, not {name!r}", "/name"
         )
         return untrusted()
-    run.step("lock name", True, f"the lock names this tool ({name})")
+    run.step("lock name", True, lambda: f"the lock names this tool ({name})")
     mismatch = compare_files(lock, run.candidate.scan.files)
     for path in mismatch.unlisted:
         run.fail("files", "unlisted-file", path, f"{path} is not listed in the signed {LOCK}")
@@ -455,11 +466,13 @@ def _check_lock(
         run.fail("files", "hash-mismatch", path, f"{path} differs from the hash in the signed {LOCK}")
     if not mismatch.clean:
         return untrusted()
-    run.step("files", True, f"every file matches the lock ({len(lock.files)} files)")
+    run.step("files", True, lambda: f"every file matches the lock ({len(lock.files)} files)")
     if lock.expires is not None and lock.expired(now):
         run.fail("expiry", "expired", LOCK, f"the lock expired at {format_time(lock.expires)}", "/expires")
         return untrusted()
-    run.step("expiry", True, "no expiry" if lock.expires is None else f"valid until {format_time(lock.expires)}")
+    run.step(
+        "expiry", True, lambda: "no expiry" if lock.expires is None else f"valid until {format_time(lock.expires)}"
+    )
     for s in signed:
         seen = marks.get((s.ident, lock.name))
         if seen is not None and lock.version < seen:
@@ -468,7 +481,7 @@ def _check_lock(
                 "/version",
             )  # fmt: skip
             return untrusted()
-    run.step("rollback", True, f"version {lock.version} is not older than any version seen from this signer")
+    run.step("rollback", True, lambda: f"version {lock.version} is not older than any version seen from this signer")
     return run.verdict(trusted=True, signer=first.ident, version=lock.version, label=first.label, key=first.ident)
 
 
