@@ -310,3 +310,17 @@ def test_tooldir_run_prints_the_content_for_people_and_the_audit_id_on_stderr(
     captured = capsys.readouterr()
     assert '"b": 1' in captured.out
     assert "audit id:" in captured.err
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_concurrent_calls_each_get_their_own_sandbox_and_keep_one_audit_chain(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tooldir.audit import verify
+
+    registry = registry_with(tmp_path, Policy())
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(lambda n: registry.call("probe_tool", {"text": f"call-{n}"}), range(12)))
+    assert [r.content for r in results] == [{"text": f"call-{n}"} for n in range(12)]
+    report = verify(tmp_path / "state" / "audit.jsonl")
+    assert report.ok and report.lines == 12
