@@ -425,3 +425,35 @@ def test_a_package_file_whose_name_is_not_utf8_rejects_the_package(root: Path) -
     snap = load_user(root)
     assert codes(snap, "odd_file") == {"invalid-encoding"}
     assert any("data\\xfe.txt" in (d.path or "") for d in snap.diagnostics)
+
+
+# -- unreadable things are diagnostics ------------------------------------------------------------
+
+
+def test_an_unreadable_package_file_is_a_diagnostic_and_the_rest_still_loads(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_tool(root, "locked_out", extra_files={"secret.bin": b"x"})
+    make_tool(root, "readable")
+    real_open = os.open
+
+    def refusing_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if path == "secret.bin":
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, flags, *args, **kwargs)
+
+    # root reads every file, so the refusal a normal user would get is simulated at the syscall
+    monkeypatch.setattr(os, "open", refusing_open)
+    snap = load_user(root)
+    (diag,) = [d for d in snap.diagnostics if d.tool == "locked_out"]
+    assert diag.code == "unreadable" and diag.path == str(root / "locked_out" / "secret.bin")
+    assert status(snap, "locked_out") is Status.REJECTED
+    assert status(snap, "readable") is Status.ACTIVE
+
+
+def test_a_user_dir_that_is_a_regular_file_is_reported_not_raised(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "tools"
+    not_a_dir.write_text("oops")
+    snap = load_user(not_a_dir)
+    assert snap.tools == ()
+    assert codes(snap) == {"not-regular-file"}
