@@ -13,6 +13,7 @@ denials included, is one audit line. Error codes (``CallResult.error.code``) are
 ``not-active``                the tool exists but is pending, shadowed or rejected (message says why)
 ``session-refused``           the session gate refused (the gate may supply its own code instead)
 ``invalid-input``             input is not a JSON object, too large, or breaks the input schema
+``invalid-schema``            the tool's input_schema cannot be compiled (nothing ran)
 ``permission-denied``         a policy rule, the plan mode or the risk cap refused the tool
 ``hook-denied``               a pre hook refused the call
 ``hook-failed``               a hook raised, or returned something that is not a hook result
@@ -332,7 +333,10 @@ class Registry:
             if found is not None:
                 self._validators.move_to_end(key)
                 return found
-        validator = _compile(record.manifest.input_schema)
+        try:
+            validator = _compile(record.manifest.input_schema)
+        except (ValueError, jsonschema_rs.ReferencingError) as exc:
+            raise _Stop("invalid-schema", f"the tool's input_schema cannot be compiled: {exc}") from None
         with self._validators_lock:
             self._validators[key] = validator
             while len(self._validators) > _VALIDATOR_CACHE:

@@ -317,3 +317,24 @@ def test_a_session_gate_returning_garbage_refuses_and_the_denial_hashes_the_inpu
     result = setup.registry.call("echo", {"text": "x"}, session=OddGate())
     assert result.error is not None and result.error.code == "session-refused" and box.requests == []
     assert audit.events[0].input_sha256 == input_digest({"text": "x"})
+
+
+def test_an_uncompilable_input_schema_in_a_snapshot_is_a_result_not_a_crash(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from tooldir._internal.strictjson import freeze
+    from tooldir.snapshot import SnapshotStore, build_snapshot
+
+    setup = registry_for(tmp_path, user_dir=user_tool(tmp_path), audit=MemoryAudit())
+    good = setup.store.current.get("echo")
+    assert good is not None and good.manifest is not None
+    broken_manifest = good.manifest.model_copy(
+        update={"input_schema": freeze({"type": "object", "properties": {"a": {"$ref": "#/nope"}}})}
+    )
+    broken = replace(good, manifest=broken_manifest, digest="sha256:" + "0" * 64)
+    store = SnapshotStore(build_snapshot([broken], [], 1))
+    from tooldir.registry import Registry
+
+    registry = Registry(store, policy=Policy(), state_dir=tmp_path / "s2", sandbox=FakeSandbox(), audit=MemoryAudit())
+    result = registry.call("echo", {"a": 1})
+    assert result.error is not None and result.error.code == "invalid-schema"
