@@ -181,8 +181,12 @@ class SnapshotDiff:
 
 
 def diff(old: Snapshot, new: Snapshot) -> SnapshotDiff:
-    before = {_key(t): t for t in old.tools}
-    after = {_key(t): t for t in new.tools}
+    # Records an incremental build did not touch are the very same objects in both snapshots:
+    # only the others need keying and comparing.
+    old_ids = {id(t) for t in old.tools}
+    new_ids = {id(t) for t in new.tools}
+    before = {_key(t): t for t in old.tools if id(t) not in new_ids}
+    after = {_key(t): t for t in new.tools if id(t) not in old_ids}
     added = tuple(after[k] for k in sorted(after.keys() - before.keys()))
     removed = tuple(before[k] for k in sorted(before.keys() - after.keys()))
     changed, status_changed = [], []

@@ -31,7 +31,21 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirAttribEvent,
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirModifiedEvent,
+    DirMovedEvent,
+    FileAttribEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 
 from .discover import RootSpec
 from .errors import PolicyError
@@ -43,6 +57,21 @@ from .state import APPROVALS, HIGH_WATER
 log = logging.getLogger("tooldir.watch")
 
 _IGNORED_EVENTS = frozenset({"opened", "closed_no_write"})
+#: Only changes, never reads: without this filter every file the loader reads (and every folder
+#: watchdog walks) queues open/close events, and at 10k packages a rescan overflows the kernel queue.
+EVENT_FILTER: list[type[FileSystemEvent]] = [
+    FileCreatedEvent,
+    DirCreatedEvent,
+    FileDeletedEvent,
+    DirDeletedEvent,
+    FileMovedEvent,
+    DirMovedEvent,
+    FileModifiedEvent,
+    DirModifiedEvent,
+    FileClosedEvent,
+    FileAttribEvent,
+    DirAttribEvent,
+]
 _STRUCTURAL = frozenset({"created", "deleted", "moved"})
 _MAX_RETRY_S = 30.0
 
@@ -72,7 +101,14 @@ class WatchStatus:
 class Observer(Protocol):
     """The part of a watchdog observer the watcher uses (injectable for tests)."""
 
-    def schedule(self, event_handler: FileSystemEventHandler, path: str, *, recursive: bool = False) -> Any: ...
+    def schedule(
+        self,
+        event_handler: FileSystemEventHandler,
+        path: str,
+        *,
+        recursive: bool = False,
+        event_filter: list[type[FileSystemEvent]] | None = None,
+    ) -> Any: ...
     def unschedule(self, watch: Any) -> None: ...
     def start(self) -> None: ...
     def stop(self) -> None: ...
@@ -244,7 +280,7 @@ class Watcher:
             if self._started:
                 raise RuntimeError("a Watcher can be started once")
             self._started = True
-        logging.getLogger("watchdog.observers.inotify_c").addHandler(self._hook)
+        logging.getLogger("watchdog.observers").addHandler(self._hook)
         # watchdog warns when it re-registers its own callback on a folder it already watches (a
         # folder created and moved in quick succession); the watch stays correct. Under ``-W error``
         # that warning would kill watchdog's reader thread and silently end all events.
@@ -277,7 +313,7 @@ class Watcher:
             self._worker.join(timeout)
             if self._worker.is_alive():
                 log.warning("watcher worker still building after %.1f s; it stops after this build", timeout)
-        logging.getLogger("watchdog.observers.inotify_c").removeHandler(self._hook)
+        logging.getLogger("watchdog.observers").removeHandler(self._hook)
         if self._observer is not None:
             self._observer.stop()
             self._observer.join(timeout)
@@ -350,7 +386,7 @@ class Watcher:
                 continue
             folder, recursive = key
             try:
-                watch = observer.schedule(self._handler, folder, recursive=recursive)
+                watch = observer.schedule(self._handler, folder, recursive=recursive, event_filter=EVENT_FILTER)
             except (FileNotFoundError, NotADirectoryError):
                 continue  # vanished meanwhile: the parent's watch reports it
             except OSError as exc:

@@ -197,7 +197,7 @@ def test_running_out_of_inotify_watches_falls_back_to_periodic_rescans(tmp_path:
         def __init__(self) -> None:
             self.inner = default_observer()
 
-        def schedule(self, handler: Any, path: str, *, recursive: bool = False) -> Any:
+        def schedule(self, handler: Any, path: str, *, recursive: bool = False, event_filter: Any = None) -> Any:
             raise OSError(errno.ENOSPC, "inotify watch limit reached")
 
         def unschedule(self, watch: Any) -> None:
