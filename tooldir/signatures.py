@@ -346,8 +346,8 @@ def _verify_sshsig(sig: SshSignature, message: bytes) -> str | None:
             key.verify(sig.sig_blob, signed, padding.PKCS1v15(), _RSA_HASH[sig.sig_format]())
     except InvalidSignature:
         return "the signature does not match the lock (tampered lock or signature)"
-    except SignatureFormatError as exc:
-        return str(exc)
+    except ValueError as exc:  # SignatureFormatError, or a malformed ECDSA/RSA signature value
+        return f"malformed signature: {exc}"
     return None
 
 

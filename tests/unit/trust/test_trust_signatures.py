@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from trustkit import minisign_keypair, minisign_sign, need, run, ssh_keypair, ssh_sign
 
@@ -225,3 +225,20 @@ def test_arbitrary_allowed_signers_lines_become_problems_never_crashes(tokens: l
     signers, problems = sg.parse_allowed_signers(text, "f")
     assert len(signers) + len(problems) <= len(text.splitlines())
     assert all(p.startswith("f line ") for p in problems)
+
+
+@pytest.mark.parametrize("kind", ["ed25519", "ecdsa", "rsa"])
+def test_corrupted_ssh_signature_blobs_give_reasons_never_exceptions(tmp_path: Path, message: Path, kind: str) -> None:
+    sig = sg.parse_sshsig(ssh_sign(ssh_keypair(tmp_path, kind), message).read_bytes())
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.integers(min_value=0, max_value=len(sig.sig_blob) - 1), st.integers(min_value=1, max_value=255))
+    def flip(index: int, mask: int) -> None:
+        blob = bytearray(sig.sig_blob)
+        blob[index] ^= mask
+        forged = sg.SshSignature(
+            sig.public_key, sig.namespace, sig.hash_algorithm, sig.sig_format, bytes(blob), sig.signed_prefix
+        )
+        assert isinstance(sg.verify_sshsig(forged, message.read_bytes()), str)
+
+    flip()
