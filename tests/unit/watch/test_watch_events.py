@@ -262,3 +262,39 @@ def _wait_until(condition: Any, timeout: float = WAIT_S) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("condition not met in time")
         tick.wait(0.01)
+
+
+class _Deaf:
+    """An observer that accepts watches but never reports an event (as after lost events)."""
+
+    def schedule(self, handler: Any, path: str, *, recursive: bool = False, event_filter: Any = None) -> Any:
+        return (path, recursive)
+
+    def unschedule(self, watch: Any) -> None:
+        pass
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+
+def test_a_kernel_queue_overflow_triggers_a_full_rescan(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    make_tool(user, "alpha")
+    config = config_for(tmp_path, user=[user])
+    with watching(config, observer_factory=_Deaf, rescan_on_start=False) as (watcher, problems):
+        make_tool(user, "beta")  # no event will ever say so
+        with pytest.raises(TimeoutError):
+            watcher.wait_for(lambda s: "beta" in s.by_name, 0.3)
+        # what watchdog logs when the kernel drops events
+        logging.getLogger("watchdog.observers.inotify_c").warning(
+            "Inotify queue overflowed; filesystem events were lost"
+        )
+        watcher.wait_for(lambda s: "beta" in s.by_name, WAIT_S)
+        settles_to_cold_load(watcher, config)
+    assert [p.code for p in problems] == ["inotify-overflow"]
