@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import itertools
 import os
 import shutil
