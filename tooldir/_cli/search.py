@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
-from ..catalog import FORMATS
+from ..catalog import FORMATS, summary
 from ..evaluate import evaluate_files
 from ..loader import Loader
 from ..session import MAX_TOP_K, Session
@@ -66,7 +66,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     table = Table("name", "score", "source", "load state", "summary", title=f"tooldir search — {args.query}")
     for m in result.matches:
         score = "exact" if m.score is None else f"{m.score:.3f}"
-        table.add_row(safe(m.name, "bold"), score, m.source, m.load_state, safe(str(m.schema.get("description", ""))))
+        table.add_row(
+            safe(m.name, "bold"), score, m.source, m.load_state, safe(summary(str(m.schema.get("description", ""))))
+        )
     out.print(table)
     for item in result.missing:
         out.print(safe(f"missing: {item}", "yellow"))
