@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import errno
-import logging
 import itertools
+import logging
 import os
 import shutil
 import threading
