@@ -22,6 +22,7 @@ nothing but protocol messages can reach the client's stdout pipe.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -30,7 +31,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import anyio
@@ -44,6 +45,7 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp_types import methods as _methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .catalog import ToolDef
@@ -215,6 +217,24 @@ class ListChangedNotifier:
 # The server
 
 
+#: What tooldir adds to a tools/list result: clients must not cache a list that changes with
+#: every search (ttlMs 0), and the list is complete (2026-07-28 fields; older versions drop them).
+LIST_ENVELOPE: Mapping[str, Any] = {"ttlMs": 0, "cacheScope": "private", "resultType": "complete"}
+
+
+@dataclass(slots=True)
+class _Rendered:
+    definition: ToolDef
+    wire: dict[str, Any]
+    by_version: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@functools.cache
+def _shaped_envelope(version: str) -> dict[str, Any]:
+    shaped = _methods.serialize_server_result("tools/list", version, {"tools": [], **LIST_ENVELOPE})
+    return {k: v for k, v in shaped.items() if k != "tools"}
+
+
 class ToolServer:
     """One MCP connection's view of tooldir: a :class:`~tooldir.session.Session` over the
     registry, kept current by the watcher, sending list_changed whenever the working set changes.
@@ -242,7 +262,7 @@ class ToolServer:
         self.watcher = watcher
         self.turn_idle_s = turn_idle_s
         self.notifier = ListChangedNotifier()
-        self._wire: dict[int, tuple[ToolDef, dict[str, Any]]] = {}  # rendering 10k tools is not free
+        self._wire: dict[int, _Rendered] = {}  # rendering 10k tools is not free
         self._portal: BlockingPortal | None = None
         self._limiter: anyio.CapacityLimiter | None = None
         self._activity = threading.Lock()
@@ -280,32 +300,55 @@ class ToolServer:
 
     # -- tools/list ------------------------------------------------------------------------------
 
-    def list_tools_sync(self) -> list[dict[str, Any]]:
-        """The working set as MCP tools in wire form (``Tool`` JSON objects); the session pins
-        every schema it hands out. Rendered tools are cached per definition object: the session
-        hands out the same objects for as long as a snapshot is current."""
-        fresh: dict[int, tuple[ToolDef, dict[str, Any]]] = {}
-        out: list[dict[str, Any]] = []
+    def _rendered(self) -> list[_Rendered]:
+        """The working set, rendered; the session pins every schema it hands out. Rendering is
+        cached per definition object: the session hands out the same objects for as long as a
+        snapshot is current."""
+        fresh: dict[int, _Rendered] = {}
+        out: list[_Rendered] = []
         for definition in self.session.working_set():
             key = id(definition)  # safe: the cache holds the object, so its id cannot be reused
             entry = self._wire.get(key)
-            if entry is None or entry[0] is not definition:
+            if entry is None or entry.definition is not definition:
                 try:
                     wire = mcp_tool_from_def(definition).model_dump(by_alias=True, mode="json", exclude_none=True)
                 except ValueError as exc:  # the loader should never let this through; never offer it
                     log.error("not offering %r over MCP: %s", definition.name, exc)
                     continue
-                entry = (definition, wire)
+                entry = _Rendered(definition, wire)
             fresh[key] = entry
-            out.append(entry[1])
+            out.append(entry)
         self._wire = fresh
         return out
 
+    def list_tools_sync(self) -> list[dict[str, Any]]:
+        """The working set as MCP ``Tool`` JSON objects (latest protocol shape)."""
+        return [entry.wire for entry in self._rendered()]
+
     async def list_tools(self) -> dict[str, Any]:
-        """The ``tools/list`` result (one page: clients expect the whole working set)."""
+        """The ``tools/list`` result for the SDK to shape (one page: clients expect the whole set)."""
         tools = await anyio.to_thread.run_sync(self.list_tools_sync)
-        # ttlMs 0: clients must not cache a list that changes with every search
-        return {"tools": tools, "ttlMs": 0, "cacheScope": "private", "resultType": "complete"}
+        return {"tools": tools, **LIST_ENVELOPE}
+
+    def list_result_sync(self, version: str) -> dict[str, Any]:
+        """The finished ``tools/list`` result for protocol ``version``, exactly what the SDK's
+        per-version shaping would produce, but each tool is shaped once (when first listed)
+        instead of on every list: at 10k tools that shaping dominates the cost of a list.
+
+        Raises:
+            ValueError: ``version`` is not a protocol version the SDK knows.
+        """
+        envelope = _shaped_envelope(version)
+        tools = []
+        for entry in self._rendered():
+            shaped = entry.by_version.get(version)
+            if shaped is None:
+                shaped = _methods.serialize_server_result(
+                    "tools/list", version, {"tools": [entry.wire], **LIST_ENVELOPE}
+                )["tools"][0]
+                entry.by_version[version] = shaped
+            tools.append(shaped)
+        return {**envelope, "tools": tools}
 
     # -- tools/call ------------------------------------------------------------------------------
 
@@ -435,7 +478,24 @@ def build_server(front: ToolServer) -> Server[Any]:
         on_subscriptions_listen=ListenHandler(front.notifier.bus),
     )
     server.add_request_handler("tools/list", types.PaginatedRequestParams, on_list_tools)
-    server.middleware.append(front.notifier.observe)
+
+    async def fast_list(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """tools/list with per-tool shaping cached (see ToolServer.list_result_sync). Anything
+        unusual - not yet initialized, malformed params - takes the SDK's own path instead."""
+        version = ctx.protocol_version
+        modern = version in MODERN_PROTOCOL_VERSIONS
+        if ctx.method != "tools/list" or ctx.request_id is None or not (modern or ctx.session.client_params):
+            return await call_next(ctx)
+        try:
+            _methods.validate_client_request("tools/list", version, ctx.params)
+        except (KeyError, ValueError):  # pydantic's ValidationError is a ValueError
+            return await call_next(ctx)
+        result = await anyio.to_thread.run_sync(front.list_result_sync, version)
+        if modern:  # what the SDK stamps on every 2026-era result
+            result["_meta"] = {types.SERVER_INFO_META_KEY: server.server_info_stamp}
+        return result
+
+    server.middleware += [front.notifier.observe, fast_list]
     return server
 
 

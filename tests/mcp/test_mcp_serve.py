@@ -451,3 +451,21 @@ async def test_a_listed_tool_whose_manifest_breaks_is_withdrawn_with_list_change
             assert refused.is_error is True
             assert error_code(refused) == "not-active"
             assert "duplicate-key" in text_of(refused)
+
+
+def test_tools_list_before_initialize_is_a_protocol_error_not_a_list(tree: dict[str, Path]) -> None:
+    cmd = [sys.executable, "-m", "tooldir", "serve", "--project", str(tree["project"])]
+    cmd += ["--user-dir", str(tree["user"]), "--policy", str(tree["policy"])]
+    cmd += ["--state-dir", str(tree["tmp"] / "state"), "--no-watch"]
+    with subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tree["tmp"]
+    ) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        proc.stdin.write(_rpc({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        proc.stdin.flush()
+        lines = _read_lines_until_id(proc.stdout.fileno(), 1, deadline=time.monotonic() + WAIT_S)
+        proc.communicate(timeout=WAIT_S)
+    response = json.loads(lines[-1])
+    assert "result" not in response
+    assert response["error"]["code"] == -32602  # the SDK's pre-initialization refusal

@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp_types import methods
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from toolkit import make_tool
 
 from tooldir.loader import make_config
-from tooldir.mcp_server import ToolServer
+from tooldir.mcp_server import LIST_ENVELOPE, ToolServer
 from tooldir.policy import parse_policy
 
 POLICY = '[defer]\nmode = "on"\nrules = ["NoDefer(echo_eager)", "Defer(*)"]\n'
@@ -83,3 +85,20 @@ def test_a_bug_inside_tooldir_is_an_is_error_result_not_a_protocol_error(
 def test_a_negative_turn_idle_is_refused(front: ToolServer) -> None:
     with pytest.raises(ValueError, match="turn_idle_s"):
         ToolServer(store=front.store, registry=front.registry, session=front.session, turn_idle_s=-1)
+
+
+@pytest.mark.parametrize("version", [*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS])
+def test_the_cached_list_result_equals_the_sdks_own_shaping_for_every_protocol_version(
+    front: ToolServer, version: str
+) -> None:
+    front.call_tool_sync("tool_search", {"queries": ["weather"]})  # a loaded deferred tool too
+    wire = front.list_tools_sync()
+    expected = methods.serialize_server_result("tools/list", version, {"tools": wire, **LIST_ENVELOPE})
+    assert front.list_result_sync(version) == expected
+    assert front.list_result_sync(version) == expected  # and again from the per-version cache
+    assert [t["name"] for t in expected["tools"]] == [
+        "echo_eager",
+        "tool_search",
+        "defer_execute_tool",
+        "weather_report",
+    ]
