@@ -31,6 +31,8 @@ class Snapshot:
     tools: tuple[ToolRecord, ...]
     diagnostics: tuple[Diagnostic, ...]
     by_name: Mapping[str, ToolRecord] = field(repr=False)
+    #: content fingerprint of each record of ``tools`` (same order); lets ``diff`` skip unchanged records
+    fingerprints: tuple[bytes, ...] = field(default=(), repr=False, compare=False)
 
     def get(self, name: str) -> ToolRecord | None:
         return self.by_name.get(name)
@@ -112,6 +114,7 @@ def assemble(entries: Iterable[RecordEntry], extra: Iterable[DiagEntry], generat
         tools=tools,
         diagnostics=tuple([d for _, d in diag_entries]),
         by_name=MappingProxyType(by_name),
+        fingerprints=tuple([e.key[3] for e in ordered]),
     )
 
 
@@ -124,7 +127,9 @@ def build_snapshot(records: Iterable[ToolRecord], extra: Iterable[Diagnostic], g
 
 
 def with_generation(snapshot: Snapshot, generation: int) -> Snapshot:
-    return Snapshot(snapshot.id, generation, snapshot.tools, snapshot.diagnostics, snapshot.by_name)
+    return Snapshot(
+        snapshot.id, generation, snapshot.tools, snapshot.diagnostics, snapshot.by_name, snapshot.fingerprints
+    )
 
 
 Key = tuple[str, Source, str]  # (name, source, path)
@@ -181,12 +186,10 @@ class SnapshotDiff:
 
 
 def diff(old: Snapshot, new: Snapshot) -> SnapshotDiff:
-    # Records an incremental build did not touch are the very same objects in both snapshots:
-    # only the others need keying and comparing.
-    old_ids = {id(t) for t in old.tools}
-    new_ids = {id(t) for t in new.tools}
-    before = {_key(t): t for t in old.tools if id(t) not in new_ids}
-    after = {_key(t): t for t in new.tools if id(t) not in old_ids}
+    # Only records whose content fingerprint is not in the other snapshot need keying and comparing.
+    gone, came = _unmatched(old, new)
+    before = {_key(t): t for t in gone}
+    after = {_key(t): t for t in came}
     added = tuple(after[k] for k in sorted(after.keys() - before.keys()))
     removed = tuple(before[k] for k in sorted(before.keys() - after.keys()))
     changed, status_changed = [], []
@@ -197,6 +200,21 @@ def diff(old: Snapshot, new: Snapshot) -> SnapshotDiff:
         elif o.status is not n.status or o.trust != n.trust:
             status_changed.append((o, n))
     return SnapshotDiff(old.generation, new.generation, added, removed, tuple(changed), tuple(status_changed))
+
+
+def _unmatched(old: Snapshot, new: Snapshot) -> tuple[list[ToolRecord], list[ToolRecord]]:
+    """(records of ``old`` with no identical record in ``new``, and the other way round)."""
+    if len(old.fingerprints) == len(old.tools) and len(new.fingerprints) == len(new.tools):
+        before, after = set(old.fingerprints), set(new.fingerprints)
+        gone, came = before - after, after - before
+        if not gone and not came:
+            return [], []
+        old_index = dict(zip(old.fingerprints, old.tools, strict=True)) if gone else {}
+        new_index = dict(zip(new.fingerprints, new.tools, strict=True)) if came else {}
+        return [old_index[f] for f in gone], [new_index[f] for f in came]
+    # hand-built snapshots without fingerprints: compare objects
+    old_ids, new_ids = {id(t) for t in old.tools}, {id(t) for t in new.tools}
+    return [t for t in old.tools if id(t) not in new_ids], [t for t in new.tools if id(t) not in old_ids]
 
 
 Subscriber = Callable[[Snapshot, SnapshotDiff], None]
