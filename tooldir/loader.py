@@ -165,8 +165,12 @@ class Loader:
         ``changed`` maps a root path to the folder names that changed directly under it (an
         empty collection re-opens the root and only re-checks its permissions and identity), or
         to None to re-list the whole root (a root appeared, vanished or was replaced). ``None``
-        re-reads all. Trust is re-evaluated on every build. Root paths that are not configured
-        roots are ignored.
+        re-reads all. Trust is re-evaluated on every build wherever its inputs may have changed
+        (new packages; every package when approvals, high-water marks or allowed signers changed
+        on disk; signed packages always). Root paths that are not configured roots are ignored.
+
+        Raises whatever a stage raises (e.g. ``StateError`` for a corrupt approvals file); the
+        caches are then dropped and the next build is cold.
         """
         with self._lock, _gc_paused():
             try:

@@ -199,8 +199,8 @@ class Watcher:
     ``debounce_s``: a batch is built once no event arrived for this long (or ``max_delay_s``
     after its first event). ``policy_file``: reload the policy when it changes (an invalid
     policy is reported and the old one kept). ``rescan_interval_s``: full-rescan period while
-    degraded (no inotify watch could be added, or events were lost). ``on_problem`` is called
-    from the worker thread.
+    degraded (no inotify watch could be added). ``on_problem`` is called from the watcher's
+    threads (``start()``'s caller for watch failures at start, else the worker); keep it quick.
 
     Use as a context manager, or ``start()`` / ``stop()``.
     """
