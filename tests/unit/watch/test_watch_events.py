@@ -299,3 +299,17 @@ def test_a_kernel_queue_overflow_triggers_a_full_rescan(tmp_path: Path) -> None:
         watcher.wait_for(lambda s: "beta" in s.by_name, WAIT_S)
         settles_to_cold_load(watcher, config)
     assert [p.code for p in problems] == ["inotify-overflow"]
+
+
+def test_a_project_root_that_appears_later_is_picked_up(tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    config = config_for(tmp_path, project=project)
+    with watching(config) as (watcher, _):
+        assert watcher.store.current.tools == ()
+        make_tool(project_tools(project), "alpha")  # creates .tooldir/tools/alpha in one go
+        snap = watcher.wait_for(lambda s: "alpha" in s.by_name, WAIT_S)
+        settles_to_cold_load(watcher, config)
+        make_tool(project / ".tooldir" / "tools", "beta")  # and the new root is watched
+        watcher.wait_for(lambda s: "beta" in s.by_name, WAIT_S)
+    assert snap.by_name["alpha"].status is Status.PENDING
