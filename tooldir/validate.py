@@ -17,7 +17,15 @@ from typing import Any
 import jsonschema
 import jsonschema_rs
 
-from ._internal.strictjson import FrozenDict, StrictJSONError, escape_pointer, iter_strings, loads, thaw
+from ._internal.strictjson import (
+    FrozenDict,
+    StrictJSONError,
+    escape_pointer,
+    freeze_arrays_in_place,
+    iter_strings,
+    loads,
+    thaw,
+)
 from .discover import MANIFEST, PackageScan
 from .model import Diagnostic, Manifest, Severity, error, warning
 from .names import explain_invalid, is_valid_name
@@ -126,7 +134,7 @@ class _Validation:
             self.fail("invalid-name", f"folder name {scan.name!r}: {explain_invalid(scan.name)}")
         raw = scan.contents[MANIFEST]
         try:
-            data = loads(raw, max_depth=self.policy.limits.max_json_depth)
+            data = loads(raw, max_depth=self.policy.limits.max_json_depth, freeze_arrays=False)
         except StrictJSONError as exc:
             self.fail(exc.code, exc.message, exc.pointer)
             return None
@@ -150,6 +158,7 @@ class _Validation:
         self._check_command(data["execute"]["command"])
         if any(d.severity is Severity.ERROR for d in self.diags):
             return None
+        freeze_arrays_in_place(data["input_schema"])  # the only part kept as parsed (the rest becomes tuples)
         return Manifest.model_validate(data)
 
     def _report_schema_errors(self, data: dict[str, Any]) -> None:

@@ -102,6 +102,39 @@ def _pairs(pairs: list[tuple[str, Any]]) -> FrozenDict:
     return obj
 
 
+def _pairs_shallow(pairs: list[tuple[str, Any]]) -> FrozenDict:
+    """Like :func:`_pairs` but leaves arrays as plain lists (see ``loads(freeze_arrays=False)``)."""
+    obj = FrozenDict(pairs)
+    if len(obj) != len(pairs):
+        _pairs(pairs)  # raises, naming the key
+    return obj
+
+
+def freeze_arrays_in_place(value: Any) -> Any:
+    """Replace every plain list inside a tree of FrozenDicts/lists by a FrozenList, in place.
+    For trees from ``loads(freeze_arrays=False)`` that nobody else holds yet. Returns the value."""
+    if type(value) is list:
+        return _freeze_list_deep(value)
+    stack = [value] if isinstance(value, dict) else []
+    while stack:
+        obj = stack.pop()
+        for key, item in obj.items():
+            kind = type(item)
+            if kind is list:
+                dict.__setitem__(obj, key, _freeze_list_deep(item))
+            elif kind is FrozenDict:
+                stack.append(item)
+    return value
+
+
+def _freeze_list_deep(items: list[Any]) -> FrozenList:
+    out = FrozenList([_freeze_list_deep(v) if type(v) is list else v for v in items])
+    for item in out:
+        if type(item) is FrozenDict:
+            freeze_arrays_in_place(item)
+    return out
+
+
 def _freeze_list(items: list[Any]) -> FrozenList:
     # dicts inside are already frozen by _pairs; only nested plain lists remain
     if list in map(type, items):
@@ -150,10 +183,14 @@ def _has_surrogate(value: Any) -> bool:
 
 
 _decoder = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant, parse_float=_float)
+_shallow_decoder = json.JSONDecoder(object_pairs_hook=_pairs_shallow, parse_constant=_constant, parse_float=_float)
 
 
-def loads(data: bytes, *, max_depth: int = 32) -> Any:
+def loads(data: bytes, *, max_depth: int = 32, freeze_arrays: bool = True) -> Any:
     """Parse one JSON document from bytes, strictly, returning deep-frozen values.
+
+    ``freeze_arrays=False`` (a fast path for callers that freeze what they keep, see
+    :func:`freeze_arrays_in_place`) leaves arrays as plain lists; objects are always frozen.
 
     Raises:
         StrictJSONError: with ``code`` one of invalid-encoding, invalid-json, duplicate-key,
@@ -168,7 +205,7 @@ def loads(data: bytes, *, max_depth: int = 32) -> Any:
     except UnicodeDecodeError as exc:
         raise StrictJSONError("invalid-encoding", f"invalid UTF-8 at byte {exc.start}: {exc.reason}") from None
     try:
-        value = _decoder.decode(text)
+        value = (_decoder if freeze_arrays else _shallow_decoder).decode(text)
     except StrictJSONError:
         raise
     except json.JSONDecodeError as exc:
@@ -184,7 +221,7 @@ def loads(data: bytes, *, max_depth: int = 32) -> Any:
             raise StrictJSONError("too-deep", f"nesting depth {depth} exceeds the limit of {max_depth}")
     if b"\\" in data and _ESCAPED_SURROGATE.search(data) and _has_surrogate(value):
         raise StrictJSONError("invalid-encoding", "escaped lone surrogate (\\uD800-\\uDFFF) in a string")
-    if type(value) is list:
+    if type(value) is list and freeze_arrays:
         return _freeze_list(value)
     return value
 

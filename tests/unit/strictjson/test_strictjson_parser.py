@@ -17,6 +17,7 @@ from tooldir._internal.strictjson import (
     dumps_canonical,
     escape_pointer,
     freeze,
+    freeze_arrays_in_place,
     iter_strings,
     loads,
     thaw,
@@ -278,3 +279,37 @@ def test_every_finite_float_round_trips(number: float) -> None:
     parsed = loads(json.dumps(number).encode())
     assert parsed == number
     assert math.isfinite(parsed)
+
+
+def test_the_shallow_parse_still_refuses_duplicates_and_freezing_afterwards_is_deep() -> None:
+    with pytest.raises(StrictJSONError) as caught:
+        loads(b'{"a": {"k": 1, "k": 2}}', freeze_arrays=False)
+    assert caught.value.code == "duplicate-key"
+    value = loads(b'{"a": [1, [2, {"b": [3]}]], "c": {"d": []}}', freeze_arrays=False)
+    assert type(value) is FrozenDict and type(value["a"]) is list
+    freeze_arrays_in_place(value)
+    assert type(value["a"]) is FrozenList
+    assert type(value["a"][1]) is FrozenList
+    assert type(value["a"][1][1]["b"]) is FrozenList
+    assert type(value["c"]["d"]) is FrozenList
+    assert value == loads(b'{"a": [1, [2, {"b": [3]}]], "c": {"d": []}}')
+
+
+@settings(max_examples=200, deadline=None)
+@given(_values)
+def test_shallow_parse_then_freeze_equals_the_deep_parse(value: Any) -> None:
+    if not _encodable(value) or _depth(value) > 32:
+        return
+    data = json.dumps(value).encode()
+    shallow = freeze_arrays_in_place(loads(data, freeze_arrays=False))
+    deep = loads(data)
+    assert shallow == deep
+    assert _frozen_everywhere(shallow) == _frozen_everywhere(deep)
+
+
+def _frozen_everywhere(value: Any) -> bool:
+    if isinstance(value, dict):
+        return type(value) is FrozenDict and all(_frozen_everywhere(v) for v in value.values())
+    if isinstance(value, list):
+        return type(value) is FrozenList and all(_frozen_everywhere(v) for v in value)
+    return True
