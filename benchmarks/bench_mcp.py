@@ -5,8 +5,9 @@ call       ``tools/call`` round trip of a sandboxed no-op tool through ``tooldir
            API in this process (``Session.call``, which is what the server runs, and the bare
            ``Registry.call``). Both run the tool in bubblewrap; the ratio is MCP / Python API.
 list       ``tools/list`` with N tools in the working set (defer mode off: every tool listed):
-           the round trip through MCP, and the server-side part alone (``ToolServer.list_tools_sync``,
-           cold and warm). Also the round trip with the default deferral (only the guard tools and
+           the round trip with the SDK client, the same with a minimal JSON-RPC client (so the SDK
+           client's own validation of every tool is left out), and the rendering alone
+           (``ToolServer.list_tools_sync``, cold and warm). Also the round trip with the default deferral (only the guard tools and
            eager ones are listed), and the time from spawning ``tooldir serve`` to an initialized
            session.
 
@@ -18,9 +19,11 @@ Warm page cache, median (and p95 for calls) of several runs.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -81,42 +84,39 @@ async def timed(fn: Callable[[], Awaitable[Any]]) -> float:
     return time.perf_counter() - start
 
 
-async def mcp_calls(params: StdioServerParameters, n: int) -> list[float]:
-    with open(os.devnull, "w") as errlog:
-        async with Client(stdio_client(params, errlog=errlog), mode="legacy", read_timeout_seconds=60) as client:
-            await client.list_tools()
-            for _ in range(3):  # warm-up: sandbox probe, interpreter caches
-                await client.call_tool("noop", {})
-            out = []
-            for _ in range(n):
-                start = time.perf_counter()
-                result = await client.call_tool("noop", {})
-                out.append(time.perf_counter() - start)
-                if result.is_error:
-                    raise SystemExit(f"noop failed through MCP: {result.content}")
-            return out
-
-
-def api_calls(root: Path, policy_text: str, state: Path, project: Path, n: int) -> tuple[list[float], list[float]]:
+async def interleaved_calls(
+    params: StdioServerParameters, *, root: Path, policy_text: str, state: Path, project: Path, n: int
+) -> dict[str, list[float]]:
+    """The same no-op call through MCP, ``Session.call`` and ``Registry.call``, interleaved so all
+    three see the same machine load (this box is shared and noisy)."""
     config = make_config(project=project, user_dirs=[root], policy=parse_policy(policy_text), state_dir=state)
     store = SnapshotStore(Loader(config).load())
     registry = Registry(store, policy=config.policy, state_dir=config.state_dir)
     session = Session(store, policy=config.policy, registry=registry, state_dir=config.state_dir)
     session.working_set()
-    session_times, registry_times = [], []
-    for _ in range(3):
-        session.call("noop", {})
-    for _ in range(n):
-        start = time.perf_counter()
-        result = session.call("noop", {})
-        session_times.append(time.perf_counter() - start)
-        if not result.ok:
-            raise SystemExit(f"noop failed through the Python API: {result.error}")
-        start = time.perf_counter()
-        registry.call("noop", {})
-        registry_times.append(time.perf_counter() - start)
+    out: dict[str, list[float]] = {"mcp": [], "session": [], "registry": []}
+    with open(os.devnull, "w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog), mode="legacy", read_timeout_seconds=60) as client:
+            await client.list_tools()
+            for _ in range(3):  # warm-up: sandbox probe, interpreter caches
+                await client.call_tool("noop", {})
+                session.call("noop", {})
+            for _ in range(n):
+                start = time.perf_counter()
+                result = await client.call_tool("noop", {})
+                out["mcp"].append(time.perf_counter() - start)
+                if result.is_error:
+                    raise SystemExit(f"noop failed through MCP: {result.content}")
+                start = time.perf_counter()
+                outcome = session.call("noop", {})
+                out["session"].append(time.perf_counter() - start)
+                if not outcome.ok:
+                    raise SystemExit(f"noop failed through the Python API: {outcome.error}")
+                start = time.perf_counter()
+                registry.call("noop", {})
+                out["registry"].append(time.perf_counter() - start)
     session.close()
-    return session_times, registry_times
+    return out
 
 
 async def mcp_list(params: StdioServerParameters, runs: int) -> dict[str, Any]:
@@ -135,6 +135,41 @@ async def mcp_list(params: StdioServerParameters, runs: int) -> dict[str, Any]:
                 "tools": len(listed.tools),
                 "bytes": size,
             }
+
+
+def raw_list(params: StdioServerParameters, runs: int) -> dict[str, float]:
+    """tools/list over the same pipe with a minimal JSON-RPC client (json.loads of the line): the
+    server's share of the round trip, without the SDK client's validation of every tool."""
+    env = params.env or {}
+    with subprocess.Popen(
+        [params.command, *params.args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=params.cwd,
+    ) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+
+        def send(message: dict[str, Any]) -> None:
+            assert proc.stdin is not None
+            proc.stdin.write((json.dumps(message) + "\n").encode())
+            proc.stdin.flush()
+
+        hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}
+        send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
+        proc.stdout.readline()
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        times = []
+        for i in range(runs + 1):
+            start = time.perf_counter()
+            send({"jsonrpc": "2.0", "id": i + 1, "method": "tools/list"})
+            json.loads(proc.stdout.readline())
+            times.append(time.perf_counter() - start)
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    return {"first_s": times[0], "median_s": statistics.median(times[1:])}
 
 
 def server_side_list(root: Path, policy_text: str, state: Path, project: Path, runs: int) -> dict[str, float]:
@@ -177,8 +212,18 @@ def main() -> None:
 
         small = base / "small"
         write_noop(small)
-        session_t, registry_t = api_calls(small, EAGER, base / "state-api", project, calls)
-        mcp_t = anyio.run(mcp_calls, serve_params(small, policy_eager, base / "state-mcp", project), calls)
+        times = anyio.run(
+            functools.partial(
+                interleaved_calls,
+                serve_params(small, policy_eager, base / "state-mcp", project),
+                root=small,
+                policy_text=EAGER,
+                state=base / "state-api",
+                project=project,
+                n=calls,
+            )
+        )
+        mcp_t, session_t, registry_t = times["mcp"], times["session"], times["registry"]
         call = {
             "calls": calls,
             "mcp_median_ms": statistics.median(mcp_t) * 1000,
@@ -194,8 +239,12 @@ def main() -> None:
         eager = anyio.run(mcp_list, serve_params(big, policy_eager, base / "state-l1", project), runs)
         deferred = anyio.run(mcp_list, serve_params(big, policy_deferred, base / "state-l2", project), runs)
         server = server_side_list(big, EAGER, base / "state-l3", project, runs)
+        raw = raw_list(serve_params(big, policy_eager, base / "state-l4", project), runs)
 
-    result = {"call": call, "list": {"n": n_tools, "eager": eager, "deferred": deferred, "server_side": server}}
+    result = {
+        "call": call,
+        "list": {"n": n_tools, "eager": eager, "deferred": deferred, "server_side": server, "raw_client": raw},
+    }
     if args.json:
         print(json.dumps({"benchmark": "mcp", "results": result}, indent=2))
         return
@@ -211,6 +260,10 @@ def main() -> None:
         f"  every tool listed ({eager['tools']} tools, {eager['bytes'] / 1e6:.1f} MB): round trip "
         f"{eager['median_s'] * 1000:.0f} ms (first {eager['first_s'] * 1000:.0f} ms); "
         f"server side {server['warm_median_s'] * 1000:.0f} ms warm, {server['cold_s'] * 1000:.0f} ms cold"
+    )
+    print(
+        f"  every tool listed, minimal JSON-RPC client (the server's share): {raw['median_s'] * 1000:.0f} ms "
+        f"(first {raw['first_s'] * 1000:.0f} ms)"
     )
     print(f"  deferred (default rules; {deferred['tools']} listed): round trip {deferred['median_s'] * 1000:.1f} ms")
     print(
