@@ -219,8 +219,11 @@ async def test_shutdown_is_clean_and_leaves_no_processes(tree: dict[str, Path]) 
     [
         (["--project", "/nonexistent/dir"], "not a directory"),
         (["--policy", "/nonexistent/policy.toml"], "cannot read policy"),
+        (["--turn-idle", "-1"], "--turn-idle must be between 0 and 86400"),
+        (["--json"], "--json does not apply"),
+        (["--log-file", "/nonexistent/dir/serve.log"], "--log-file /nonexistent/dir/serve.log"),
     ],
-    ids=["missing-project", "missing-policy"],
+    ids=["missing-project", "missing-policy", "negative-turn-idle", "json", "unwritable-log"],
 )
 def test_bad_configuration_exits_2_with_a_diagnostic_before_speaking_mcp(
     tmp_path: Path, args: list[str], expected: str

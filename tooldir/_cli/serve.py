@@ -62,6 +62,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from ..mcp_server import serve_stdio
 
+    if args.json:
+        raise CommandError("--json does not apply: serve speaks MCP (JSON-RPC) on stdout")
     if not 0 <= args.turn_idle <= 86_400:
         raise CommandError("--turn-idle must be between 0 and 86400 seconds")
     config = config_from_args(args)
