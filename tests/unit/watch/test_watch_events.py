@@ -313,3 +313,16 @@ def test_a_project_root_that_appears_later_is_picked_up(tmp_path: Path) -> None:
         make_tool(project / ".tooldir" / "tools", "beta")  # and the new root is watched
         watcher.wait_for(lambda s: "beta" in s.by_name, WAIT_S)
     assert snap.by_name["alpha"].status is Status.PENDING
+
+
+def test_a_root_made_world_writable_is_refused_until_its_mode_is_fixed(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    make_tool(user, "alpha")
+    config = config_for(tmp_path, user=[user])
+    with watching(config) as (watcher, _):
+        user.chmod(0o777)  # only a metadata change: no file is created, deleted or written
+        snap = watcher.wait_for(lambda s: any(d.code == "unsafe-permissions" for d in s.diagnostics), WAIT_S)
+        assert snap.tools == ()
+        user.chmod(0o755)
+        watcher.wait_for(lambda s: "alpha" in s.by_name, WAIT_S)
+        settles_to_cold_load(watcher, config)
