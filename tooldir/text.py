@@ -61,6 +61,19 @@ def clean_strings_schema() -> dict[str, Any]:
     }
 
 
+def clean_descriptions_schema() -> dict[str, Any]:
+    """Like :func:`clean_strings_schema` but only for values under a ``description`` key, at any
+    depth (the injection check reads descriptions only). Place it at ``#/$defs/clean_descriptions``."""
+    union = "(?i)" + "|".join(f"(?:{source})" for _, source in _INJECTION_SOURCES)
+    again = {"$ref": "#/$defs/clean_descriptions"}
+    return {
+        "properties": {"description": {"not": {"pattern": union}}},
+        # in an allOf so that it also descends into a "description" member that is an object
+        "allOf": [{"additionalProperties": again}],
+        "items": again,
+    }
+
+
 @cache
 def _prefilter() -> Any:
     """A compiled jsonschema-rs validator that accepts a JSON value when no string in it matches

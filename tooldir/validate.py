@@ -31,7 +31,7 @@ from .model import Diagnostic, Manifest, Severity, error, warning
 from .names import explain_invalid, is_valid_name
 from .policy import Policy
 from .text import (
-    clean_strings_schema,
+    clean_descriptions_schema,
     injection_reasons,
     invisible_characters,
     may_contain_injection,
@@ -84,11 +84,11 @@ def _all_clear_validator() -> Any:
     format assertion) and no injection-like string, all at once. Only when it says no do the
     separate checks run to find out what is wrong. None if the engine cannot build it."""
     schema = {
-        "$defs": {"manifest": manifest_schema(), "clean": clean_strings_schema()},
+        "$defs": {"manifest": manifest_schema(), "clean_descriptions": clean_descriptions_schema()},
         "allOf": [
             {"$ref": "#/$defs/manifest"},
             {"properties": {"input_schema": {"$ref": _DRAFT_2020_12}}},
-            {"$ref": "#/$defs/clean"},
+            {"$ref": "#/$defs/clean_descriptions"},
         ],
     }
     try:
