@@ -141,6 +141,7 @@ def split_words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
+_SCAN_TAIL = 32  # postings longer than this get a doc -> position map for tail updates
 _COARSE = re.compile(r"[A-Za-z]+|[0-9]+")
 
 
@@ -396,14 +397,8 @@ class SearchIndex:
             plist.sort(key=itemgetter(1), reverse=True)  # stable: equal impacts keep doc order
             self._postings[t] = tuple(plist)
             self._max_impact[t] = plist[0][1]
-
-    def _positions(self, term: str) -> dict[int, int]:
-        """doc id -> position in the term's postings (built on first use; a pure memo)."""
-        where = self._position.get(term)
-        if where is None:
-            where = {d: pos for pos, (d, _) in enumerate(self._postings[term])}
-            self._position[term] = where
-        return where
+            if len(plist) > _SCAN_TAIL:
+                self._position[t] = {d: pos for pos, (d, _) in enumerate(plist)}
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -443,30 +438,37 @@ class SearchIndex:
         acc: dict[int, float] = {}
         rejected: set[int] = set()
         unfiltered = required is None and allow is None
-        full = False  # top_k candidates found
+
+        def admissible(d: int) -> bool:
+            return (required is None or d in required) and ok(d)
+
+        # a lower bound of the final k-th score, from the exact scores of a few promising tools
+        threshold = self._seed_threshold(terms, top_k, admissible)
         for i, t in enumerate(terms):
             rest = remaining[i + 1]
             plist = self._postings[t]
             n = len(plist)
             start = 0
-            if not full:  # admit from the head of the list until there are top_k candidates
+            if threshold == -math.inf:  # admit from the head of the list until there are top_k candidates
                 for start, (d, s) in enumerate(plist, 1):  # noqa: B007 - ``start`` is used after the loop
                     cur = acc.get(d)
                     if cur is not None:
                         acc[d] = cur + s
                     elif d not in rejected:
-                        if (required is not None and d not in required) or not ok(d):
+                        if not admissible(d):
                             rejected.add(d)
                             continue
                         acc[d] = s
                         if len(acc) >= top_k:
                             break
-                full = len(acc) >= top_k
+                if len(acc) >= top_k:
+                    threshold = heapq.nlargest(top_k, acc.values())[-1]
             if start < n:
                 # an unseen tool needs an impact of at least ``cutoff`` here to still reach the top k
                 cutoff = -math.inf
-                if max(acc.values()) * (1 - 1e-9) - rest > plist[-1][1]:  # a cheap bound first
-                    threshold = heapq.nlargest(top_k, acc.values())[-1]
+                if threshold > -math.inf:
+                    if len(acc) >= top_k and max(acc.values()) * (1 - 1e-9) - rest > max(threshold, plist[-1][1]):
+                        threshold = max(threshold, heapq.nlargest(top_k, acc.values())[-1])
                     cutoff = threshold * (1 - 1e-9) - rest
                 # impact-ordered: entries before ``stop`` may admit unseen tools, later ones cannot
                 stop = n if cutoff <= plist[-1][1] else max(start, bisect_right(plist, -cutoff, key=_neg_impact))
@@ -480,24 +482,53 @@ class SearchIndex:
                         if cur is not None:
                             acc[d] = cur + s
                         elif d not in rejected:
-                            if (required is not None and d not in required) or not ok(d):
+                            if not admissible(d):
                                 rejected.add(d)
                                 continue
                             acc[d] = s
                 if stop < n:  # the tail only updates known candidates
-                    where = self._positions(t)
-                    for d in acc:
-                        pos = where.get(d, -1)
-                        if pos >= stop:
-                            acc[d] += plist[pos][1]
+                    where = self._position.get(t)
+                    if where is None or n - stop < len(acc):
+                        for d, s in plist[stop:]:
+                            if d in acc:
+                                acc[d] += s
+                    else:
+                        for d in acc:
+                            pos = where.get(d, -1)
+                            if pos >= stop:
+                                acc[d] += plist[pos][1]
                     if len(acc) > 8 * top_k:  # drop what can no longer reach the top k
-                        threshold = heapq.nlargest(top_k, acc.values())[-1]
+                        threshold = max(threshold, heapq.nlargest(top_k, acc.values())[-1])
                         floor = threshold * (1 - 1e-9) - rest
                         kept = {d: s for d, s in acc.items() if s >= floor}
                         rejected.update(acc.keys() - kept.keys())
                         acc = kept
         best = heapq.nsmallest(top_k, acc.items(), key=lambda e: (-e[1], names[e[0]]))
         return [Hit(names[d], s) for d, s in best]
+
+    def _impact(self, term: str, doc_id: int) -> float:
+        plist = self._postings[term]
+        where = self._position.get(term)
+        if where is not None:
+            pos = where.get(doc_id)
+            return 0.0 if pos is None else plist[pos][1]
+        for d, s in plist:
+            if d == doc_id:
+                return s
+        return 0.0
+
+    def _seed_threshold(self, terms: list[str], top_k: int, admissible: Callable[[int], bool]) -> float:
+        """The k-th best *exact* score among the heads of the strongest terms' lists: no tool
+        scoring below it can be in the top k. ``-inf`` when there are fewer than k such tools."""
+        seeds: dict[int, None] = {}
+        for t in terms[:4]:
+            for d, _ in self._postings[t][:top_k]:
+                if d not in seeds and admissible(d):
+                    seeds[d] = None
+        if len(seeds) < top_k:
+            return -math.inf
+        scores = [sum(self._impact(t, d) for t in terms) for d in seeds]
+        return heapq.nlargest(top_k, scores)[-1]
 
 
 def _neg_impact(entry: tuple[int, float]) -> float:

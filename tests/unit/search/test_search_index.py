@@ -125,6 +125,10 @@ def test_pruned_top_k_equals_the_exhaustive_ranking(
     even = {d.name for d in docs[::2]}  # a visibility filter, as sessions use one
     filtered = [n for n in _exhaustive(index, query, len(docs)) if n in even][:k]
     assert [h.name for h in index.search(query, top_k=k, allow=even.__contains__)] == filtered
+    must = parse_query(q[0]).terms[0]  # "+word": only tools containing it
+    having = {index.names()[d] for d, _ in index._postings.get(must, ())}
+    required = [n for n in _exhaustive(index, query, len(docs)) if n in having][:k]
+    assert [h.name for h in index.search(f"+{q[0]} {query}", top_k=k)] == required
 
 
 @settings(max_examples=40, deadline=None)
