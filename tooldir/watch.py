@@ -537,6 +537,7 @@ class Watcher:
         with self._cond:
             self._builds += 1
             self._retry_delay = self._retry_base
+            self._retry_at = None  # this build already did what a retry would
         if snap.id != self._store.current.id:
             self._store.publish(snap)
 
