@@ -199,7 +199,9 @@ class Watcher:
     ``debounce_s``: a batch is built once no event arrived for this long (or ``max_delay_s``
     after its first event). ``policy_file``: reload the policy when it changes (an invalid
     policy is reported and the old one kept). ``rescan_interval_s``: full-rescan period while
-    degraded (no inotify watch could be added). ``on_problem`` is called from the watcher's
+    degraded (no inotify watch could be added). ``trust_interval_s``: trust is re-checked this
+    often even without events (a signed lock may expire; cheap: only what can change is
+    re-assessed and nothing is published unless something changed). ``on_problem`` is called from the watcher's
     threads (``start()``'s caller for watch failures at start, else the worker); keep it quick.
 
     Use as a context manager, or ``start()`` / ``stop()``.
@@ -214,19 +216,22 @@ class Watcher:
         max_delay_s: float = 1.0,
         policy_file: str | os.PathLike[str] | None = None,
         rescan_interval_s: float = 10.0,
+        trust_interval_s: float = 60.0,
         retry_s: float = 1.0,
         rescan_on_start: bool = True,
         observer_factory: Callable[[], Observer] = default_observer,
         on_problem: Callable[[WatchProblem], None] | None = None,
     ) -> None:
-        if debounce_s < 0 or max_delay_s <= 0 or rescan_interval_s <= 0 or retry_s <= 0:
-            raise ValueError("debounce_s must be >= 0; max_delay_s, rescan_interval_s and retry_s > 0")
+        if debounce_s < 0 or min(max_delay_s, rescan_interval_s, trust_interval_s, retry_s) <= 0:
+            raise ValueError("debounce_s must be >= 0; max_delay_s, the intervals and retry_s > 0")
         self._loader = loader
         self._store = store
         self._debounce = debounce_s
         self._max_delay = max(max_delay_s, debounce_s)
         self._policy_file = os.path.abspath(policy_file) if policy_file is not None else None
         self._rescan_interval = rescan_interval_s
+        self._trust_interval = trust_interval_s
+        self._next_trust = time.monotonic() + trust_interval_s
         self._retry_base = retry_s
         self._rescan_on_start = rescan_on_start
         self._observer_factory = observer_factory
@@ -498,20 +503,28 @@ class Watcher:
                 now = time.monotonic()
                 pending = self._pending
                 if not pending.any():
-                    waits = []
+                    if self._next_trust <= now:
+                        # trust may change with time alone (a signed lock expires): re-check it
+                        pending.trust = True
+                        pending.first = pending.last = now
+                        self._next_trust = now + self._trust_interval
+                        continue
+                    waits = [self._next_trust]
                     if self._degraded:
                         waits.append(self._next_rescan)
                     if self._retry_at is not None:
                         waits.append(self._retry_at)
-                    due = min(waits) if waits else None
-                    if due is not None and due <= now:
+                    due = min(waits)
+                    if (self._degraded and self._next_rescan <= now) or (
+                        self._retry_at is not None and self._retry_at <= now
+                    ):
                         pending.full = True
                         pending.rearm = bool(self._degraded)
                         pending.first = pending.last = now
                         self._retry_at = None
                         self._next_rescan = now + self._rescan_interval
                         continue
-                    self._cond.wait(None if due is None else due - now)
+                    self._cond.wait(due - now)
                     continue
                 ready_at = min(pending.last + self._debounce, pending.first + self._max_delay)
                 if now >= ready_at:

@@ -326,3 +326,13 @@ def test_a_root_made_world_writable_is_refused_until_its_mode_is_fixed(tmp_path:
         user.chmod(0o755)
         watcher.wait_for(lambda s: "alpha" in s.by_name, WAIT_S)
         settles_to_cold_load(watcher, config)
+
+
+def test_trust_is_rechecked_periodically_even_without_events(tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    folder = make_tool(project_tools(project), "alpha")
+    config = config_for(tmp_path, project=project)
+    with watching(config, observer_factory=_Deaf, rescan_on_start=False, trust_interval_s=0.2) as (watcher, _):
+        assert watcher.store.current.by_name["alpha"].status is Status.PENDING
+        approve(config.state_dir, folder)  # no observer will report it
+        watcher.wait_for(lambda s: s.by_name["alpha"].status is Status.ACTIVE, WAIT_S)
