@@ -78,7 +78,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     if not records:
         raise CommandError(f"no tool named {args.name!r} in any root", exit_code=EXIT_FOUND_ERRORS)
     if args.json:
-        print_json({"snapshot": {"id": snap.id, "generation": snap.generation}, "records": [detail_json(r) for r in records]})
+        print_json(
+            {"snapshot": {"id": snap.id, "generation": snap.generation}, "records": [detail_json(r) for r in records]}
+        )
         return EXIT_OK
     out = console()
     for record in records:
@@ -104,7 +106,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 def detail_json(record: ToolRecord) -> dict[str, Any]:
     data = record.to_json()
     data["manifest"] = None if record.manifest is None else record.manifest.model_dump(mode="json")
-    data["files"] = [{"path": f.path, "sha256": f.sha256, "size": f.size, "executable": f.executable} for f in record.files]
+    data["files"] = [
+        {"path": f.path, "sha256": f.sha256, "size": f.size, "executable": f.executable} for f in record.files
+    ]
     data["shadowed_by"] = record.shadowed_by
     data["diagnostics"] = [d.to_json() for d in record.diagnostics]
     return data
