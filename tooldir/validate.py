@@ -162,7 +162,7 @@ class _Validation:
         return Manifest.model_validate(data)
 
     def _report_schema_errors(self, data: dict[str, Any]) -> None:
-        errors = sorted(_slow_manifest_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
+        errors = sorted(_slow_manifest_validator().iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
         for err in errors[:20]:
             pointer = "".join(f"/{escape_pointer(str(p))}" for p in err.absolute_path)
             if err.validator == "additionalProperties" and isinstance(err.instance, dict):
