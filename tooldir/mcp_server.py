@@ -368,6 +368,7 @@ class ToolServer:
             with self._activity:
                 self._last_call = time.monotonic()
         error = result.error
+        log.info("tools/call %r: %s (audit %s)", name, "ok" if error is None else error.code, result.audit_id)
         if error is None:
             return call_tool_result(ok=result.ok, content=result.content, audit_id=result.audit_id)
         message = error.message

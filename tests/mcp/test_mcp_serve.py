@@ -472,3 +472,26 @@ def test_tools_list_before_initialize_is_a_protocol_error_not_a_list(tree: dict[
     response = json.loads(lines[-1])
     assert "result" not in response
     assert response["error"]["code"] == -32602  # the SDK's pre-initialization refusal
+
+
+async def test_a_call_the_client_cancels_is_abandoned_and_the_connection_keeps_working(tree: dict[str, Path]) -> None:
+    token = f"slow-{uuid.uuid4().hex}"
+    make_tool(
+        tree["user"],
+        "slow_tool",
+        description="Sleep for a minute.",
+        script="import sys, time\nsys.stdin.read()\ntime.sleep(60)\n",
+        execute={"command": ["python3", "run.py", token], "timeout_s": 60, "network": False, "env": []},
+    )
+    policy = tree["tmp"] / "slow.toml"
+    policy.write_text(SLOW_POLICY)
+    with anyio.fail_after(TEST_BOUND_S):
+        async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=policy) as s:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(s.client.call_tool, "slow_tool", {"text": "x"})
+                await _until(lambda: bool(processes_mentioning(token)), WAIT_S)
+                tg.cancel_scope.cancel()  # notifications/cancelled
+            with anyio.fail_after(5):  # answered long before the slow tool could finish
+                echoed = await s.client.call_tool("echo_eager", {"text": "still here"})
+            assert echoed.is_error is False, text_of(echoed)
+            assert echoed.structured_content == {"text": "still here"}
