@@ -190,3 +190,47 @@ def tool_reference_blocks(names: Iterable[str]) -> list[dict[str, str]]:
     """Anthropic ``tool_result`` content for a client-side search: the named deferred tools are
     expanded from the request's ``defer_loading`` definitions."""
     return [{"type": "tool_reference", "tool_name": n} for n in names]
+
+
+# ------------------------------------------------------------------------------------------------
+# tool_search results
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    name: str
+    score: float | None  # None for an exact-name selection
+    source: str
+    load_state: str  # "loaded" (newly loaded by this search) | "cached" (already loaded, same schema)
+    schema: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "score": None if self.score is None else round(self.score, 4),
+            "source": self.source,
+            "load_state": self.load_state,
+            "schema": dict(self.schema),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    matches: tuple[Match, ...] = ()
+    missing: tuple[str, ...] = ()
+    unavailable: tuple[tuple[str, str], ...] = ()
+    hint: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "matches": [m.to_json() for m in self.matches],
+            "missing": list(self.missing),
+            "unavailable": [{"name": n, "reason": r} for n, r in self.unavailable],
+        }
+        if self.hint is not None:
+            out["hint"] = self.hint
+        return out
+
+    def tool_reference_blocks(self) -> list[dict[str, str]]:
+        """The matches as Anthropic ``tool_reference`` blocks (for ``defer_loading`` requests)."""
+        return tool_reference_blocks(m.name for m in self.matches)

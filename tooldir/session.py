@@ -30,11 +30,12 @@ from .catalog import (
     GUARD_DEFS,
     DirectoryEntry,
     Format,
+    Match,
+    SearchResult,
     ToolDef,
     directory_entry,
     directory_text,
     tool_def,
-    tool_reference_blocks,
 )
 from .errors import PermissionDeniedError
 from .model import BuiltinSpec, Risk, Source, Status, ToolRecord, Trust
@@ -46,6 +47,8 @@ from .search import ParsedQuery, SearchIndex, parse_query
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
 from .tokens import TokenCounter, TokenReport, default_counter
 from .usage import Usage, end_turn, judge, load_priors, save_priors, start
+
+__all__ = ["MAX_TOP_K", "IndexFollower", "Match", "SearchResult", "Session"]
 
 MAX_TOP_K = 20
 
@@ -100,46 +103,6 @@ class _View:
     unavailable: Mapping[str, str]  # name -> reason
     deferred: frozenset[str]
     defer_decision: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Match:
-    name: str
-    score: float | None  # None for an exact-name selection
-    source: str
-    load_state: str  # "loaded" (newly loaded by this search) | "cached" (already loaded, same schema)
-    schema: Mapping[str, Any]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "score": None if self.score is None else round(self.score, 4),
-            "source": self.source,
-            "load_state": self.load_state,
-            "schema": dict(self.schema),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class SearchResult:
-    matches: tuple[Match, ...] = ()
-    missing: tuple[str, ...] = ()
-    unavailable: tuple[tuple[str, str], ...] = ()
-    hint: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "matches": [m.to_json() for m in self.matches],
-            "missing": list(self.missing),
-            "unavailable": [{"name": n, "reason": r} for n, r in self.unavailable],
-        }
-        if self.hint is not None:
-            out["hint"] = self.hint
-        return out
-
-    def tool_reference_blocks(self) -> list[dict[str, str]]:
-        """The matches as Anthropic ``tool_reference`` blocks (for ``defer_loading`` requests)."""
-        return tool_reference_blocks(m.name for m in self.matches)
 
 
 @dataclass(slots=True)
