@@ -339,16 +339,15 @@ class ToolServer:
             ValueError: ``version`` is not a protocol version the SDK knows.
         """
         envelope = _shaped_envelope(version)
-        tools = []
-        for entry in self._rendered():
-            shaped = entry.by_version.get(version)
-            if shaped is None:
-                shaped = _methods.serialize_server_result(
-                    "tools/list", version, {"tools": [entry.wire], **LIST_ENVELOPE}
-                )["tools"][0]
-                entry.by_version[version] = shaped
-            tools.append(shaped)
-        return {**envelope, "tools": tools}
+        entries = self._rendered()
+        new = [e for e in entries if version not in e.by_version]
+        if new:  # one SDK pass over every tool not shaped for this version yet
+            shaped = _methods.serialize_server_result(
+                "tools/list", version, {"tools": [e.wire for e in new], **LIST_ENVELOPE}
+            )
+            for entry, tool in zip(new, shaped["tools"], strict=True):
+                entry.by_version[version] = tool
+        return {**envelope, "tools": [e.by_version[version] for e in entries]}
 
     # -- tools/call ------------------------------------------------------------------------------
 

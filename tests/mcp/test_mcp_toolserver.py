@@ -91,7 +91,8 @@ def test_a_negative_turn_idle_is_refused(front: ToolServer) -> None:
 def test_the_cached_list_result_equals_the_sdks_own_shaping_for_every_protocol_version(
     front: ToolServer, version: str
 ) -> None:
-    front.call_tool_sync("tool_search", {"queries": ["weather"]})  # a loaded deferred tool too
+    front.list_result_sync(version)  # shaped and cached before the search ...
+    front.call_tool_sync("tool_search", {"queries": ["weather"]})  # ... then a deferred tool is loaded
     wire = front.list_tools_sync()
     expected = methods.serialize_server_result("tools/list", version, {"tools": wire, **LIST_ENVELOPE})
     assert front.list_result_sync(version) == expected
