@@ -418,12 +418,18 @@ class ToolServer:
             log.debug("tools/list_changed not sent: no running protocol loop")
 
     def close(self) -> None:
-        """Stop watching and close the session (persists usage priors). Idempotent."""
+        """Stop watching and close the session (persists usage priors). Idempotent; a failing
+        step is logged and the others still run, so shutdown never ends in a traceback."""
         self.detach()
-        self._unsubscribe()
+        steps: list[tuple[str, Callable[[], None]]] = [("unsubscribe", self._unsubscribe)]
         if self.watcher is not None:
-            self.watcher.stop()
-        self.session.close()
+            steps.append(("stop the watcher", self.watcher.stop))
+        steps.append(("close the session (usage priors)", self.session.close))
+        for what, step in steps:
+            try:
+                step()
+            except Exception as exc:
+                log.warning("shutdown: could not %s: %s", what, exc)
 
 
 async def _off_loop(fn: Callable[[], T]) -> T:

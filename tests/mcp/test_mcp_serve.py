@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -495,3 +496,25 @@ async def test_a_call_the_client_cancels_is_abandoned_and_the_connection_keeps_w
                 echoed = await s.client.call_tool("echo_eager", {"text": "still here"})
             assert echoed.is_error is False, text_of(echoed)
             assert echoed.structured_content == {"text": "still here"}
+
+
+def test_sigterm_ends_the_server_cleanly(tree: dict[str, Path]) -> None:
+    log_file = tree["tmp"] / "term.log"
+    cmd = [sys.executable, "-m", "tooldir", "serve", "--project", str(tree["project"])]
+    cmd += ["--user-dir", str(tree["user"]), "--policy", str(tree["policy"]), "--log-level", "info"]
+    cmd += ["--state-dir", str(tree["tmp"] / "state"), "--log-file", str(log_file)]
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+    with subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tree["tmp"]
+    ) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        proc.stdin.write(_rpc({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}))
+        proc.stdin.flush()
+        _read_lines_until_id(proc.stdout.fileno(), 1, deadline=time.monotonic() + WAIT_S)  # serving now
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=WAIT_S)  # stdin is still open: only the signal can have ended it
+        _, stderr = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == 0
+    assert b"Traceback" not in stderr
+    assert "signal SIGTERM; shut down cleanly" in log_file.read_text()
