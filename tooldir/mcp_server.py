@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 import anyio
 import anyio.from_thread
@@ -457,6 +457,17 @@ async def _off_loop(fn: Callable[[], T]) -> T:
     raise value
 
 
+def _exit_on_signal(front: ToolServer, name: str) -> NoReturn:
+    """Close down and exit now. A graceful return is not possible here: the stdio transport's
+    reader sits in a blocking read of stdin that only the client closing it can end. Calls still
+    running are abandoned; their sandboxes die with this process (``--die-with-parent``)."""
+    log.info("signal %s: shutting down", name)
+    front.close()
+    log.info("signal %s; shut down cleanly", name)
+    logging.shutdown()
+    os._exit(0)
+
+
 def _log_problem(problem: WatchProblem) -> None:
     log.warning("watcher: %s: %s (snapshot generation %d kept)", problem.code, problem.message, problem.generation)
 
@@ -542,7 +553,6 @@ async def serve_stdio(
         front = await anyio.to_thread.run_sync(
             lambda: ToolServer.open(config, watch=watch, policy_file=policy_file, turn_idle_s=turn_idle_s)
         )
-        how = "the client closed the connection"
         try:
             async with BlockingPortal() as portal, anyio.create_task_group() as tg:
                 front.attach(portal)
@@ -550,12 +560,9 @@ async def serve_stdio(
                 options = server.create_initialization_options(NotificationOptions(tools_changed=True))
 
                 async def stop_on_signal() -> None:
-                    nonlocal how
                     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                         async for signum in signals:
-                            how = f"signal {signal.Signals(signum).name}"
-                            tg.cancel_scope.cancel()
-                            return
+                            _exit_on_signal(front, signal.Signals(signum).name)
 
                 tg.start_soon(stop_on_signal)
                 log.info("serving %d root(s) over stdio", len(config.roots))
@@ -563,4 +570,4 @@ async def serve_stdio(
                 tg.cancel_scope.cancel()
         finally:
             front.close()
-        log.info("%s; shut down cleanly", how)
+        log.info("the client closed the connection; shut down cleanly")
