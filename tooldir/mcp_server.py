@@ -51,7 +51,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from .catalog import ToolDef
 from .loader import LoadConfig, Loader
 from .model import Risk
-from .registry import Registry
+from .registry import CallResult, Registry
 from .session import Session
 from .snapshot import SnapshotStore
 from .watch import Watcher, WatchProblem
@@ -355,6 +355,7 @@ class ToolServer:
         try:
             self._turn_boundary()
             result = self.session.call(name, {} if arguments is None else arguments, context=CALL_CONTEXT)
+            return _as_mcp_result(name, result)
         except Exception:  # a bug, not a tool failure: still an isError result, never a protocol error
             log.exception("tools/call %r failed inside tooldir", name)
             return call_tool_result(
@@ -366,16 +367,6 @@ class ToolServer:
         finally:
             with self._activity:
                 self._last_call = time.monotonic()
-        error = result.error
-        log.info("tools/call %r: %s (audit %s)", name, "ok" if error is None else error.code, result.audit_id)
-        if error is None:
-            return call_tool_result(ok=result.ok, content=result.content, audit_id=result.audit_id)
-        message = error.message
-        if error.code == "unknown-tool" and "tool_search" not in message:
-            message += "; call tool_search with keywords or exact names to find and load tools"
-        return call_tool_result(
-            ok=False, content=result.content, error_code=error.code, error_message=message, audit_id=result.audit_id
-        )
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any] | None) -> types.CallToolResult:
         """Run the call off the loop. A cancelled request (the client cancelled it, or hung up)
@@ -455,6 +446,19 @@ async def _off_loop(fn: Callable[[], T]) -> T:
     if ok:
         return cast(T, value)
     raise value
+
+
+def _as_mcp_result(name: str, result: CallResult) -> types.CallToolResult:
+    error = result.error
+    log.info("tools/call %r: %s (audit %s)", name, "ok" if error is None else error.code, result.audit_id)
+    if error is None:
+        return call_tool_result(ok=result.ok, content=result.content, audit_id=result.audit_id)
+    message = error.message
+    if error.code == "unknown-tool" and "tool_search" not in message:
+        message += "; call tool_search with keywords or exact names to find and load tools"
+    return call_tool_result(
+        ok=False, content=result.content, error_code=error.code, error_message=message, audit_id=result.audit_id
+    )
 
 
 def _exit_on_signal(front: ToolServer, name: str) -> NoReturn:
