@@ -63,5 +63,5 @@ def project_tools(project: Path) -> Path:
     """The project tool root of ``project`` (created)."""
     root = project / ".tooldir" / "tools"
     root.mkdir(parents=True, exist_ok=True)
-    os.chmod(project / ".tooldir", 0o755)
+    os.chmod(project / ".tooldir", 0o755)  # noqa: S103 - a normal, non-writable-by-others folder
     return root
