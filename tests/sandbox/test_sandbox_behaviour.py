@@ -321,6 +321,8 @@ def test_concurrent_calls_each_get_their_own_sandbox_and_keep_one_audit_chain(tm
     registry = registry_with(tmp_path, Policy())
     with ThreadPoolExecutor(max_workers=6) as pool:
         results = list(pool.map(lambda n: registry.call("probe_tool", {"text": f"call-{n}"}), range(12)))
-    assert [r.content for r in results] == [{"text": f"call-{n}"} for n in range(12)]
+    assert [r.content for r in results] == [{"text": f"call-{n}"} for n in range(12)], [
+        r.error for r in results if not r.ok
+    ]
     report = verify(tmp_path / "state" / "audit.jsonl")
     assert report.ok and report.lines == 12
