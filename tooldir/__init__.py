@@ -24,6 +24,8 @@ from .search import SearchIndex
 from .session import IndexFollower, SearchResult, Session
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
 from .tokens import TokenCounter, TokenReport
+from .trust import remember_load
+from .watch import Watcher, WatchProblem
 
 __all__ = [
     "BuiltinSpec",
@@ -65,7 +67,10 @@ __all__ = [
     "ToolRecord",
     "Trust",
     "TrustError",
+    "WatchProblem",
+    "Watcher",
     "load",
     "load_policy",
     "make_config",
+    "remember_load",
 ]

@@ -1,0 +1,25 @@
+"""The public surface is exactly ``tooldir.__all__``: adding a name is an API decision."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import tooldir
+
+
+def test_all_lists_exactly_the_public_names_of_the_package() -> None:
+    public = {
+        name
+        for name in dir(tooldir)
+        if not name.startswith("_") and not isinstance(getattr(tooldir, name), types.ModuleType)
+    }
+    assert public == set(tooldir.__all__)
+    assert tooldir.__all__ == sorted(tooldir.__all__, key=lambda n: (n[0].islower(), n))
+
+
+def test_importing_tooldir_keeps_the_tokenizer_and_the_mcp_sdk_off_the_load_path() -> None:
+    code = "import sys, tooldir; print(sorted(m for m in ('bpe_openai', 'mcp') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
