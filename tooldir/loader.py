@@ -7,17 +7,16 @@ every package on every build: it is cheap and depends on user state that may hav
 
 from __future__ import annotations
 
-import gc
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import chain
 from pathlib import Path
 
+from ._internal.gcpause import gc_paused
 from .discover import RootSpec, list_packages, open_root, scan_package
 from .model import BuiltinSpec, Diagnostic, Source, error, info
 from .names import skeleton
@@ -52,25 +51,6 @@ class LoadConfig:
     builtins: tuple[BuiltinSpec, ...] = ()
     #: Builds the signature check for one load from the policy and state (set by the trust stage).
     signature_check: Callable[[Policy, Path, datetime], SignatureCheck | None] | None = None
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    # The scan allocates many long-lived objects; the cyclic GC makes it superlinear (PERF_NOTES).
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            # Promote what the build allocated straight to the oldest generation (freeze + unfreeze
-            # are two list splices) instead of letting the re-enabled GC scan every new, long-lived
-            # snapshot object in its young generations first (~20 us per tool at 10k). Cyclic
-            # garbage is still found, at the next full collection. Skipped if the host froze objects.
-            if gc.get_freeze_count() == 0:
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()
 
 
 PkgKey = tuple[str, str]  # (root path, folder name)
@@ -172,7 +152,7 @@ class Loader:
         Raises whatever a stage raises (e.g. ``StateError`` for a corrupt approvals file); the
         caches are then dropped and the next build is cold.
         """
-        with self._lock, _gc_paused():
+        with self._lock, gc_paused():
             try:
                 return self._rebuild(changed, generation, now or datetime.now(UTC))
             except BaseException:

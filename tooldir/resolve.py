@@ -30,23 +30,28 @@ class Assessed:
     assessment: Assessment
 
 
+def builtin_record(spec: BuiltinSpec, *, deferred: bool) -> ToolRecord:
+    """The snapshot record of a tool registered in Python by the host."""
+    return ToolRecord(
+        name=spec.name,
+        source=Source.BUILTIN,
+        path=None,
+        status=Status.ACTIVE,
+        trust=Trust(True, "builtin"),
+        digest=None,
+        risk=spec.risk,
+        deferred=deferred,
+        manifest=None,
+    )
+
+
 def resolve(assessed: Sequence[Assessed], builtins: Iterable[BuiltinSpec], policy: Policy) -> list[ToolRecord]:
     records: list[ToolRecord] = []
     builtin_names = set()
     for spec in builtins:
         builtin_names.add(spec.name)
         records.append(
-            ToolRecord(
-                name=spec.name,
-                source=Source.BUILTIN,
-                path=None,
-                status=Status.ACTIVE,
-                trust=Trust(True, "builtin"),
-                digest=None,
-                risk=spec.risk,
-                deferred=spec.name not in GUARD_TOOLS and policy.defer.is_deferred(spec.name),
-                manifest=None,
-            )
+            builtin_record(spec, deferred=spec.name not in GUARD_TOOLS and policy.defer.is_deferred(spec.name))
         )
     reserved = builtin_names | GUARD_TOOLS | set(policy.reserved.names)
     reserved_skeletons = {skeleton(n): n for n in reserved}

@@ -14,19 +14,18 @@ into the top k (the MaxScore idea); the top k found are exact.
 from __future__ import annotations
 
 import functools
-import gc
 import heapq
 import math
 import re
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
 
+from ._internal.gcpause import gc_paused
 from .model import ToolRecord
 from .snapshot import Snapshot, SnapshotDiff
 
@@ -305,7 +304,7 @@ class SearchIndex:
 
     @classmethod
     def build(cls, docs: Iterable[SearchDoc], params: Bm25fParams | None = None) -> SearchIndex:
-        with _gc_paused():
+        with gc_paused():
             analyzed: dict[str, _Analyzed] = {}
             for doc in docs:
                 if doc.name in analyzed:
@@ -335,7 +334,7 @@ class SearchIndex:
         analyzed = dict(self._analyzed)
         for name in removals:
             analyzed.pop(name, None)
-        with _gc_paused():
+        with gc_paused():
             for doc in upserts:
                 analyzed[doc.name] = _analyze(doc)
             return SearchIndex(analyzed, self.params)
@@ -533,15 +532,3 @@ class SearchIndex:
 
 def _neg_impact(entry: tuple[int, float]) -> float:
     return -entry[1]
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    # building allocates many long-lived objects; the cyclic GC makes that superlinear (PERF_NOTES)
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()

@@ -38,11 +38,12 @@ from .catalog import (
     tool_def,
 )
 from .errors import PermissionDeniedError
-from .model import BuiltinSpec, Risk, Source, Status, ToolRecord, Trust
+from .model import BuiltinSpec, Risk, Source, Status, ToolRecord
 from .names import GUARD_TOOLS
 from .permissions import PermissionRequest, from_policy
 from .policy import Policy
 from .registry import CallError, CallResult, Registry
+from .resolve import builtin_record
 from .search import ParsedQuery, SearchIndex, parse_query
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
 from .tokens import TokenCounter, TokenReport, default_counter
@@ -185,7 +186,7 @@ class Session:
         unavailable: dict[str, str] = {}
         records = dict(snapshot.by_name)
         for name, spec in self._builtins.items():
-            records.setdefault(name, _builtin_record(spec))
+            records.setdefault(name, builtin_record(spec, deferred=False))
         for name, record in sorted(records.items()):
             if name in GUARD_TOOLS:
                 continue
@@ -577,20 +578,6 @@ class Session:
                 self._observed[name] = entry.usage
             if self._state_dir is not None and self._observed:
                 save_priors(self._state_dir, self._observed, self._policy.defer)
-
-
-def _builtin_record(spec: BuiltinSpec) -> ToolRecord:
-    return ToolRecord(
-        name=spec.name,
-        source=Source.BUILTIN,
-        path=None,
-        status=Status.ACTIVE,
-        trust=Trust(True, "builtin"),
-        digest=None,
-        risk=spec.risk,
-        deferred=False,
-        manifest=None,
-    )
 
 
 def _refused(code: str, message: str) -> CallResult:
