@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import pty
-import secrets
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import battery
 import pytest
+import unprivileged
 
 pytestmark = pytest.mark.usefixtures("sandbox_ready")
 
@@ -62,72 +62,16 @@ def test_every_sandbox_threat_has_an_attack_in_the_battery() -> None:
 # --------------------------------------------------------------------------- as another user
 
 
-def _blocking_ancestor(path: Path) -> Path | None:
-    """The highest folder on ``path`` that other users cannot enter (e.g. /root for pyenv)."""
-    current = Path("/")
-    for part in path.parts[1:]:
-        current = current / part
-        if current.is_dir() and not os.stat(current).st_mode & 0o001:
-            return current
-    return None
-
-
 @pytest.fixture
 def throwaway_user() -> Iterator[str]:
     if os.geteuid() != 0:
         pytest.skip("already unprivileged: the in-process battery above ran as this user")
-    if shutil.which("useradd") is None or shutil.which("unshare") is None or shutil.which("setpriv") is None:
-        pytest.fail("useradd, unshare and setpriv are needed to run the battery as an unprivileged user")
-    name = f"tdtest{secrets.token_hex(3)}"
-    subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )
-    try:
+    with unprivileged.throwaway_user() as name:
         yield name
-    finally:
-        subprocess.run(["userdel", name], check=False, capture_output=True, timeout=30)
 
 
 def _as_user(user: str, argv: list[str], workdir: Path) -> subprocess.CompletedProcess[bytes]:
-    """Run ``argv`` as ``user``. When the interpreter lives below a folder the user cannot enter
-    (pyenv under /root), a private mount namespace shows just that interpreter tree to the user:
-    the host's folders and permissions are not changed."""
-    prefix = Path(sys.base_prefix).resolve()
-    blocker = _blocking_ancestor(prefix)
-    env = ["env", "-i", "PATH=/usr/bin:/bin", f"HOME={workdir}/home", "LANG=C.UTF-8"]
-    drop = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--", *env, *argv]
-    if blocker is None:
-        return subprocess.run(drop, capture_output=True, timeout=DRIVER_TIMEOUT_S, check=False)
-    inner = blocker / prefix.relative_to(blocker).parts[0]  # e.g. /root/.pyenv
-    view = workdir / "interpreter-view"
-    view.mkdir()
-    script = (
-        'set -e; mount --bind "$1" "$2"; mount -t tmpfs -o mode=0755,size=1m tooldir-test "$3"; '
-        'mkdir -p "$1"; mount --bind "$2" "$1"; shift 3; exec "$@"'
-    )
-    return subprocess.run(
-        [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-c",
-            script,
-            "sh",
-            str(inner),
-            str(view),
-            str(blocker),
-            *drop,
-        ],
-        capture_output=True,
-        timeout=DRIVER_TIMEOUT_S,
-        check=False,
-    )
+    return unprivileged.run_as_user(user, argv, workdir, expose=unprivileged.python_trees(), timeout=DRIVER_TIMEOUT_S)
 
 
 def test_battery_as_an_unprivileged_user_contains_every_attack(throwaway_user: str) -> None:
