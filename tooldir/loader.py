@@ -1,8 +1,9 @@
 """Directories -> Snapshot: discover -> validate -> trust -> resolve -> snapshot.
 
 ``Loader`` keeps the validated candidate of every package so a rebuild after a change re-reads
-only the packages that changed (the watcher uses :meth:`Loader.rebuild`). Trust is re-assessed for
-every package on every build: it is cheap and depends on user state that may have changed.
+only the packages that changed (the watcher uses :meth:`Loader.rebuild`). Trust is re-assessed
+wherever its inputs may have changed: new packages, every package when the user's state or policy
+files changed, and signed packages on every build (their verdict depends on the time).
 """
 
 from __future__ import annotations
