@@ -300,6 +300,28 @@ def test_allowed_env_values_never_appear_in_the_host_process_list(
     assert not leaked
 
 
+OPEN_FDS = """\
+import json, os, sys
+json.load(sys.stdin)
+found = {}
+for fd in range(3, 1024):
+    try:
+        os.fstat(fd)
+    except OSError:
+        continue
+    found[fd] = os.readlink(f"/proc/self/fd/{fd}")
+print(json.dumps({"ok": True, "content": found}))
+"""
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_the_tool_inherits_no_file_descriptor_of_the_host_beyond_stdin_stdout_stderr(tmp_path: Path) -> None:
+    registry = registry_with(tmp_path, Policy(), script=OPEN_FDS)
+    result = registry.call("probe_tool", {"text": "x"})
+    assert result.ok, result.error
+    assert result.content == {}  # e.g. never the read end of bubblewrap's --info-fd pipe
+
+
 @pytest.mark.usefixtures("sandbox_ready")
 def test_tooldir_run_prints_the_content_for_people_and_the_audit_id_on_stderr(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -156,6 +156,7 @@ class BubblewrapSandbox:
             env_args = sandbox_env(dict(request.env))
             args += ["--args", str(_memfd(b"".join(a.encode() + b"\0" for a in env_args), fds))]
             info_read, info_write = os.pipe()
+            inherited = [*fds, info_write]  # never info_read: the tool must not read (steal) bwrap's report
             fds.append(info_read)
             args += ["--info-fd", str(info_write), "--", *argv]
             result = spawn_and_collect(
@@ -166,7 +167,7 @@ class BubblewrapSandbox:
                 cap=self.policy.max_output_bytes,
                 policy=self.policy,
                 identity=self.identity,
-                pass_fds=[*fds, info_write],
+                pass_fds=inherited,
                 cwd="/",
                 info_fd=info_read,
                 close_after_spawn=(info_write,),
