@@ -157,6 +157,7 @@ class Trust:
     method: str  # "none-required" | "approved" | "pinned" | "signed:<key id>" | "unverified" | ...
     signer: str | None = None
     version: int | None = None
+    signers: tuple[str, ...] = ()  # every key whose signature verified; each keeps a high-water mark
 
 
 @dataclass(frozen=True, slots=True)

@@ -197,12 +197,13 @@ def record_seen_versions(state_dir: Path, records: Iterable[ToolRecord]) -> list
     return record_versions(
         state_dir,
         [
-            (r.trust.signer, r.name, r.trust.version)
+            (signer, r.name, r.trust.version)
             for r in records
             if r.trust.trusted
             and r.trust.method.startswith("signed:")
             and r.trust.signer
             and r.trust.version is not None
+            for signer in dict.fromkeys((r.trust.signer, *r.trust.signers))
         ],
     )
 

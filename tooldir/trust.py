@@ -75,6 +75,7 @@ class SignatureVerdict:
     label: str | None = None  # for people: SSH principal or minisign key id
     key: str | None = None  # identity of the key that signed, even if it is not trusted
     steps: tuple[Step, ...] = ()
+    signers: tuple[str, ...] = ()  # every trusted key whose signature verified
 
 
 #: Verifies a package's lock and signature files; supplied by the signature stage.
@@ -189,7 +190,13 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
             if verdict.trusted:
                 return Assessment(
                     Status.ACTIVE,
-                    Trust(True, f"signed:{verdict.label or verdict.signer}", verdict.signer, verdict.version),
+                    Trust(
+                        True,
+                        f"signed:{verdict.label or verdict.signer}",
+                        verdict.signer,
+                        verdict.version,
+                        verdict.signers,
+                    ),
                     verdict.diagnostics,
                 )
             diags.extend(verdict.diagnostics)
@@ -288,8 +295,10 @@ class _Run:
         version: int | None = None,
         label: str | None = None,
         key: str | None = None,
+        signers: tuple[str, ...] = (),
     ) -> SignatureVerdict:
-        return SignatureVerdict(trusted, signer, version, tuple(self.diags), label, key, tuple(self.steps))
+        diags, steps = tuple(self.diags), tuple(self.steps)
+        return SignatureVerdict(trusted, signer, version, diags, label, key, steps, signers)
 
 
 _MEMO_MAX = 1 << 16
@@ -482,7 +491,11 @@ def _check_lock(
             )  # fmt: skip
             return untrusted()
     run.step("rollback", True, lambda: f"version {lock.version} is not older than any version seen from this signer")
-    return run.verdict(trusted=True, signer=first.ident, version=lock.version, label=first.label, key=first.ident)
+    # a high-water mark per signer: dropping one of two signatures must not reopen older versions
+    signers = tuple(dict.fromkeys(s.ident for s in signed))
+    return run.verdict(
+        trusted=True, signer=first.ident, version=lock.version, label=first.label, key=first.ident, signers=signers
+    )
 
 
 def risk_allowed(risk: Risk, ceiling: Risk) -> bool:

@@ -399,7 +399,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if verdict is not None and verdict.trusted and verdict.signer and verdict.version is not None:
         record_versions(
             config.state_dir,
-            [(verdict.signer, candidate.manifest.name if candidate.manifest else package.name, verdict.version)],
+            [
+                (signer, candidate.manifest.name if candidate.manifest else package.name, verdict.version)
+                for signer in dict.fromkeys((verdict.signer, *verdict.signers))
+            ],
         )
     diags = (*candidate.diagnostics, *assessment.diagnostics)
     if args.json:

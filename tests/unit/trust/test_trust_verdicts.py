@@ -232,6 +232,25 @@ def test_older_validly_signed_version_after_a_newer_one_was_seen_is_rollback(
     assert load_high_water(state) == {(newer.trust.signer, "echo"): 3}
 
 
+def test_dropping_one_of_two_signatures_cannot_roll_back_to_an_older_version(
+    project: Path, state: Path, key: MinisignKey, tmp_path: Path
+) -> None:
+    ssh = ssh_keypair(tmp_path / "ssh")
+    (tmp_path / "signers").write_text(f"alice@example.com {ssh.public_line}\n")
+    policy = keys_policy(minisign=[key.line], allowed_signers=str(tmp_path / "signers"))
+    folder = make_tool(project_tools(project), "echo")
+    lock = write_lock(folder, version=2)
+    minisign_sign(key, lock)
+    ssh_sign(ssh, lock)
+    seen = load_one(project, state, policy)
+    assert seen.status is Status.ACTIVE
+    record_seen_versions(state, [seen])
+    (folder / "tool.lock.minisig").unlink()  # the attacker restores v1, signed by the SSH key only
+    ssh_sign(ssh, write_lock(folder, version=1))
+    record = load_one(project, state, policy)
+    assert (record.status, codes(record)) == (Status.REJECTED, ["rollback"])
+
+
 def test_loading_never_writes_user_state(project: Path, state: Path, key: MinisignKey) -> None:
     signed_tool(project, key, version=2)
     load_one(project, state, keys_policy(minisign=[key.line]))
