@@ -300,6 +300,35 @@ def test_allowed_env_values_never_appear_in_the_host_process_list(
     assert not leaked
 
 
+@pytest.mark.usefixtures("sandbox_ready")
+def test_the_env_and_package_memfds_never_leak_into_other_children_the_host_spawns_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+    import threading
+    import time
+
+    monkeypatch.setenv("ALLOWED_TOKEN", "tok")
+    policy = Policy.model_validate({"sandbox": {"env_allow": ["ALLOWED_TOKEN"]}})
+    execute = {"command": ["python3", "run.py"], "env": ["ALLOWED_TOKEN"]}
+    registry = registry_with(tmp_path, policy, script=SLOW_ENV, execute=execute)
+    results: list[Any] = []
+    worker = threading.Thread(target=lambda: results.append(registry.call("probe_tool", {"text": "x"})))
+    worker.start()
+    leaked: set[str] = set()
+    deadline = time.monotonic() + 5
+    while worker.is_alive() and time.monotonic() < deadline:
+        # e.g. os.system or a library spawning with close_fds=False in another thread of the host
+        listing = subprocess.run(
+            ["/bin/ls", "-l", "/proc/self/fd"], close_fds=False, capture_output=True, text=True, check=False
+        ).stdout
+        leaked |= {line.split("-> ")[-1] for line in listing.splitlines() if "memfd:tooldir" in line}
+        time.sleep(0.05)
+    worker.join(timeout=10)
+    assert results and results[0].ok, results
+    assert not leaked
+
+
 OPEN_FDS = """\
 import json, os, sys
 json.load(sys.stdin)

@@ -182,7 +182,7 @@ class BubblewrapSandbox:
 
 
 def _memfd(data: bytes, fds: list[int]) -> int:
-    fd = os.memfd_create("tooldir", 0)
+    fd = os.memfd_create("tooldir", os.MFD_CLOEXEC)  # pass_fds hands it to bwrap alone
     fds.append(fd)
     _write_all(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
