@@ -4,7 +4,6 @@ atomically; SnapshotDiff says what changed between two."""
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import threading
 import time
@@ -75,18 +74,33 @@ class RecordEntry:
 DiagEntry = tuple[tuple[str, str, str, str, str, bytes], Diagnostic]
 
 
-def _digest(value: dict[str, Any]) -> bytes:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).digest()
+# Fingerprints hash the ``repr`` of a tuple of the fields ``to_json`` shows, in a fixed order:
+# str / None / bool / int reprs are unambiguous, so equal fingerprints mean equal JSON views, and
+# a repr costs a fraction of a key-sorted ``json.dumps`` (one per record on every cold load).
+# Enums are turned into their plain string values first, so the text is stable across processes.
+
+
+def _digest(parts: tuple[object, ...]) -> bytes:
+    return hashlib.sha256(repr(parts).encode("utf-8", "surrogatepass")).digest()
 
 
 def diag_entry(d: Diagnostic) -> DiagEntry:
-    return ((d.path or "", d.tool or "", d.code, d.pointer or "", d.message, _digest(d.to_json())), d)
+    view = (
+        "diag-v1", d.severity.value, d.code, d.tool, None if d.source is None else d.source.value, d.path,
+        d.pointer, d.message,
+    )  # fmt: skip
+    return ((d.path or "", d.tool or "", d.code, d.pointer or "", d.message, _digest(view)), d)
 
 
 def record_entry(t: ToolRecord) -> RecordEntry:
-    fingerprint = _digest(t.to_json())
+    view = (
+        "record-v1", t.name, t.source.value, t.path, t.status.value, t.trust.method, t.digest,
+        None if t.risk is None else t.risk.value, t.deferred,
+    )  # fmt: skip
     return RecordEntry(
-        (t.name, t.source.rank, t.path or "", fingerprint), t, tuple(diag_entry(d) for d in t.diagnostics)
+        (t.name, t.source.rank, t.path or "", _digest(view)),
+        t,
+        tuple([diag_entry(d) for d in t.diagnostics]) if t.diagnostics else (),
     )
 
 
