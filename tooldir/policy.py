@@ -69,6 +69,14 @@ class KeysPolicy(_Frozen):
                 raise ValueError(f"entry {index}: {exc}") from None
         return keys
 
+    @field_validator("allowed_signers")
+    @classmethod
+    def _allowed_signers_is_absolute(cls, path: str | None) -> str | None:
+        # a relative path would be read from the current directory: usually the untrusted project
+        if path is not None and not (path.startswith("~") or os.path.isabs(path)):
+            raise ValueError(f"{path!r} must be an absolute path or start with '~'")
+        return path
+
     @field_validator("revoked")
     @classmethod
     def _revocations_parse(cls, entries: tuple[str, ...]) -> tuple[str, ...]:

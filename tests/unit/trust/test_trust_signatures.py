@@ -187,6 +187,24 @@ def test_allowed_signers_path_expands_the_users_home(tmp_path: Path, monkeypatch
     assert len(signers) == 1 and problems == ()
 
 
+@pytest.mark.parametrize("path", ["allowed_signers", "./keys/allowed_signers", ".tooldir/allowed_signers"])
+def test_a_relative_allowed_signers_path_is_refused_since_it_would_be_read_from_the_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    from tooldir.errors import PolicyError
+    from tooldir.policy import parse_policy
+
+    attacker = ssh_keypair(tmp_path / "attacker")
+    project = tmp_path / "project"
+    (project / "keys").mkdir(parents=True)
+    (project / ".tooldir").mkdir()
+    (project / path).write_text(f"evil@example.com {attacker.public_line}\n")  # planted by the project
+    monkeypatch.chdir(project)  # tooldir runs in the project it loads
+    with pytest.raises(PolicyError, match="absolute"):
+        parse_policy(f'[keys]\nallowed_signers = "{path}"\n')
+    assert parse_policy('[keys]\nallowed_signers = "~/.config/tooldir/allowed_signers"\n').keys.allowed_signers
+
+
 @pytest.mark.parametrize(
     ("entry", "ident"),
     [
