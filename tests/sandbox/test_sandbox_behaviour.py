@@ -213,6 +213,35 @@ def test_cpu_limit_kills_a_busy_loop_before_the_wall_clock_timeout(tmp_path: Pat
     assert result.error is not None and result.error.code == "tool-failed"  # SIGXCPU, not a timeout
 
 
+FILL = """\
+import json, os, sys
+json.load(sys.stdin)
+written = {}
+for folder in ("/tmp", "/dev/shm", "/dev"):
+    total = 0
+    try:
+        for i in range(48):
+            with open(f"{folder}/fill{i}", "wb") as fh:
+                fh.write(b"x" * (1 << 20))
+            total += 1
+    except OSError:
+        pass
+    written[folder] = total
+print(json.dumps({"ok": True, "content": written}))
+"""
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_no_writable_tmpfs_in_the_sandbox_is_larger_than_the_scratch_limit(tmp_path: Path) -> None:
+    policy = Policy.model_validate({"sandbox": {"scratch_mb": 8}})
+    registry = registry_with(tmp_path, policy, script=FILL)
+    result = registry.call("probe_tool", {"text": "x"})
+    assert result.ok, result.error
+    written = result.content  # MiB each folder took before it refused more
+    assert written["/tmp"] <= 8 and written["/dev/shm"] <= 8  # not the host's memory
+    assert written["/dev"] == 0
+
+
 @pytest.mark.usefixtures("sandbox_ready")
 def test_a_sandbox_that_fails_to_start_is_reported_as_sandbox_failed_not_as_a_tool_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

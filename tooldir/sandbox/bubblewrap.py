@@ -4,7 +4,8 @@ What a tool gets (see README "Sandbox guarantees"):
 
 - its package as the **verified content-addressed copy**, read-only at ``/tool`` (the working dir);
 - read-only ``/usr`` and the ``/bin``, ``/lib*`` links or folders, a few ``/etc`` files Python
-  needs; fresh ``/proc`` and ``/dev``; a size-capped tmpfs ``/tmp`` (also ``$HOME``); nothing else:
+  needs; fresh ``/proc`` and a read-only fresh ``/dev``; size-capped tmpfs ``/tmp`` (also ``$HOME``)
+  and ``/dev/shm``; nothing else:
   no user home, no ``/root``, no state dir, no ``/run``;
 - ``--unshare-all`` (user, pid, ipc, uts, cgroup and network namespaces; the network only stays
   when the manifest declares it *and* the policy allows it), ``--disable-userns``,
@@ -95,8 +96,12 @@ def base_args(policy: SandboxPolicy, *, network: bool) -> list[str]:
     ]
     for path in ETC_FILES + (NETWORK_ETC if network else ()):
         args += ["--ro-bind-try", path, path]
+    scratch = str(policy.scratch_mb * 1024 * 1024)
     args += ["--proc", "/proc", "--dev", "/dev"]
-    args += ["--size", str(policy.scratch_mb * 1024 * 1024), "--perms", "1777", "--tmpfs", "/tmp"]  # noqa: S108 - the sandbox's own tmpfs
+    # --dev's own tmpfs has no size limit: cap /dev/shm like /tmp and make the rest of /dev read-only,
+    # or a tool could fill the host's memory through it (tmpfs pages escape RLIMIT_AS)
+    args += ["--size", scratch, "--perms", "1777", "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]  # noqa: S108
+    args += ["--size", scratch, "--perms", "1777", "--tmpfs", "/tmp"]  # noqa: S108 - the sandbox's own tmpfs
     return args
 
 
