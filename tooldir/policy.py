@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import tomllib
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -138,6 +139,7 @@ class DeferPolicy(_Frozen):
         return deferred
 
 
+@cache  # pure; is_deferred parses every rule once per tool name on each load
 def parse_defer_rule(rule: str) -> tuple[str, str]:
     for kind in ("NoDefer", "Defer"):
         if rule.startswith(kind + "(") and rule.endswith(")") and len(rule) > len(kind) + 2:

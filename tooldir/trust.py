@@ -149,6 +149,8 @@ class Assessment:
 
 
 UNVERIFIED = Trust(False, "unverified")
+#: The verdict of every valid package of a source that requires nothing (immutable, so shared).
+_NONE_REQUIRED = Assessment(Status.ACTIVE, Trust(True, "none-required"), ())
 T = TypeVar("T")
 
 
@@ -173,7 +175,7 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
             ),
         )
     if not rules.require:
-        return Assessment(Status.ACTIVE, Trust(True, "none-required"), ())
+        return _NONE_REQUIRED
 
     diags: list[Diagnostic] = []
     if "pin" in rules.require:
