@@ -216,7 +216,9 @@ class Policy(_Frozen):
 
 
 def default_policy_path() -> Path:
-    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    config = os.environ.get("XDG_CONFIG_HOME", "")
+    if not os.path.isabs(config):  # XDG: a relative value is invalid (it would name the project) and ignored
+        config = str(Path.home() / ".config")
     return Path(config) / "tooldir" / "policy.toml"
 
 

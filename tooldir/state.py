@@ -31,7 +31,9 @@ def default_state_dir() -> Path:
     explicit = os.environ.get("TOOLDIR_STATE_DIR")
     if explicit:
         return Path(explicit)
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    base = os.environ.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(base):  # XDG: a relative value is invalid (it would name the project) and ignored
+        base = str(Path.home() / ".local" / "state")
     return Path(base) / "tooldir"
 
 

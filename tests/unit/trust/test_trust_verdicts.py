@@ -364,6 +364,26 @@ def test_project_files_cannot_supply_policy_keys_or_approvals(project: Path, sta
     assert "untrusted-key" in codes(record)
 
 
+def test_relative_xdg_dirs_are_ignored_so_the_project_never_supplies_policy_or_state(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tooldir.policy import default_policy_path, load_policy
+    from tooldir.state import default_state_dir
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (project / "cfg" / "tooldir").mkdir(parents=True)
+    (project / "cfg" / "tooldir" / "policy.toml").write_text("[sources.project]\nrequire = []\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", "cfg")  # relative: the XDG spec says ignore it
+    monkeypatch.setenv("XDG_STATE_HOME", "state")
+    monkeypatch.chdir(project)
+    assert default_policy_path() == home / ".config" / "tooldir" / "policy.toml"
+    assert default_state_dir() == home / ".local" / "state" / "tooldir"
+    policy, source = load_policy()
+    assert source is None and policy.sources.project.require == ("approval", "signature", "pin")
+
+
 def test_remembered_verifications_spare_a_new_process_the_signature_check(
     project: Path, state: Path, key: MinisignKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
