@@ -151,6 +151,7 @@ def list_packages(root_fd: int, root: RootSpec, limits: Limits) -> tuple[list[st
     names: list[str] = []
     diags: list[Diagnostic] = []
     count = 0
+    root_path = root.path
     with os.scandir(root_fd) as entries:
         for entry in entries:
             count += 1
@@ -159,13 +160,15 @@ def list_packages(root_fd: int, root: RootSpec, limits: Limits) -> tuple[list[st
             name = entry.name
             if name.startswith("."):
                 continue  # editor and VCS droppings; never a valid tool name, never loaded
+            if entry.is_dir(follow_symlinks=False):  # a real folder (a link to one is not a dir here)
+                names.append(name)
+                continue
+            # only entries that are reported need a printable path
             shown = display_name(name)
-            path = os.path.join(root.path, shown)
+            path = os.path.join(root_path, shown)
             where = {"tool": shown, "source": root.source, "path": path}
             if entry.is_symlink():
                 diags.append(error("symlink", f"tool folder {path} is a symbolic link; not followed", **where))
-            elif entry.is_dir(follow_symlinks=False):
-                names.append(name)
             elif entry.is_file(follow_symlinks=False):
                 diags.append(info("stray-file", f"{path} is a file, not a tool folder; ignored", **where))
             else:

@@ -55,7 +55,7 @@ class LoadConfig:
 
 
 PkgKey = tuple[str, str]  # (root path, folder name)
-_SIGNATURE_FILES = ("tool.lock", "tool.lock.minisig", "tool.lock.sig")
+_SIGNATURE_FILES = frozenset({"tool.lock", "tool.lock.minisig", "tool.lock.sig"})
 
 
 @dataclass(slots=True)
@@ -309,12 +309,13 @@ class Loader:
         work.dirty.add(group)
 
     def _replace_root(self, root: RootSpec, prev: _Root | None, new: _Root, work: _Work) -> None:
+        path = root.path  # a property that joins strings: once, not once per package
         if prev is not None:
             for name, pkg in prev.packages.items():
-                self._leave(pkg.group, (root.path, name), work)
+                self._leave(pkg.group, (path, name), work)
         for name, pkg in new.packages.items():
-            self._join(pkg, (root.path, name), work)
-        self._roots[root.path] = new
+            self._join(pkg, (path, name), work)
+        self._roots[path] = new
 
     # -- trust ---------------------------------------------------------------------------------
 
@@ -393,7 +394,7 @@ def _package(candidate: Candidate) -> _Package:
     manifest = candidate.manifest
     name = manifest.name if manifest is not None else candidate.scan.name
     contents = candidate.scan.contents
-    return _Package(candidate, skeleton(name), any(f in contents for f in _SIGNATURE_FILES))
+    return _Package(candidate, skeleton(name), not _SIGNATURE_FILES.isdisjoint(contents))
 
 
 def make_config(
