@@ -32,7 +32,9 @@ PROJECT_PARTS = (".tooldir", "tools")
 
 
 def user_root_default() -> RootSpec:
-    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    config = os.environ.get("XDG_CONFIG_HOME", "")
+    if not os.path.isabs(config):  # XDG: a relative value is invalid (it would name the project) and ignored
+        config = str(Path.home() / ".config")
     return RootSpec(Source.USER, config, ("tooldir", "tools"))
 
 

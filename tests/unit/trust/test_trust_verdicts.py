@@ -367,6 +367,7 @@ def test_project_files_cannot_supply_policy_keys_or_approvals(project: Path, sta
 def test_relative_xdg_dirs_are_ignored_so_the_project_never_supplies_policy_or_state(
     project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from tooldir.loader import user_root_default
     from tooldir.policy import default_policy_path, load_policy
     from tooldir.state import default_state_dir
 
@@ -380,6 +381,7 @@ def test_relative_xdg_dirs_are_ignored_so_the_project_never_supplies_policy_or_s
     monkeypatch.chdir(project)
     assert default_policy_path() == home / ".config" / "tooldir" / "policy.toml"
     assert default_state_dir() == home / ".local" / "state" / "tooldir"
+    assert user_root_default().path == str(home / ".config" / "tooldir" / "tools")  # never project tools as user's
     policy, source = load_policy()
     assert source is None and policy.sources.project.require == ("approval", "signature", "pin")
 
