@@ -286,7 +286,11 @@ class ToolServer:
         if problem is not None:
             log.warning("no working sandbox (%s): directory tools will be refused with sandbox-unavailable", problem)
         session = Session(store, policy=config.policy, registry=registry, state_dir=config.state_dir)
-        watcher = Watcher(loader, store, policy_file=policy_file, on_problem=_log_problem) if watch else None
+        watcher = (
+            Watcher(loader, store, policy_file=policy_file, on_problem=_log_problem, on_policy=registry.update_policy)
+            if watch
+            else None
+        )
         front = cls(store=store, registry=registry, session=session, watcher=watcher, turn_idle_s=turn_idle_s)
         if watcher is not None:
             try:

@@ -147,6 +147,8 @@ class Registry:
         self._policy = policy
         self._state_dir = Path(state_dir)
         self._sandbox = sandbox
+        self._own_sandbox = sandbox is None  # built (and re-probed) from the policy on demand
+        self._own_permissions = permissions is None
         self._sandbox_problem: str | None = None
         self._sandbox_lock = threading.Lock()
         self._audit: AuditSink = audit if audit is not None else JsonlAudit.in_state_dir(self._state_dir)
@@ -232,6 +234,22 @@ class Registry:
     @property
     def policy(self) -> Policy:
         return self._policy
+
+    def update_policy(self, policy: Policy) -> None:
+        """Enforce a reloaded user policy from the next call on (the watcher reloads the policy
+        file; a long-running host such as ``tooldir serve`` passes it here). Permission rules and
+        sandbox limits built from the old policy are replaced; a sandbox supplied by the host is kept."""
+        if policy == self._policy:
+            return
+        with self._sandbox_lock:
+            old = self._policy
+            self._policy = policy
+            if self._own_permissions:
+                self._permissions = from_policy(policy.permissions)
+            if self._own_sandbox and policy.sandbox != old.sandbox:
+                self._sandbox = None  # re-probed with the new limits on the next directory-tool call
+                self._sandbox_problem = None
+        log.info("registry now enforces the reloaded policy")
 
     # ----------------------------------------------------------------------------- the call
 

@@ -50,7 +50,7 @@ from watchdog.events import (
 from .discover import RootSpec
 from .errors import PolicyError
 from .loader import Loader
-from .policy import load_policy
+from .policy import Policy, load_policy
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
 from .state import APPROVALS, HIGH_WATER
 
@@ -203,6 +203,8 @@ class Watcher:
     often even without events (a signed lock may expire; cheap: only what can change is
     re-assessed and nothing is published unless something changed). ``on_problem`` is called from the watcher's
     threads (``start()``'s caller for watch failures at start, else the worker); keep it quick.
+    ``on_policy`` receives each successfully reloaded policy (``tooldir serve`` passes
+    ``Registry.update_policy`` so permission and sandbox rules follow the file without a restart).
 
     Use as a context manager, or ``start()`` / ``stop()``.
     """
@@ -221,6 +223,7 @@ class Watcher:
         rescan_on_start: bool = True,
         observer_factory: Callable[[], Observer] = default_observer,
         on_problem: Callable[[WatchProblem], None] | None = None,
+        on_policy: Callable[[Policy], None] | None = None,
     ) -> None:
         if debounce_s < 0 or min(max_delay_s, rescan_interval_s, trust_interval_s, retry_s) <= 0:
             raise ValueError("debounce_s must be >= 0; max_delay_s, the intervals and retry_s > 0")
@@ -236,6 +239,7 @@ class Watcher:
         self._rescan_on_start = rescan_on_start
         self._observer_factory = observer_factory
         self._on_problem = on_problem
+        self._on_policy = on_policy
         self._cond = threading.Condition()
         self._pending = _Pending()
         self._stopping = False
@@ -571,6 +575,8 @@ class Watcher:
             return False
         self._loader.reconfigure(replace(self._loader.config, policy=policy))
         log.info("policy %s reloaded", path)
+        if self._on_policy is not None:
+            self._on_policy(policy)  # e.g. Registry.update_policy: enforcement follows the file too
         return True
 
     def _failed(self, exc: BaseException) -> None:

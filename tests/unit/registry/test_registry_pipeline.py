@@ -338,3 +338,13 @@ def test_an_uncompilable_input_schema_in_a_snapshot_is_a_result_not_a_crash(tmp_
     registry = Registry(store, policy=Policy(), state_dir=tmp_path / "s2", sandbox=FakeSandbox(), audit=MemoryAudit())
     result = registry.call("echo", {"a": 1})
     assert result.error is not None and result.error.code == "invalid-schema"
+
+
+def test_a_reloaded_policy_is_enforced_from_the_next_call(tmp_path: Path) -> None:
+    box = FakeSandbox()
+    setup = registry_for(tmp_path, user_dir=user_tool(tmp_path), sandbox=box, audit=MemoryAudit())
+    assert setup.registry.call("echo", {"text": "x"}).ok
+    setup.registry.update_policy(Policy.model_validate({"permissions": {"deny": ["ech*"]}}))
+    refused = setup.registry.call("echo", {"text": "x"})
+    assert refused.error is not None and refused.error.code == "permission-denied"
+    assert len(box.requests) == 1  # the refused call never reached the sandbox

@@ -19,7 +19,7 @@ from watchkit import WAIT_S, check_consistent, config_for, settles_to_cold_load,
 from tooldir.discover import RootSpec, open_root, scan_package
 from tooldir.loader import Loader
 from tooldir.model import Source, Status
-from tooldir.policy import Limits
+from tooldir.policy import Limits, Policy
 from tooldir.snapshot import SnapshotDiff, SnapshotStore
 from tooldir.state import APPROVALS, Approval, save_approvals
 from tooldir.watch import Watcher, default_observer
@@ -185,6 +185,21 @@ def test_policy_file_changes_are_applied_and_a_broken_policy_is_reported(tmp_pat
         policy.write_text("[sources.user\n")
         _wait_until(lambda: any(p.code == "policy-invalid" for p in problems))
         assert watcher.store.current.id == snap.id
+
+
+def test_a_reloaded_policy_is_handed_to_on_policy_so_enforcement_follows_the_file(tmp_path: Path) -> None:
+    # a long-running host (tooldir serve) passes Registry.update_policy here: a deny rule the user
+    # adds while it runs must apply without a restart, even though no tool's status changes
+    user = tmp_path / "user"
+    make_tool(user, "alpha")
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[permissions]\ndeny = []\n")
+    config = config_for(tmp_path, user=[user])
+    received: list[Policy] = []
+    with watching(config, policy_file=policy, on_policy=received.append):
+        policy.write_text('[permissions]\ndeny = ["alpha"]\n')
+        _wait_until(lambda: bool(received))
+    assert received[-1].permissions.deny == ("alpha",)
 
 
 def test_running_out_of_inotify_watches_falls_back_to_periodic_rescans(tmp_path: Path) -> None:
