@@ -100,11 +100,13 @@ class _DuplicateKeyError(ValueError):
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKeyError(key)
-        out[key] = value
+    out = dict(pairs)  # built in C; fewer entries than pairs means a key repeats
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKeyError(key)
+            seen.add(key)
     return out
 
 
@@ -211,8 +213,13 @@ def render_lock(name: str, version: int, expires: datetime | None, files: Iterab
     return data
 
 
+_CLEAN = FileMismatch((), (), ())
+
+
 def compare_files(lock: Lock, files: Iterable[PackageFile]) -> FileMismatch:
     present = {f.path: f"sha256:{f.sha256}" for f in files if f.path not in UNLISTED}
+    if present == lock.files:  # the common case, compared in C: same paths, same hashes
+        return _CLEAN
     unlisted = sorted(set(present) - set(lock.files))
     missing = sorted(set(lock.files) - set(present))
     changed = sorted(p for p in set(present) & set(lock.files) if present[p] != lock.files[p])
