@@ -189,13 +189,16 @@ def parse_lock(data: bytes) -> Lock:
     if not isinstance(files, dict) or not files:
         raise LockError("files must be a non-empty object of path -> 'sha256:<hex>'", "/files")
     for path, digest in files.items():
-        pointer = "/files/" + path.replace("~", "~0").replace("/", "~1")
         problem = _check_path(path)
         if problem:
-            raise LockError(f"file {path!r} {problem}", pointer)
+            raise LockError(f"file {path!r} {problem}", _file_pointer(path))
         if not isinstance(digest, str) or not _HASH.match(digest):
-            raise LockError(f"hash of {path!r} must be 'sha256:' and 64 lowercase hex digits", pointer)
+            raise LockError(f"hash of {path!r} must be 'sha256:' and 64 lowercase hex digits", _file_pointer(path))
     return Lock(name, version, expires, MappingProxyType(dict(files)))
+
+
+def _file_pointer(path: str) -> str:
+    return "/files/" + path.replace("~", "~0").replace("/", "~1")
 
 
 def render_lock(name: str, version: int, expires: datetime | None, files: Iterable[PackageFile]) -> bytes:
