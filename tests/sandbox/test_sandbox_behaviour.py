@@ -372,6 +372,24 @@ print(json.dumps({"ok": True, "content": found}))
 """
 
 
+ETC_LISTING = """\
+import json, os, sys
+json.load(sys.stdin)
+print(json.dumps({"ok": True, "content": {d: sorted(os.listdir(d)) for d in ("/etc", "/etc/ssl")}}))
+"""
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_the_sandbox_sees_the_ca_certificates_but_never_the_hosts_private_tls_keys(tmp_path: Path) -> None:
+    if not Path("/etc/ssl/certs").is_dir():
+        pytest.skip("no /etc/ssl/certs on this host")
+    registry = registry_with(tmp_path, Policy(), script=ETC_LISTING)
+    result = registry.call("probe_tool", {"text": "x"})
+    assert result.ok, result.error
+    assert "certs" in result.content["/etc/ssl"]
+    assert "private" not in result.content["/etc/ssl"]
+
+
 @pytest.mark.usefixtures("sandbox_ready")
 def test_the_tool_inherits_no_file_descriptor_of_the_host_beyond_stdin_stdout_stderr(tmp_path: Path) -> None:
     registry = registry_with(tmp_path, Policy(), script=OPEN_FDS)

@@ -35,7 +35,16 @@ from .seccomp import build_filter
 from .store import verified_files
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates")
+# /etc/ssl/certs and openssl.cnf, never all of /etc/ssl: /etc/ssl/private holds the host's TLS keys
+# (group ssl-cert, and a user namespace keeps the caller's supplementary groups)
+ETC_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/ssl/certs",
+    "/etc/ssl/openssl.cnf",
+    "/etc/ca-certificates",
+)
 NETWORK_ETC = ("/etc/resolv.conf", "/etc/hosts", "/etc/gai.conf")
 SANDBOX_ID = 65534
 TOOL_DIR = "/tool"
