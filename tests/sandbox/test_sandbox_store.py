@@ -48,3 +48,26 @@ def test_the_store_keeps_a_bounded_number_of_copies(tmp_path: Path, monkeypatch:
     for record in records(tmp_path, 5):
         store.verified_files(record, tmp_path / "store")
     assert len([p for p in (tmp_path / "store").iterdir() if not p.name.startswith(".")]) == 3
+
+
+def test_a_good_copy_a_concurrent_run_just_made_is_kept_not_replaced_as_damaged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (record,) = records(tmp_path, 1)
+    base = tmp_path / "store"
+    real = store._read_verified
+    made: list[int] = []
+
+    def racing(*args: object, **kwargs: object) -> bytes:
+        data = real(*args, **kwargs)  # type: ignore[arg-type]
+        if not made:  # another run finishes its copy while this one is still reading
+            with monkeypatch.context() as inner:
+                inner.setattr(store, "_read_verified", real)
+                made.append(store.verified_files(record, base)[0].stat().st_ino)
+        return data
+
+    monkeypatch.setattr(store, "_read_verified", racing)
+    target, contents = store.verified_files(record, base)
+    # removing it would pull the copy from under a third run that is reading it (sandbox-failed)
+    assert target.stat().st_ino == made[0]
+    assert [hashlib.sha256(c).hexdigest() for c in contents] == [f.sha256 for f in record.files]

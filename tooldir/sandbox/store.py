@@ -149,6 +149,9 @@ def verified_files(record: ToolRecord, base: Path) -> tuple[Path, list[bytes]]:
             os.chmod(folder, 0o555)  # noqa: S103 - read-only copy; nobody may write it
         if target.is_symlink():
             target.unlink()
+        elif target.is_dir() and _read_copy(target, record) is not None:  # a concurrent run made it
+            _remove(staging)
+            return target, contents
         elif target.exists():  # damaged earlier copy: replace it
             _remove(target)
         os.rename(staging, target)
