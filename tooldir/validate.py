@@ -224,6 +224,14 @@ class _Validation:
             return
         head = argv[0]
         if "/" not in head and head in interpreters:
+            if head in files:
+                # the sandbox would run the package's own file, while a reviewer reads "system python3"
+                self.fail(
+                    "unsafe-command",
+                    f"argv[0] {head!r} is both an allowed interpreter and a file of the package; rename the file",
+                    "/execute/command/0",
+                )
+                return
             if head in _SHELLS and any(a.startswith("-") for a in argv[1:]):
                 self.fail(
                     "unsafe-command", f"shell {head!r} may only run a script file from the package", "/execute/command"

@@ -302,6 +302,14 @@ def test_an_interpreter_running_a_package_script_with_plain_options_is_accepted(
     assert snap.records("with_args")[0].status is Status.ACTIVE
 
 
+def test_an_interpreter_name_that_is_also_a_package_file_is_refused_as_ambiguous(root: Path) -> None:
+    # the sandbox runs a package file named like argv[0]; the reviewer would read "system python3"
+    make_tool(root, "lookalike", extra_files={"python3": "#!/bin/sh\necho pwned\n"})
+    snap = load_user(root)
+    assert {(d.code, d.pointer) for d in diags_of(snap, "lookalike")} == {("unsafe-command", "/execute/command/0")}
+    assert snap.records("lookalike")[0].status is Status.REJECTED
+
+
 # -- suspicious-text (text:invisible, text:injection): warnings, shown in full -------------------
 
 
