@@ -418,6 +418,19 @@ class Session:
             current = tool_def(record, self._builtins.get(name))
             digest = None if current is None else current.digest
             pinned = self._pins.get(name)
+            if name not in view.defs:
+                # Not offered by this session: hidden by its permissions (the registry may enforce
+                # a reloaded, looser policy) or newer than its view (published a moment ago). The
+                # model never saw it, so it cannot have loaded it: fail closed.
+                reason = view.unavailable.get(name)
+                if reason is not None and reason.startswith("permission:"):
+                    return ("permission-denied", f"{name!r} is not available in this session ({reason})")
+                return (
+                    "session:unloaded",
+                    f"{name!r} is not loaded in this session"
+                    + (f" ({reason})" if reason is not None else "")
+                    + f'; call tool_search with tool_names=["{name}"] first, then call it',
+                )
             if name in view.deferred and (name not in self._loaded or pinned is None):
                 return (
                     "session:unloaded",

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from sesskit import defer_policy, republish, setup
 from toolkit import make_tool
 
-from tooldir.policy import DeferPolicy, Policy
+from tooldir.policy import DeferPolicy, PermissionsPolicy, Policy
 
 
 def test_deferred_tool_is_refused_with_a_search_hint_until_the_session_loads_it(tmp_path: Path) -> None:
@@ -120,3 +121,35 @@ def test_auto_mode_defers_only_when_the_saving_beats_the_cost_of_the_search_tool
     assert decision["saving_tokens_at_least"] > 0
     report = big.session.token_report()
     assert report.first_turn < report.full_load
+
+
+def test_a_tool_the_session_does_not_offer_is_refused_even_if_the_registry_would_run_it(tmp_path: Path) -> None:
+    # session:unloaded through a policy the registry reloaded (looser) while the session kept its own
+    hidden = Policy(defer=DeferPolicy(mode="on", rules=("Defer(*)",)), permissions=PermissionsPolicy(deny=("stock_*",)))
+    s = setup(tmp_path, policy=hidden)
+    assert [n for n, _ in s.session.tool_search(tool_names=["stock_quote"]).unavailable] == ["stock_quote"]
+    s.registry.update_policy(defer_policy())  # the registry now allows stock_quote
+    for refused in (
+        s.session.call("stock_quote", {"text": "ACME"}),
+        s.session.call("defer_execute_tool", {"name": "stock_quote", "input": {"text": "ACME"}}),
+    ):
+        assert not refused.ok and refused.error is not None
+        assert refused.error.code == "permission-denied"
+    assert s.session.loaded() == []
+
+
+def test_a_deferred_tool_published_a_moment_ago_is_refused_until_the_session_loads_it(tmp_path: Path) -> None:
+    # session:unloaded in the window where the store already holds the new snapshot but the
+    # session's view does not yet: a call then must not reach the tool unseen
+    user = tmp_path / "user"
+    make_tool(user, "alpha_tool")
+    s = setup(tmp_path, user_dir=user, builtins={})
+    seen: list[Any] = []
+    s.store._subscribers.insert(0, lambda snap, change: seen.append(s.session.call("beta_tool", {"text": "x"})))
+    make_tool(user, "beta_tool")
+    republish(s)
+    assert seen[0].error is not None and seen[0].error.code == "session:unloaded"
+    assert s.sandbox.requests == []
+    assert s.session.is_deferred("beta_tool")
+    assert [m.name for m in s.session.tool_search(tool_names=["beta_tool"]).matches] == ["beta_tool"]
+    assert s.session.call("beta_tool", {"text": "x"}).ok
