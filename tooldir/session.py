@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -387,7 +387,8 @@ class Session:
                     withheld.append(name)
                     continue
                 self._turn.schema_tokens += tokens
-                usage = self._observed.get(name) or start(self._policy.defer, self._priors.get(name))
+                seen = self._observed.get(name)  # re-loaded: keep the evidence, restart the idle count
+                usage = replace(seen, idle_turns=0) if seen else start(self._policy.defer, self._priors.get(name))
                 self._loaded[name] = _Loaded(usage, tokens)
                 promoted = True
                 why = "exact name" if score is None else f"keyword match, score {score:.3f}"

@@ -153,3 +153,15 @@ def test_subscribers_are_notified_outside_the_session_lock(tmp_path: Path) -> No
     s.session.tool_search(tool_names=["stock_quote"])
     assert names == [["tool_search", "defer_execute_tool", "stock_quote"]]
     assert s.session.tool_search(tool_names=["stock_quote"]).tool_reference_blocks() == []  # repeat: hint only
+
+
+def test_a_tool_loaded_again_after_re_deferral_gets_the_full_minimum_idle_turns(tmp_path: Path) -> None:
+    s = setup(tmp_path, policy=defer_policy(min_idle_turns=2))
+    s.session.tool_search(tool_names=["weather_lookup"])
+    s.session.next_turn()  # idle 1
+    assert [e["action"] for e in s.session.next_turn()] == ["re-deferred"]  # idle 2
+    s.session.next_turn()
+    s.session.tool_search(tool_names=["weather_lookup"])  # the model wants it again
+    assert s.session.next_turn() == []  # idle 1 since it was loaded again: kept
+    step = s.session.next_turn()
+    assert [(e["action"], e["idle_turns"]) for e in step] == [("re-deferred", 2)]
