@@ -252,7 +252,7 @@ class Session:
             view = self._view()
             eager = [view.defs[n] for n in sorted(view.defs) if n not in view.deferred]
             guards = list(GUARD_DEFS) if view.deferred else []
-            loaded = [view.defs[n] for n in self._loaded if n in view.defs]
+            loaded = [view.defs[n] for n in self._loaded if n in view.deferred]  # eager now: listed above
             out = eager + guards + loaded
             if pin:
                 for d in eager + loaded:
@@ -280,7 +280,7 @@ class Session:
             directory = self._counter.count(
                 directory_text([directory_entry(view.defs[n]) for n in sorted(view.deferred)])
             )
-            loaded = sum(self._tokens(view.defs[n]) for n in self._loaded if n in view.defs)
+            loaded = sum(self._tokens(view.defs[n]) for n in self._loaded if n in view.deferred)
             return TokenReport(
                 full_load=full,
                 first_turn=eager + guards + directory,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from sesskit import defer_policy, republish, setup
 from toolkit import make_tool
 
 from tooldir.errors import StateError
-from tooldir.policy import DeferPolicy
+from tooldir.policy import DeferPolicy, Policy
 from tooldir.usage import Usage, end_turn, judge, load_priors, start
 
 
@@ -165,3 +166,22 @@ def test_a_tool_loaded_again_after_re_deferral_gets_the_full_minimum_idle_turns(
     assert s.session.next_turn() == []  # idle 1 since it was loaded again: kept
     step = s.session.next_turn()
     assert [(e["action"], e["idle_turns"]) for e in step] == [("re-deferred", 2)]
+
+
+def test_a_loaded_tool_that_becomes_eager_is_listed_once(tmp_path: Path) -> None:
+    # auto mode stops deferring when most tools go away: the loaded tool is now an eager tool
+    user = tmp_path / "user"
+    long_text = "Query the inventory database for stock levels, reorder points and supplier lead times. " * 6
+    for i in range(30):
+        make_tool(user, f"inventory_tool_{i}", description=long_text)
+    s = setup(tmp_path, user_dir=user, builtins={}, policy=Policy())
+    s.session.tool_search(tool_names=["inventory_tool_3"])
+    assert [d.name for d in s.session.working_set()] == ["tool_search", "defer_execute_tool", "inventory_tool_3"]
+    for i in range(30):
+        if i != 3:
+            shutil.rmtree(user / f"inventory_tool_{i}")
+    republish(s)
+    assert not s.session.is_deferred("inventory_tool_3")
+    assert [d.name for d in s.session.working_set()] == ["inventory_tool_3"]
+    report = s.session.token_report()
+    assert report.loaded_increment == 0 and report.first_turn == report.full_load
