@@ -165,6 +165,7 @@ class Session:
         self._subscribers: list[Callable[[int], None]] = []
         self.version = 0
         self._dirty = False
+        self._closed = False
         self._working_digest = self._working_key()
         self._unsubscribe = store.subscribe(self._on_publish)
 
@@ -585,6 +586,9 @@ class Session:
     def close(self) -> None:
         """Persist usage priors (if a state dir was given) and stop following the store."""
         with self._lock:
+            if self._closed:  # once: saving again would fold this session into the priors twice
+                return
+            self._closed = True
             self._unsubscribe()
             if self._own_follower:
                 self._follower.close()

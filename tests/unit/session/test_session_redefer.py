@@ -185,3 +185,14 @@ def test_a_loaded_tool_that_becomes_eager_is_listed_once(tmp_path: Path) -> None
     assert [d.name for d in s.session.working_set()] == ["inventory_tool_3"]
     report = s.session.token_report()
     assert report.loaded_increment == 0 and report.first_turn == report.full_load
+
+
+def test_closing_a_session_twice_folds_its_usage_into_the_priors_once(tmp_path: Path) -> None:
+    s = setup(tmp_path, policy=defer_policy(usage_ewma=0.5))
+    s.session.tool_search(tool_names=["weather_lookup"])
+    s.session.call("weather_lookup", {"text": "a"})
+    s.session.next_turn()
+    s.session.close()
+    s.session.close()  # e.g. ToolServer.close, documented idempotent, on two shutdown paths
+    data = json.loads((s.state / "usage.json").read_text())
+    assert data["tools"]["weather_lookup"] == {"p_use": 1.0, "sessions": 1}
