@@ -64,14 +64,21 @@ class IndexFollower:
     def __init__(self, store: SnapshotStore, builtins: Iterable[BuiltinSpec] = ()) -> None:
         self._lock = threading.Lock()
         self._builtins = _builtin_docs(b for b in builtins if b.name not in GUARD_TOOLS)
-        snapshot = store.current
-        self._pair = (snapshot, SearchIndex.from_snapshot(snapshot, builtins=self._builtins))
         self._views: dict[tuple[Any, ...], _View] = {}
-        self._unsubscribe = store.subscribe(self._on_publish)
+        with self._lock:  # subscribe first: a publication racing this build is never missed
+            self._unsubscribe = store.subscribe(self._on_publish)
+            snapshot = store.current
+            self._pair = (snapshot, SearchIndex.from_snapshot(snapshot, builtins=self._builtins))
 
     def _on_publish(self, snapshot: Snapshot, change: SnapshotDiff) -> None:
         with self._lock:
-            index = self._pair[1].apply_diff(snapshot, change, builtins=self._builtins)
+            held = self._pair[0].generation
+            if snapshot.generation <= held:
+                return  # already indexed (published while this follower was being built)
+            if change.old_generation == held:
+                index = self._pair[1].apply_diff(snapshot, change, builtins=self._builtins)
+            else:  # a diff from a snapshot this index never saw: rebuild
+                index = SearchIndex.from_snapshot(snapshot, builtins=self._builtins)
             self._pair = (snapshot, index)
 
     @property

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from sesskit import defer_policy, setup
 from toolkit import make_tool, project_tools
 
+from tooldir.loader import Loader, make_config
 from tooldir.policy import PermissionsPolicy
+from tooldir.session import IndexFollower, Session
+from tooldir.snapshot import SnapshotStore
+from tooldir.tokens import TokenCounter
 
 
 def test_exact_names_keep_the_callers_order_and_fold_duplicates(tmp_path: Path) -> None:
@@ -140,3 +145,32 @@ def test_a_directory_tool_is_found_by_its_parameter_descriptions(tmp_path: Path)
     s = setup(tmp_path, user_dir=user)
     assert [m.name for m in s.session.tool_search(queries=["postal code"]).matches] == ["geo_lookup"]
     assert s.session.tool_search(queries=["postal code"]).matches == ()  # repeat: hint, not the same answer
+
+
+def test_the_search_index_misses_no_publication_made_while_it_is_being_built(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    make_tool(user, "alpha_tool", description="First tool.")
+    config = make_config(project=None, user_dirs=[user], policy=defer_policy(), state_dir=tmp_path / "s")
+    loader = Loader(config)
+
+    class RacyStore(SnapshotStore):
+        """Publishes a change just before the first subscriber is added (another thread's timing)."""
+
+        racing = True
+
+        def subscribe(self, fn: Any) -> Any:
+            if self.racing:
+                self.racing = False
+                make_tool(user, "bravo_tool", description="Convert currency amounts.")
+                self.publish(loader.load())
+            return super().subscribe(fn)
+
+    store = RacyStore(loader.load())
+    follower = IndexFollower(store)
+    make_tool(user, "charlie_tool", description="Third tool.")
+    store.publish(loader.load())
+    session = Session(store, policy=defer_policy(), follower=follower, counter=TokenCounter(prefer_exact=False))
+    result = session.tool_search(queries=["currency"])
+    assert [m.name for m in result.matches] == ["bravo_tool"]
+    snapshot, index = follower.current
+    assert snapshot is store.current and set(index.names()) == {"alpha_tool", "bravo_tool", "charlie_tool"}
