@@ -51,6 +51,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from .catalog import ToolDef
 from .loader import LoadConfig, Loader
 from .model import Risk
+from .policy import Policy
 from .registry import CallResult, Registry
 from .session import Session
 from .snapshot import SnapshotStore
@@ -287,7 +288,9 @@ class ToolServer:
             log.warning("no working sandbox (%s): directory tools will be refused with sandbox-unavailable", problem)
         session = Session(store, policy=config.policy, registry=registry, state_dir=config.state_dir)
         watcher = (
-            Watcher(loader, store, policy_file=policy_file, on_problem=_log_problem, on_policy=registry.update_policy)
+            Watcher(
+                loader, store, policy_file=policy_file, on_problem=_log_problem, on_policy=_follow(registry, session)
+            )
             if watch
             else None
         )
@@ -474,6 +477,16 @@ def _exit_on_signal(front: ToolServer, name: str) -> NoReturn:
     log.info("signal %s; shut down cleanly", name)
     logging.shutdown()
     os._exit(0)
+
+
+def _follow(registry: Registry, session: Session) -> Callable[[Policy], None]:
+    """Enforcement and the session follow a reloaded policy file without a restart."""
+
+    def apply(policy: Policy) -> None:
+        registry.update_policy(policy)
+        session.update_policy(policy)
+
+    return apply
 
 
 def _log_problem(problem: WatchProblem) -> None:

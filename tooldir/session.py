@@ -158,6 +158,7 @@ class Session:
         self._own_follower = follower is None
         self._counter = counter or default_counter()
         self._permissions = from_policy(policy.permissions)
+        self._policy_key = policy.model_dump_json()  # views are shared by content, never by object id
         self._state_dir = Path(state_dir) if state_dir is not None else None
         self._priors = load_priors(self._state_dir) if self._state_dir is not None else {}
         self._lock = threading.RLock()
@@ -183,7 +184,7 @@ class Session:
         cached = self._view_cache
         if cached is not None and cached.snapshot_id == f"{snapshot.id}/{snapshot.generation}":
             return cached
-        key = (snapshot.id, snapshot.generation, id(self._policy), id(self._counter), tuple(sorted(self._builtins)))
+        key = (snapshot.id, snapshot.generation, self._policy_key, id(self._counter), tuple(sorted(self._builtins)))
         view = self._follower.shared(key, lambda: self._compute_view(snapshot))
         self._view_cache = view
         return view
@@ -582,6 +583,21 @@ class Session:
             version, subscribers = self.version, list(self._subscribers)
         for fn in subscribers:  # outside the lock: a subscriber may call back into the session
             fn(version)
+
+    def update_policy(self, policy: Policy) -> None:
+        """Follow a reloaded user policy (defer rules, budgets, permissions) from the next request
+        on; subscribers hear of it if what the model would see changes. Loaded tools stay loaded
+        while the new policy still offers them."""
+        with self._lock:
+            if policy == self._policy:
+                return
+            self._policy = policy
+            self._policy_key = policy.model_dump_json()
+            self._permissions = from_policy(policy.permissions)
+            self._view_cache = None
+            if self._working_key() != self._working_digest:
+                self._changed()
+        self._flush()
 
     def _on_publish(self, snapshot: Snapshot, change: SnapshotDiff) -> None:
         del snapshot, change  # the follower holds the new snapshot; compare what the model would see

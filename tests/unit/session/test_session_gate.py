@@ -153,3 +153,25 @@ def test_a_deferred_tool_published_a_moment_ago_is_refused_until_the_session_loa
     assert s.session.is_deferred("beta_tool")
     assert [m.name for m in s.session.tool_search(tool_names=["beta_tool"]).matches] == ["beta_tool"]
     assert s.session.call("beta_tool", {"text": "x"}).ok
+
+
+def test_a_reloaded_policy_reaches_the_session_and_changes_what_it_offers(tmp_path: Path) -> None:
+    # tooldir serve passes a reloaded policy file to the session: a loosened deny rule makes the
+    # tool discoverable again (it still has to be loaded), a tightened one hides it at once
+    hidden = Policy(defer=DeferPolicy(mode="on", rules=("Defer(*)",)), permissions=PermissionsPolicy(deny=("stock_*",)))
+    s = setup(tmp_path, policy=hidden)
+    versions: list[int] = []
+    s.session.subscribe(versions.append)
+    assert [n for n, _ in s.session.tool_search(tool_names=["stock_quote"]).unavailable] == ["stock_quote"]
+    s.registry.update_policy(defer_policy())
+    s.session.update_policy(defer_policy())
+    refused = s.session.call("stock_quote", {"text": "ACME"})
+    assert refused.error is not None and refused.error.code == "session:unloaded"
+    assert [m.name for m in s.session.tool_search(tool_names=["stock_quote"]).matches] == ["stock_quote"]
+    assert s.session.call("stock_quote", {"text": "ACME"}).ok
+    s.registry.update_policy(hidden)
+    s.session.update_policy(hidden)
+    assert "stock_quote" not in [d.name for d in s.session.working_set()]
+    denied = s.session.call("stock_quote", {"text": "ACME"})
+    assert denied.error is not None and denied.error.code == "permission-denied"
+    assert versions and versions == sorted(versions)
