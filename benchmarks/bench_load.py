@@ -16,14 +16,12 @@ in a separate, untimed pass with tracemalloc. Target: tooldir <= 2.0x the floor 
 
 from __future__ import annotations
 
-import argparse
 import gc
 import hashlib
 import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -33,6 +31,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.generate import generate
+from benchmarks.sizes import parse_args
+from benchmarks.sizes import workdir as workdir_for
 from tooldir.loader import Loader, make_config
 from tooldir.model import Status
 
@@ -147,19 +147,8 @@ def bench(n: int, runs: int, workdir: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="small sizes (200, 1000), 3 runs")
-    parser.add_argument("--sizes", help="comma-separated package counts (default 1000,10000)")
-    parser.add_argument("--runs", type=int, help="timed runs per variant (default 5)")
-    parser.add_argument("--workdir", type=Path, help="reuse generated trees here (default: a temp dir)")
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-    args = parser.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([200, 1000] if args.quick else [1000, 10_000])
-    runs = args.runs or (3 if args.quick else 5)
-    with tempfile.TemporaryDirectory(prefix="tooldir-bench-") as tmp:
-        workdir = args.workdir or Path(tmp)
-        workdir.mkdir(parents=True, exist_ok=True)
-        os.chmod(workdir, 0o755)  # noqa: S103 -- discovery refuses group/world-writable roots, not readable ones
+    args, sizes, runs = parse_args(__doc__, argv)
+    with workdir_for(args, "tooldir-bench-") as workdir:
         rows = [bench(n, runs, workdir) for n in sizes]
     if args.json:
         print(json.dumps({"benchmark": "load", "results": rows}, indent=2))
