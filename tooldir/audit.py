@@ -24,13 +24,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from ._internal.strictjson import dumps_canonical
+
 AUDIT_FILE = "audit.jsonl"
 GENESIS = "0" * 64
 _TAIL = 1 << 16
 
 
 def _canonical(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return dumps_canonical(value).encode()
 
 
 def input_digest(value: Any) -> str:

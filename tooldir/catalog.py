@@ -13,13 +13,12 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._internal.strictjson import thaw
+from ._internal.strictjson import dumps_canonical, thaw
 from .model import BuiltinSpec, Risk, ToolRecord
 
 Format = Literal["anthropic", "openai", "mcp"]
@@ -40,11 +39,8 @@ class ToolDef:
     @property
     def digest(self) -> str:
         """The schema version: sha256 over name, description, input schema and risk."""
-        body = json.dumps(
-            [self.name, self.description, self.input_schema, None if self.risk is None else str(self.risk)],
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=False,
+        body = dumps_canonical(
+            [self.name, self.description, self.input_schema, None if self.risk is None else str(self.risk)]
         )
         return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
 
