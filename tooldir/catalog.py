@@ -82,10 +82,6 @@ def tool_def(record: ToolRecord, builtin: BuiltinSpec | None = None) -> ToolDef 
     return None
 
 
-def render_all(defs: Iterable[ToolDef], fmt: Format) -> list[dict[str, Any]]:
-    return [d.render(fmt) for d in defs]
-
-
 # ------------------------------------------------------------------------------------------------
 # The compact directory
 
