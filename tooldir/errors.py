@@ -3,17 +3,18 @@
     ToolDirError                      .diagnostics() -> str
     ├── ConfigError                   the user's own configuration (exit code 2)
     │   ├── PolicyError               .path, .key
-    │   └── StateError                .path
-    ├── DiscoveryError                bad directory contents
+    │   ├── StateError                .path
+    │   ├── EvalDataError             .path, .line (tooldir.evaluate)
+    │   └── ScenarioError             .path (tooldir._drill_plant)
+    ├── DiscoveryError                a tool root cannot be opened
     ├── ManifestError                 .path, .pointer
     ├── TrustError                    .tool, .code
-    ├── ResolutionError               .tool
     └── ExecutionError                .code
         ├── PermissionDeniedError
-        ├── HookError
-        ├── SandboxError
-        └── ToolTimeoutError
+        └── SandboxError
 
+``ManifestError`` and ``TrustError`` are public but not raised today: the loader reports bad
+manifests and untrusted packages as diagnostics on the snapshot.
 Programmer misuse raises ``ValueError``/``RuntimeError`` so ``except ToolDirError`` never hides a bug.
 Tool-side failures during ``Registry.call`` come back as results, not exceptions.
 """
@@ -73,12 +74,6 @@ class TrustError(ToolDirError):
         self.tool = tool
 
 
-class ResolutionError(ToolDirError):
-    def __init__(self, message: str, *, tool: str | None = None) -> None:
-        super().__init__(message)
-        self.tool = tool
-
-
 class ExecutionError(ToolDirError):
     def __init__(self, message: str, *, code: str) -> None:
         super().__init__(message)
@@ -89,13 +84,5 @@ class PermissionDeniedError(ExecutionError):
     pass
 
 
-class HookError(ExecutionError):
-    pass
-
-
 class SandboxError(ExecutionError):
-    pass
-
-
-class ToolTimeoutError(ExecutionError):
     pass
