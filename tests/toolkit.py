@@ -11,6 +11,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tooldir.discover import PackageScan, RootSpec, scan_one
+from tooldir.model import Source
+from tooldir.policy import Limits
+from tooldir.state import Approval, save_approvals
+
 ECHO_SCRIPT = """\
 import json
 import sys
@@ -65,3 +70,15 @@ def project_tools(project: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(project / ".tooldir", 0o755)  # noqa: S103 - a normal, non-writable-by-others folder
     return root
+
+
+def scan(folder: Path) -> PackageScan:
+    """Read one tool folder through discovery, as a load would (its parent is the root)."""
+    return scan_one(RootSpec(Source.PROJECT, str(folder.parent)), folder.name, Limits())
+
+
+def approve(state: Path, folder: Path, name: str | None = None) -> None:
+    """Record the user's approval of ``folder`` as it is now (the only approval in ``state``)."""
+    digest = scan(folder).digest
+    assert digest is not None
+    save_approvals(state, {str(folder): Approval(str(folder), name or folder.name, digest, "2026-01-01T00:00:00Z")})

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from hashlib import sha256
 from types import MappingProxyType
 
+from .errors import DiscoveryError
 from .model import Diagnostic, PackageFile, Source, error, info
 from .policy import Limits
 
@@ -342,6 +343,23 @@ def scan_package(root_fd: int, root: RootSpec, name: str, limits: Limits) -> Pac
     finally:
         os.close(fd)
     return _finish(walk, root_path, True)
+
+
+def scan_one(root: RootSpec, name: str, limits: Limits) -> PackageScan:
+    """Open ``root`` safely and read its one tool folder ``name`` (``tooldir lock``, ``verify``,
+    ``allow``): the same checks as a full load, for one package.
+
+    Raises:
+        DiscoveryError: the root itself cannot be opened (missing, a symlink, unsafe permissions).
+    """
+    fd, diags = open_root(root)
+    if fd is None:
+        detail = "; ".join(d.message for d in diags) or "it does not exist"
+        raise DiscoveryError(f"cannot open tool root {root.path}: {detail}")
+    try:
+        return scan_package(fd, root, name, limits)
+    finally:
+        os.close(fd)
 
 
 def _finish(walk: _Walk, root_path: str, opened: bool) -> PackageScan:

@@ -17,7 +17,8 @@ from typing import Any
 
 from rich.table import Table
 
-from ..discover import RootSpec, open_root, scan_package
+from ..discover import RootSpec, scan_one
+from ..errors import DiscoveryError
 from ..keys import generate_minisign_key, minisign_sign, parse_minisign_secret_key
 from ..loader import LoadConfig, project_root
 from ..lockfile import LOCK, MINISIG, LockError, compare_files, format_time, parse_expiry, parse_lock, render_lock
@@ -111,16 +112,12 @@ def _locate(target: str, config: LoadConfig) -> Package:
 
 
 def _read(package: Package, policy: Policy) -> Candidate:
-    fd, diags = open_root(package.root)
-    if fd is None:
-        detail = "; ".join(d.message for d in diags) or "it does not exist"
-        raise CommandError(f"cannot open tool root {package.root.path}: {detail}", EXIT_FOUND_ERRORS)
+    if not os.path.isdir(package.path) and not os.path.islink(package.path):
+        raise CommandError(f"{package.path} is not a tool folder", EXIT_FOUND_ERRORS)
     try:
-        if not os.path.isdir(package.path) and not os.path.islink(package.path):
-            raise CommandError(f"{package.path} is not a tool folder", EXIT_FOUND_ERRORS)
-        return validate_package(scan_package(fd, package.root, package.name, policy.limits), policy)
-    finally:
-        os.close(fd)
+        return validate_package(scan_one(package.root, package.name, policy.limits), policy)
+    except DiscoveryError as exc:
+        raise CommandError(exc.message, EXIT_FOUND_ERRORS) from None
 
 
 @dataclass(frozen=True, slots=True)

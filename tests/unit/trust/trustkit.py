@@ -10,11 +10,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from toolkit import scan as scan_package_folder
 
-from tooldir.discover import RootSpec, open_root, scan_package
 from tooldir.lockfile import render_lock
-from tooldir.model import Source
-from tooldir.policy import Limits
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -104,13 +102,7 @@ def ssh_sign(key: SshKey, file: Path, namespace: str = "tooldir") -> Path:
 
 def write_lock(folder: Path, *, version: int = 1, name: str | None = None, expires: datetime | None = None) -> Path:
     """Write tool.lock for the package as it is now (read through discovery, like tooldir lock)."""
-    root = RootSpec(Source.PROJECT, str(folder.parent))
-    fd, diags = open_root(root)
-    assert fd is not None, diags
-    try:
-        scan = scan_package(fd, root, folder.name, Limits())
-    finally:
-        os.close(fd)
+    scan = scan_package_folder(folder)
     assert not scan.diagnostics, scan.diagnostics
     lock = folder / "tool.lock"
     lock.write_bytes(render_lock(name or folder.name, version, expires, scan.files))

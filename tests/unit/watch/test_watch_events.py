@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import itertools
 import logging
-import os
 import shutil
 import threading
 import time
@@ -13,28 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from toolkit import make_tool, project_tools
+from toolkit import approve, make_tool, project_tools
 from watchkit import WAIT_S, check_consistent, config_for, settles_to_cold_load, watching
 
-from tooldir.discover import RootSpec, open_root, scan_package
 from tooldir.loader import Loader
 from tooldir.model import Source, Status
-from tooldir.policy import Limits, Policy
+from tooldir.policy import Policy
 from tooldir.snapshot import SnapshotDiff, SnapshotStore
-from tooldir.state import APPROVALS, Approval, save_approvals
+from tooldir.state import APPROVALS
 from tooldir.watch import Watcher, default_observer
-
-
-def approve(state: Path, folder: Path) -> None:
-    root = RootSpec(Source.PROJECT, str(folder.parent))
-    fd, _ = open_root(root)
-    assert fd is not None
-    try:
-        scan = scan_package(fd, root, folder.name, Limits())
-    finally:
-        os.close(fd)
-    assert scan.digest is not None
-    save_approvals(state, {str(folder): Approval(str(folder), folder.name, scan.digest, "2026-01-01T00:00:00Z")})
 
 
 def test_a_new_package_is_published_with_an_added_diff(tmp_path: Path) -> None:

@@ -3,38 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 from pathlib import Path
 
 import pytest
-from toolkit import make_tool, project_tools
+from toolkit import approve, make_tool, project_tools
 from watchkit import check_consistent, config_for, reference_snapshot
 
 import tooldir.loader
-from tooldir.discover import RootSpec, open_root, scan_package
 from tooldir.errors import StateError
 from tooldir.loader import Loader
-from tooldir.model import Source, Status
+from tooldir.model import Status
 from tooldir.policy import Limits, Policy
-from tooldir.state import APPROVALS, Approval, save_approvals
+from tooldir.state import APPROVALS
 
 # look-alike and colliding names exercise resolution groups: alpha/Alpha collide, a1pha looks like alpha
 NAMES = ["alpha", "Alpha", "a1pha", "beta", "gamma", "read_fiIe", "delta"]
-
-
-def approve(state: Path, folder: Path, name: str) -> None:
-    root = RootSpec(Source.PROJECT, str(folder.parent))
-    fd, _ = open_root(root)
-    assert fd is not None
-    try:
-        scan = scan_package(fd, root, folder.name, Limits())
-    finally:
-        os.close(fd)
-    assert scan.digest is not None
-    approvals = {str(folder): Approval(str(folder), name, scan.digest, "2026-01-01T00:00:00Z")}
-    save_approvals(state, approvals)
 
 
 def mutate(rng: random.Random, roots: list[Path], outside: Path, state: Path) -> tuple[Path | None, str | None]:
