@@ -29,7 +29,7 @@ from .policy import Policy, load_policy
 from .snapshot import Snapshot
 
 if TYPE_CHECKING:
-    from .drill import CallSpec, Scenario, Step
+    from .drill import CallSpec, Step
 
 _T = TypeVar("_T")
 
@@ -377,12 +377,3 @@ def verify_audit(state_dir: Path) -> tuple[bool, int | None, str | None]:
     verify = need("audit", "verify")
     report = verify(state_dir / need("audit", "AUDIT_FILE"))
     return bool(report.ok), report.broken_line, report.reason
-
-
-def check_audit_cli(arena: Arena, expect_ok: bool) -> str:
-    """``tooldir audit verify --json`` must agree (exit 0 when intact, 1 when not)."""
-    return run_cli(arena, ["audit", "verify", "--json"], 0 if expect_ok else 1, "audit verify")
-
-
-def scenario_needs_sandbox(scenario: Scenario) -> bool:
-    return "sandbox" in scenario.requires

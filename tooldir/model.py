@@ -18,8 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ._internal.strictjson import FrozenDict
 
-JSON = Any  # a value produced by tooldir._internal.strictjson (dict/list/str/int/float/bool/None)
-
 
 class Source(enum.StrEnum):
     """Where a tool comes from, lowest precedence first."""
@@ -188,12 +186,6 @@ class ToolRecord:
             "risk": None if self.risk is None else str(self.risk),
             "deferred": self.deferred,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotInfo:
-    id: str
-    generation: int
 
 
 @dataclass(frozen=True, slots=True)

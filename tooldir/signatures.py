@@ -25,7 +25,7 @@ import os
 import re
 import struct
 import threading
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -558,7 +558,3 @@ def verified_digests() -> list[bytes]:
     """Digests of the verifications that succeeded in this process (to persist, see tooldir.state)."""
     with _cache_lock:
         return [d for d, result in _cache.items() if result is None]
-
-
-def ssh_idents(signers: Iterable[AllowedSigner]) -> frozenset[str]:
-    return frozenset(f"ssh:{s.fingerprint}" for s in signers)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TypeVar, cast
 
 from .lockfile import LOCK, MINISIG, SSHSIG, LockError, compare_files, format_time, parse_lock
-from .model import Diagnostic, PackageFile, Risk, Severity, Status, ToolRecord, Trust, error, warning
+from .model import Diagnostic, PackageFile, Severity, Status, ToolRecord, Trust, error, warning
 from .policy import Policy
 from .signatures import (
     NAMESPACE,
@@ -498,7 +498,3 @@ def _check_lock(
     return run.verdict(
         trusted=True, signer=first.ident, version=lock.version, label=first.label, key=first.ident, signers=signers
     )
-
-
-def risk_allowed(risk: Risk, ceiling: Risk) -> bool:
-    return risk.rank <= ceiling.rank
