@@ -361,12 +361,17 @@ def _rpc(message: dict[str, object]) -> bytes:
     return (json.dumps(message) + "\n").encode()
 
 
+def _serve_cmd(tree: dict[str, Path], *extra: str) -> list[str]:
+    """``tooldir serve`` on the tree's project, user folder, policy and a private state folder."""
+    cmd = [sys.executable, "-m", "tooldir", "serve", "--project", str(tree["project"])]
+    cmd += ["--user-dir", str(tree["user"]), "--policy", str(tree["policy"])]
+    return [*cmd, "--state-dir", str(tree["tmp"] / "state"), *extra]
+
+
 def test_stdout_carries_only_protocol_messages_while_logs_go_to_stderr(tree: dict[str, Path]) -> None:
     noisy = "import json, sys\nprint('noise on stderr', file=sys.stderr)\nprint(json.dumps({'ok': True, 'content': 'fine'}))\n"
     make_tool(tree["user"], "echo_eager", description="Echo text back (always listed).", script=noisy)
-    cmd = [sys.executable, "-m", "tooldir", "serve", "--project", str(tree["project"])]
-    cmd += ["--user-dir", str(tree["user"]), "--policy", str(tree["policy"])]
-    cmd += ["--state-dir", str(tree["tmp"] / "state"), "--log-level", "debug", "--no-watch"]
+    cmd = _serve_cmd(tree, "--log-level", "debug", "--no-watch")
     requests = [
         {
             "jsonrpc": "2.0",
@@ -420,7 +425,8 @@ async def _until(predicate: Callable[[], bool], timeout: float) -> None:
             await anyio.sleep(0.05)
 
 
-async def test_hanging_up_during_a_long_call_ends_the_server_and_the_sandboxed_tool(tree: dict[str, Path]) -> None:
+def _slow_tool(tree: dict[str, Path]) -> tuple[str, Path]:
+    """Add an eager ``slow_tool`` that sleeps a minute; return its process token and the policy listing it."""
     token = f"slow-{uuid.uuid4().hex}"  # appears in the sandboxed process's argv, so it can be found
     make_tool(
         tree["user"],
@@ -431,6 +437,11 @@ async def test_hanging_up_during_a_long_call_ends_the_server_and_the_sandboxed_t
     )
     policy = tree["tmp"] / "slow.toml"
     policy.write_text(SLOW_POLICY)
+    return token, policy
+
+
+async def test_hanging_up_during_a_long_call_ends_the_server_and_the_sandboxed_tool(tree: dict[str, Path]) -> None:
+    token, policy = _slow_tool(tree)
     with anyio.fail_after(TEST_BOUND_S):
         async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=policy) as s:
             assert "slow_tool" in await s.list_names()
@@ -458,9 +469,7 @@ async def test_a_listed_tool_whose_manifest_breaks_is_withdrawn_with_list_change
 
 
 def test_tools_list_before_initialize_is_a_protocol_error_not_a_list(tree: dict[str, Path]) -> None:
-    cmd = [sys.executable, "-m", "tooldir", "serve", "--project", str(tree["project"])]
-    cmd += ["--user-dir", str(tree["user"]), "--policy", str(tree["policy"])]
-    cmd += ["--state-dir", str(tree["tmp"] / "state"), "--no-watch"]
+    cmd = _serve_cmd(tree, "--no-watch")
     with subprocess.Popen(
         cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tree["tmp"]
     ) as proc:
@@ -476,16 +485,7 @@ def test_tools_list_before_initialize_is_a_protocol_error_not_a_list(tree: dict[
 
 
 async def test_a_call_the_client_cancels_is_abandoned_and_the_connection_keeps_working(tree: dict[str, Path]) -> None:
-    token = f"slow-{uuid.uuid4().hex}"
-    make_tool(
-        tree["user"],
-        "slow_tool",
-        description="Sleep for a minute.",
-        script="import sys, time\nsys.stdin.read()\ntime.sleep(60)\n",
-        execute={"command": ["python3", "run.py", token], "timeout_s": 60, "network": False, "env": []},
-    )
-    policy = tree["tmp"] / "slow.toml"
-    policy.write_text(SLOW_POLICY)
+    token, policy = _slow_tool(tree)
     with anyio.fail_after(TEST_BOUND_S):
         async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=policy) as s:
             async with anyio.create_task_group() as tg:
@@ -500,9 +500,7 @@ async def test_a_call_the_client_cancels_is_abandoned_and_the_connection_keeps_w
 
 def test_sigterm_ends_the_server_cleanly(tree: dict[str, Path]) -> None:
     log_file = tree["tmp"] / "term.log"
-    cmd = [sys.executable, "-m", "tooldir", "serve", "--project", str(tree["project"])]
-    cmd += ["--user-dir", str(tree["user"]), "--policy", str(tree["policy"]), "--log-level", "info"]
-    cmd += ["--state-dir", str(tree["tmp"] / "state"), "--log-file", str(log_file)]
+    cmd = _serve_cmd(tree, "--log-level", "info", "--log-file", str(log_file))
     hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
     with subprocess.Popen(
         cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tree["tmp"]
