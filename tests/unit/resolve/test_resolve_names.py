@@ -115,27 +115,27 @@ def test_the_same_name_twice_in_one_source_rejects_both(tmp_path: Path) -> None:
     assert snap.get("bystander") is not None
 
 
-def test_names_equal_ignoring_case_collide_and_both_are_rejected(tmp_path: Path, user: Path) -> None:
-    make_tool(user, "Fetch_Page")
-    make_tool(user, "fetch_page")
+@pytest.mark.parametrize(
+    ("names", "code"),
+    [(("Fetch_Page", "fetch_page"), "collision"), (("get_log", "get_l0g"), "confusable-name")],
+    ids=["equal-ignoring-case", "look-alike"],
+)
+def test_two_names_one_source_cannot_tell_apart_are_both_rejected(
+    tmp_path: Path, user: Path, names: tuple[str, str], code: str
+) -> None:
+    for name in names:
+        make_tool(user, name)
     snap = load(tmp_path, user=[user])
-    assert {t.name: t.status for t in snap.tools} == {"Fetch_Page": Status.REJECTED, "fetch_page": Status.REJECTED}
-    assert {d.code for d in snap.diagnostics} == {"collision"}
-
-
-def test_look_alike_names_in_one_source_are_both_rejected_as_confusable(tmp_path: Path, user: Path) -> None:
-    make_tool(user, "get_log")
-    make_tool(user, "get_l0g")
-    snap = load(tmp_path, user=[user])
-    assert {t.name: t.status for t in snap.tools} == {"get_log": Status.REJECTED, "get_l0g": Status.REJECTED}
-    assert {d.code for d in snap.diagnostics} == {"confusable-name"}
+    assert {t.name: t.status for t in snap.tools} == dict.fromkeys(names, Status.REJECTED)
+    assert {d.code for d in snap.diagnostics} == {code}
 
 
 def test_distinct_names_do_not_interfere(tmp_path: Path, user: Path) -> None:
-    for name in ["get_log", "get_logs", "list_files", "list_file"]:
+    names = ["get_log", "get_logs", "list_files", "list_file"]
+    for name in names:
         make_tool(user, name)
     snap = load(tmp_path, user=[user])
-    assert all(t.status is Status.ACTIVE for t in snap.tools)
+    assert {t.name: t.status for t in snap.tools} == dict.fromkeys(names, Status.ACTIVE)
     assert snap.diagnostics == ()
 
 
