@@ -449,17 +449,7 @@ class SearchIndex:
             n = len(plist)
             start = 0
             if threshold == -math.inf:  # admit from the head of the list until there are top_k candidates
-                for start, (d, s) in enumerate(plist, 1):  # noqa: B007 - ``start`` is used after the loop
-                    cur = acc.get(d)
-                    if cur is not None:
-                        acc[d] = cur + s
-                    elif d not in rejected:
-                        if not admissible(d):
-                            rejected.add(d)
-                            continue
-                        acc[d] = s
-                        if len(acc) >= top_k:
-                            break
+                start = _accumulate(acc, rejected, admissible, plist, fill=top_k)
                 if len(acc) >= top_k:
                     threshold = heapq.nlargest(top_k, acc.values())[-1]
             if start < n:
@@ -476,15 +466,7 @@ class SearchIndex:
                     for d, s in plist[start:stop]:
                         acc[d] = get(d, 0.0) + s
                 else:
-                    for d, s in plist[start:stop]:
-                        cur = acc.get(d)
-                        if cur is not None:
-                            acc[d] = cur + s
-                        elif d not in rejected:
-                            if not admissible(d):
-                                rejected.add(d)
-                                continue
-                            acc[d] = s
+                    _accumulate(acc, rejected, admissible, plist[start:stop])
                 if stop < n:  # the tail only updates known candidates
                     where = self._position.get(t)
                     if where is None or n - stop < len(acc):
@@ -528,6 +510,32 @@ class SearchIndex:
             return -math.inf
         scores = [sum(self._impact(t, d) for t in terms) for d in seeds]
         return heapq.nlargest(top_k, scores)[-1]
+
+
+def _accumulate(
+    acc: dict[int, float],
+    rejected: set[int],
+    admissible: Callable[[int], bool],
+    entries: Iterable[tuple[int, float]],
+    *,
+    fill: float = math.inf,
+) -> int:
+    """Add ``entries`` to the known candidates in ``acc``; an unseen tool is admitted if
+    ``admissible``, else remembered in ``rejected``. Stops once ``acc`` holds ``fill`` candidates.
+    Returns how many entries were consumed."""
+    consumed = 0
+    for consumed, (d, s) in enumerate(entries, 1):  # noqa: B007 - returned after the loop
+        cur = acc.get(d)
+        if cur is not None:
+            acc[d] = cur + s
+        elif d not in rejected:
+            if not admissible(d):
+                rejected.add(d)
+                continue
+            acc[d] = s
+            if len(acc) >= fill:
+                break
+    return consumed
 
 
 def _neg_impact(entry: tuple[int, float]) -> float:
