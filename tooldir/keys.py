@@ -15,19 +15,7 @@ from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from .signatures import MinisignPublicKey, SignatureFormatError
-
-_ED = b"Ed"  # the key algorithm
-_ED_PREHASHED = b"ED"  # the signature algorithm: Ed25519 over BLAKE2b-512 of the message
-_UNTRUSTED = "untrusted comment: "
-_TRUSTED = "trusted comment: "
-
-
-def _b64(text: str, what: str) -> bytes:
-    try:
-        return base64.b64decode(text, validate=True)
-    except ValueError:
-        raise SignatureFormatError(f"{what} is not valid base64") from None
+from .signatures import _ED, _ED_PREHASHED, _TRUSTED, _UNTRUSTED, MinisignPublicKey, SignatureFormatError, _b64
 
 
 @dataclass(frozen=True, slots=True)
