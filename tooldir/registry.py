@@ -49,7 +49,7 @@ import jsonschema_rs
 from ._internal.strictjson import StrictJSONError, escape_pointer, freeze, loads, thaw
 from .audit import AuditEvent, AuditSink, JsonlAudit, input_digest
 from .errors import ExecutionError, PermissionDeniedError
-from .hooks import Deny, HookCall, HookSet, Redact, Rewrite, make_hook
+from .hooks import Deny, HookCall, HookSet, PostHook, PreHook, Redact, Rewrite, make_hook
 from .model import BuiltinSpec, Risk, Source, Status, ToolRecord, Trust
 from .names import GUARD_TOOLS, is_valid_name
 from .permissions import PermissionCheck, PermissionRequest, from_policy
@@ -219,11 +219,11 @@ class Registry:
         their names."""
         return tuple(b.spec for b in sorted(self._builtins.values(), key=lambda b: b.spec.name))
 
-    def add_pre_hook(self, hook: Callable[..., Deny | Rewrite | None], *, name: str, match: str = "*") -> None:
+    def add_pre_hook(self, hook: PreHook, *, name: str, match: str = "*") -> None:
         """``hook(*, call: HookCall, input: Mapping)`` -> None | Deny | Rewrite. Validated now."""
         self._hooks.add(make_hook("pre", hook, name=name, match=match))
 
-    def add_post_hook(self, hook: Callable[..., Redact | None], *, name: str, match: str = "*") -> None:
+    def add_post_hook(self, hook: PostHook, *, name: str, match: str = "*") -> None:
         """``hook(*, call: HookCall, content: Any)`` -> None | Redact. Validated now."""
         self._hooks.add(make_hook("post", hook, name=name, match=match))
 
