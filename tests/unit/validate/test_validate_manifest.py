@@ -132,7 +132,7 @@ def test_names_outside_the_portable_alphabet_are_invalid_name(root: Path, bad_na
     write_raw(root, "named_badly", manifest(bad_name))
     snap = load_user(root)
     assert "invalid-name" in {d.code for d in diags_of(snap, "named_badly")}
-    assert all(t.status is Status.REJECTED for t in snap.tools)
+    assert snap.tools and all(t.status is Status.REJECTED for t in snap.tools)
 
 
 @pytest.mark.parametrize("folder", ["rеad_file", "tool name", "ｔｏｏｌ"], ids=["cyrillic", "space", "full-width"])
