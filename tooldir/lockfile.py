@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .model import PackageFile
+from .names import is_valid_name
 
 LOCK = "tool.lock"
 MINISIG = "tool.lock.minisig"
@@ -38,7 +39,6 @@ MAX_VERSION = 2**53 - 1
 
 _KEYS = frozenset({"format", "name", "version", "expires", "files"})
 _HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class LockError(ValueError):
@@ -171,7 +171,7 @@ def parse_lock(data: bytes) -> Lock:
     if value["format"] != FORMAT:
         raise LockError(f"format must be {FORMAT!r}, not {value['format']!r}", "/format")
     name = value["name"]
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not is_valid_name(name):
         raise LockError("name must be a tool name (A-Z, a-z, 0-9, '_', '-'; 1-64 characters)", "/name")
     version = value["version"]
     if type(version) is not int or not 0 <= version <= MAX_VERSION:

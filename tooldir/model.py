@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._internal.strictjson import FrozenDict
+from .names import NAME_RE
 
 
 class Source(enum.StrEnum):
@@ -125,7 +126,7 @@ class Manifest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    name: str = Field(min_length=1, max_length=64, pattern=NAME_RE.pattern)
     description: str = Field(min_length=1, max_length=4096)
     input_schema: FrozenDict
     risk: Risk
