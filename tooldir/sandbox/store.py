@@ -1,9 +1,9 @@
 """A private, content-addressed copy of each verified package: what the sandbox binds.
 
-``materialize(record, base)`` returns a directory holding exactly the bytes the snapshot verified
-(``ToolRecord.files``). The first time, each file is re-read from the package *without following
-symlinks* (fd-relative ``O_NOFOLLOW``, like discovery), hashed, and compared with its recorded
-sha256; any difference (a file swapped after verification) raises ``changed-since-verification``
+``verified_files(record, base)`` returns a directory holding exactly the bytes the snapshot verified
+(``ToolRecord.files``), and those bytes. The first time, each file is re-read from the package
+*without following symlinks* (fd-relative ``O_NOFOLLOW``, like discovery), hashed, and compared
+with its recorded sha256; any difference (a file swapped after verification) raises ``changed-since-verification``
 and nothing is copied. The copy is built in a temp folder and renamed into
 ``<base>/<package digest>`` (files 0444/0555, folders 0555), so a later swap in the package has no
 effect: the verified copy runs, or nothing does. On reuse every file is hashed again (it is small
@@ -104,11 +104,6 @@ def _read_copy(target: Path, record: ToolRecord) -> list[bytes] | None:
     return found
 
 
-def materialize(record: ToolRecord, base: Path) -> Path:
-    """The verified copy of ``record``'s package under ``base`` (created if needed)."""
-    return verified_files(record, base)[0]
-
-
 def verified_files(record: ToolRecord, base: Path) -> tuple[Path, list[bytes]]:
     """The verified copy of ``record``'s package under ``base`` (created if needed) and the bytes
     of each of ``record.files``, in order, each checked against its sha256 as it was read.
@@ -134,38 +129,42 @@ def verified_files(record: ToolRecord, base: Path) -> tuple[Path, list[bytes]]:
             pkg_fd = _open_dir_path(record.path)
         except OSError as exc:
             raise _changed(record, f"package folder cannot be opened safely ({exc.strerror})") from None
-        contents: list[bytes] = []
         try:
-            for f in record.files:
-                data = _read_verified(pkg_fd, f.path, record, f.sha256, f.size)
-                contents.append(data)
-                dest = staging / f.path
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_bytes(data)
-                os.chmod(dest, 0o555 if f.executable else 0o444)
+            contents = [_read_verified(pkg_fd, f.path, record, f.sha256, f.size) for f in record.files]
         finally:
             os.close(pkg_fd)
-        for folder, _, _ in os.walk(staging):
-            os.chmod(folder, 0o555)  # noqa: S103 - read-only copy; nobody may write it
+        write_read_only(staging, record, contents)
         if target.is_symlink():
             target.unlink()
         elif target.is_dir() and _read_copy(target, record) is not None:  # a concurrent run made it
-            _remove(staging)
+            remove_tree(staging)
             return target, contents
         elif target.exists():  # damaged earlier copy: replace it
-            _remove(target)
+            remove_tree(target)
         os.rename(staging, target)
         _prune(base, keep=MAX_COPIES)
     except OSError as exc:
-        _remove(staging)
+        remove_tree(staging)
         found = _read_copy(target, record) if target.is_dir() else None
         if found is not None:  # a concurrent run won the rename
             return target, found
         raise SandboxError(f"cannot write the package store {base}: {exc}", code="sandbox-failed") from None
     except BaseException:
-        _remove(staging)
+        remove_tree(staging)
         raise
     return target, contents
+
+
+def write_read_only(folder: Path, record: ToolRecord, contents: list[bytes]) -> None:
+    """Write each of ``record.files`` with its bytes under ``folder``, then make the tree read-only
+    (files 0444, or 0555 if executable; folders 0555). :func:`remove_tree` removes it again."""
+    for f, data in zip(record.files, contents, strict=True):
+        dest = folder / f.path
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(data)
+        os.chmod(dest, 0o555 if f.executable else 0o444)
+    for sub, _, _ in os.walk(folder):
+        os.chmod(sub, 0o555)  # noqa: S103 - read-only copy; nobody may write it
 
 
 def _prune(base: Path, *, keep: int) -> None:
@@ -177,10 +176,11 @@ def _prune(base: Path, *, keep: int) -> None:
         return
     entries.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime)
     for entry in entries[: len(entries) - keep]:
-        _remove(Path(entry.path))
+        remove_tree(Path(entry.path))
 
 
-def _remove(path: Path) -> None:
+def remove_tree(path: Path) -> None:
+    """Remove a read-only tree made by :func:`write_read_only` (its folders are made writable first)."""
     for folder, _, _ in os.walk(path):
         os.chmod(folder, 0o700)
     shutil.rmtree(path, ignore_errors=True)

@@ -7,8 +7,6 @@ warning."""
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -16,7 +14,7 @@ from ..policy import SandboxPolicy
 from . import RunRequest, RunResult
 from .bubblewrap import TOOL_DIR, tool_argv
 from .process import identity_for, spawn_and_collect
-from .store import verified_files
+from .store import remove_tree, verified_files, write_read_only
 
 log = logging.getLogger("tooldir")
 
@@ -37,13 +35,7 @@ class UnsafeUnsandboxed:
         argv = tool_argv(request.record)
         workdir = Path(tempfile.mkdtemp(prefix="tooldir-unsafe-"))
         try:
-            for f, data in zip(request.record.files, contents, strict=True):
-                dest = workdir / f.path
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_bytes(data)
-                os.chmod(dest, 0o555 if f.executable else 0o444)
-            for folder, _, _ in os.walk(workdir):
-                os.chmod(folder, 0o555)  # noqa: S103 - a read-only copy the (dropped) uid must enter
+            write_read_only(workdir, request.record, contents)  # folders 0555: the (dropped) uid must enter
             if argv[0].startswith(TOOL_DIR + "/"):
                 argv[0] = str(workdir / argv[0][len(TOOL_DIR) + 1 :])
             env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8", **request.env}
@@ -58,6 +50,4 @@ class UnsafeUnsandboxed:
                 cwd=str(workdir),
             )
         finally:
-            for folder, _, _ in os.walk(workdir):
-                os.chmod(folder, 0o700)
-            shutil.rmtree(workdir, ignore_errors=True)
+            remove_tree(workdir)
