@@ -6,12 +6,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shared_helpers import FakeSandbox
+
 from tooldir.audit import AuditEvent
 from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy
 from tooldir.registry import Registry
-from tooldir.sandbox import RunRequest, RunResult
 from tooldir.snapshot import SnapshotStore
+
+__all__ = ["NOOP_SCHEMA", "FakeSandbox", "MemoryAudit", "Setup", "registry_for"]
 
 NOOP_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -29,21 +32,6 @@ class MemoryAudit:
     def record(self, event: AuditEvent) -> str:
         self.events.append(event)
         return f"mem-{len(self.events)}"
-
-
-class FakeSandbox:
-    """Records requests and answers with a fixed stdout (for pipeline tests without bwrap)."""
-
-    name = "fake"
-
-    def __init__(self, stdout: bytes = b'{"ok": true, "content": "ran"}', exit_code: int = 0) -> None:
-        self.stdout = stdout
-        self.exit_code = exit_code
-        self.requests: list[RunRequest] = []
-
-    def run(self, request: RunRequest) -> RunResult:
-        self.requests.append(request)
-        return RunResult(self.exit_code, None, self.stdout, b"", False, False, False, 1.0)
 
 
 @dataclass

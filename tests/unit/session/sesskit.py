@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shared_helpers import FakeSandbox
+
 from tooldir.loader import Loader, make_config
 from tooldir.policy import DeferPolicy, Policy
 from tooldir.registry import Registry
-from tooldir.sandbox import RunRequest, RunResult
 from tooldir.session import Session
 from tooldir.snapshot import SnapshotStore
 from tooldir.tokens import TokenCounter
@@ -30,19 +31,6 @@ BUILTINS = {
 }
 
 
-class RecordingSandbox:
-    """Answers like a tool that echoes its input; records every run (no bwrap needed)."""
-
-    name = "recording"
-
-    def __init__(self) -> None:
-        self.requests: list[RunRequest] = []
-
-    def run(self, request: RunRequest) -> RunResult:
-        self.requests.append(request)
-        return RunResult(0, None, b'{"ok": true, "content": "ran"}', b"", False, False, False, 1.0)
-
-
 def echo(*, input: dict[str, Any], context: dict[str, Any]) -> Any:
     return {"echo": input}
 
@@ -53,7 +41,7 @@ class Setup:
     registry: Registry
     session: Session
     loader: Loader
-    sandbox: RecordingSandbox
+    sandbox: FakeSandbox
     state: Path
 
 
@@ -75,7 +63,7 @@ def setup(
     config = make_config(project=None, user_dirs=[user_dir] if user_dir else [], policy=policy, state_dir=state)
     loader = Loader(config)
     store = SnapshotStore(loader.load())
-    sandbox = RecordingSandbox()
+    sandbox = FakeSandbox()  # answers like a tool that ran; records every run
     registry = Registry(store, policy=policy, state_dir=state, sandbox=sandbox)
     for name, spec in (BUILTINS if builtins is None else builtins).items():
         desc, schema = (spec, TEXT_SCHEMA) if isinstance(spec, str) else spec  # description or (description, schema)

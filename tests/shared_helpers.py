@@ -1,0 +1,20 @@
+"""Test doubles shared by more than one test package (importable because conftest puts tests/ on sys.path)."""
+
+from __future__ import annotations
+
+from tooldir.sandbox import RunRequest, RunResult
+
+
+class FakeSandbox:
+    """Records every run request and answers with a fixed stdout and exit code (no bwrap needed)."""
+
+    name = "fake"
+
+    def __init__(self, stdout: bytes = b'{"ok": true, "content": "ran"}', exit_code: int = 0) -> None:
+        self.stdout = stdout
+        self.exit_code = exit_code
+        self.requests: list[RunRequest] = []
+
+    def run(self, request: RunRequest) -> RunResult:
+        self.requests.append(request)
+        return RunResult(self.exit_code, None, self.stdout, b"", False, False, False, 1.0)
