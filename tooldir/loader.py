@@ -393,10 +393,8 @@ class Loader:
 
 
 def _package(candidate: Candidate) -> _Package:
-    manifest = candidate.manifest
-    name = manifest.name if manifest is not None else candidate.scan.name
     contents = candidate.scan.contents
-    return _Package(candidate, skeleton(name), not _SIGNATURE_FILES.isdisjoint(contents))
+    return _Package(candidate, skeleton(candidate.name), not _SIGNATURE_FILES.isdisjoint(contents))
 
 
 def make_config(

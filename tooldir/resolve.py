@@ -177,7 +177,7 @@ def resolve(assessed: Sequence[Assessed], builtins: Iterable[BuiltinSpec], polic
 def _initial(a: Assessed, policy: Policy) -> ToolRecord:
     c = a.candidate
     manifest = c.manifest
-    name = manifest.name if manifest is not None else c.scan.name
+    name = c.name
     status = a.assessment.status
     if not is_valid_name(name):
         status = Status.REJECTED

@@ -277,9 +277,8 @@ class _Run:
 
     def diag(self, severity: Severity, code: str, file: str, message: str, pointer: str | None = None) -> None:
         scan = self.candidate.scan
-        tool = self.candidate.manifest.name if self.candidate.manifest else scan.name
         path = os.path.join(scan.path, file) if file else scan.path
-        self.diags.append(Diagnostic(severity, code, message, tool, scan.source, path, pointer))
+        self.diags.append(Diagnostic(severity, code, message, self.candidate.name, scan.source, path, pointer))
 
     def fail(self, step: str, code: str, file: str, message: str, pointer: str | None = None) -> None:
         self.step(step, False, f"{code}: {message}")
@@ -460,7 +459,7 @@ def _check_lock(
         run.fail("lock", "invalid-lock", LOCK, f"{LOCK} is signed but malformed: {exc.message}", exc.pointer)
         return untrusted()
     run.step("lock", True, lambda: f"{LOCK} parses: {lock.name} version {lock.version}, {len(lock.files)} files")
-    name = run.candidate.manifest.name if run.candidate.manifest else run.candidate.scan.name
+    name = run.candidate.name
     if lock.name != name:
         # replay: a lock signed for another tool
         run.fail(

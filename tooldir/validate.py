@@ -54,6 +54,11 @@ class Candidate:
     diagnostics: tuple[Diagnostic, ...]
 
     @property
+    def name(self) -> str:
+        """The manifest's tool name, else the package directory's name."""
+        return self.manifest.name if self.manifest is not None else self.scan.name
+
+    @property
     def valid(self) -> bool:
         return self.manifest is not None and not any(d.severity is Severity.ERROR for d in self.diagnostics)
 
