@@ -21,7 +21,7 @@ from ._internal.gcpause import gc_paused
 from .discover import RootSpec, list_packages, open_root, scan_package
 from .model import BuiltinSpec, Diagnostic, Source, error, info
 from .names import skeleton
-from .policy import Policy
+from .policy import Policy, config_home
 from .resolve import Assessed, resolve
 from .snapshot import DiagEntry, RecordEntry, Snapshot, assemble, diag_entry, record_entry
 from .state import APPROVALS, HIGH_WATER, Approval, default_state_dir, load_approvals
@@ -32,10 +32,7 @@ PROJECT_PARTS = (".tooldir", "tools")
 
 
 def user_root_default() -> RootSpec:
-    config = os.environ.get("XDG_CONFIG_HOME", "")
-    if not os.path.isabs(config):  # XDG: a relative value is invalid (it would name the project) and ignored
-        config = str(Path.home() / ".config")
-    return RootSpec(Source.USER, config, ("tooldir", "tools"))
+    return RootSpec(Source.USER, config_home(), ("tooldir", "tools"))
 
 
 def project_root(project: str | os.PathLike[str]) -> RootSpec:

@@ -215,11 +215,16 @@ class Policy(_Frozen):
         return pins
 
 
-def default_policy_path() -> Path:
+def config_home() -> str:
+    """``$XDG_CONFIG_HOME``, or ``~/.config`` when it is unset or relative."""
     config = os.environ.get("XDG_CONFIG_HOME", "")
     if not os.path.isabs(config):  # XDG: a relative value is invalid (it would name the project) and ignored
         config = str(Path.home() / ".config")
-    return Path(config) / "tooldir" / "policy.toml"
+    return config
+
+
+def default_policy_path() -> Path:
+    return Path(config_home()) / "tooldir" / "policy.toml"
 
 
 def load_policy(path: str | os.PathLike[str] | None = None) -> tuple[Policy, str | None]:
