@@ -162,11 +162,10 @@ def call_tool_result(
     if audit_id is not None:
         meta[AUDIT_META_KEY] = audit_id
     if ok:
-        structured = _plain(content) if isinstance(content, Mapping) else None
-        text = _text(_plain(content)) if content is not None else ""
+        plain = None if content is None else _plain(content)
         return types.CallToolResult(
-            content=[types.TextContent(text=text)],
-            structured_content=structured,
+            content=[types.TextContent(text="" if plain is None else _text(plain))],
+            structured_content=plain if isinstance(plain, dict) else None,
             is_error=False,
             _meta=meta or None,
         )
