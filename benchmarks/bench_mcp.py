@@ -38,6 +38,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from benchmarks.generate import generate
+from benchmarks.stats import percentile
 from tooldir.loader import Loader, make_config
 from tooldir.mcp_server import ToolServer
 from tooldir.policy import parse_policy
@@ -56,11 +57,6 @@ NOOP_MANIFEST = {
 }
 EAGER = '[defer]\nmode = "off"\n'
 DEFERRED = '[defer]\nmode = "on"\nrules = ["Defer(*)"]\n'
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def write_noop(root: Path) -> None:

@@ -28,14 +28,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.generate import generate
+from benchmarks.stats import percentile
 from tooldir.loader import Loader, make_config
 from tooldir.snapshot import Snapshot, SnapshotDiff, SnapshotStore
 from tooldir.watch import Watcher
-
-
-def _p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
 def bench(n: int, *, runs: int, cold_runs: int, edits: int, debounce_ms: int, workdir: Path) -> dict[str, Any]:
@@ -105,11 +101,11 @@ def bench(n: int, *, runs: int, cold_runs: int, edits: int, debounce_ms: int, wo
     return {
         "n": n,
         "incremental_s": inc,
-        "incremental_p95_s": _p95(incremental),
+        "incremental_p95_s": percentile(incremental, 0.95),
         "cold_s": cld,
         "ratio": cld / inc,
         "latency_median_s": statistics.median(latencies),
-        "latency_p95_s": _p95(latencies),
+        "latency_p95_s": percentile(latencies, 0.95),
         "debounce_s": debounce_ms / 1000,
         "watcher_start_s": arm_s,
         "runs": runs,
