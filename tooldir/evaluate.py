@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,15 +178,15 @@ class EvalReport:
         return {"n": self.n, "tools": self.tools, "metrics": self.metrics, "baseline": self.baseline}
 
 
-def evaluate(docs: Sequence[SearchDoc], queries: Sequence[LabelledQuery], *, top_k: int = 10) -> EvalReport:
+def evaluate(docs: Sequence[SearchDoc], queries: Sequence[LabelledQuery]) -> EvalReport:
+    depth = max(KS)  # every metric looks at most this deep
     index = SearchIndex.build(docs)
-    ours: Callable[[str], list[str]] = lambda q: [h.name for h in index.search(q, top_k=top_k)]  # noqa: E731
     baseline = PlainBM25(docs)
     return EvalReport(
         n=len(queries),
         tools=len(docs),
-        metrics=score_rankings(queries, [ours(q.query) for q in queries]),
-        baseline=score_rankings(queries, [baseline.search(q.query, top_k) for q in queries]),
+        metrics=score_rankings(queries, [[h.name for h in index.search(q.query, top_k=depth)] for q in queries]),
+        baseline=score_rankings(queries, [baseline.search(q.query, depth) for q in queries]),
     )
 
 
