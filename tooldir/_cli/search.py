@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
-from ..catalog import FORMATS, summary
+from ..catalog import FORMATS, directory_text, summary
 from ..evaluate import evaluate_files
 from ..loader import Loader
 from ..session import MAX_TOP_K, Session
@@ -91,7 +91,7 @@ def cmd_catalog(args: argparse.Namespace) -> int:
         data: dict[str, Any] = {
             "snapshot": {"id": snap.id, "generation": snap.generation},
             "directory": [e.to_json() for e in entries],
-            "directory_text": session.directory_text(),
+            "directory_text": directory_text(entries),
             "working_set": [d.name for d in working],
             "tokens": report.to_json(),
             "defer": decision,
