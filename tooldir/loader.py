@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ._internal.gcpause import gc_paused
 from .discover import RootSpec, list_packages, open_root, scan_package
+from .lockfile import UNLISTED
 from .model import BuiltinSpec, Diagnostic, Source, error, info
 from .names import skeleton
 from .policy import Policy, config_home
@@ -54,7 +55,6 @@ class LoadConfig:
 
 
 PkgKey = tuple[str, str]  # (root path, folder name)
-_SIGNATURE_FILES = frozenset({"tool.lock", "tool.lock.minisig", "tool.lock.sig"})
 
 
 @dataclass(slots=True)
@@ -331,11 +331,10 @@ class Loader:
         )
         everything = cold or key != self._trust_key
         if everything:
-            todo: Iterable[_Package] = [p for state in self._roots.values() for p in state.packages.values()]
+            todo = [p for state in self._roots.values() for p in state.packages.values()]
         else:
             signed = [p for p in self._signed.values() if p.assessment is not None]
             todo = [*work.fresh, *signed] if cfg.signature_check is not None else work.fresh
-        todo = list(todo)
         if not todo:
             self._trust_key = key
             return
@@ -391,7 +390,7 @@ class Loader:
 
 def _package(candidate: Candidate) -> _Package:
     contents = candidate.scan.contents
-    return _Package(candidate, skeleton(candidate.name), not _SIGNATURE_FILES.isdisjoint(contents))
+    return _Package(candidate, skeleton(candidate.name), not UNLISTED.isdisjoint(contents))
 
 
 def make_config(
