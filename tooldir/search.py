@@ -197,8 +197,12 @@ def doc_from_record(record: ToolRecord, builtin: Mapping[str, Any] | None = None
     if m is not None:
         return doc_from_schema(m.name, m.description, m.input_schema, m.keywords)
     if builtin is not None:
-        return doc_from_schema(record.name, str(builtin.get("description", "")), builtin.get("input_schema"))
+        return _builtin_doc(record.name, builtin)
     return None
+
+
+def _builtin_doc(name: str, spec: Mapping[str, Any]) -> SearchDoc:
+    return doc_from_schema(name, str(spec.get("description", "")), spec.get("input_schema"))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -325,7 +329,7 @@ class SearchIndex:
                 docs.append(doc)
         for name, spec in builtins.items():  # builtins the loader was not told about
             if name not in snapshot.by_name:
-                docs.append(doc_from_schema(name, str(spec.get("description", "")), spec.get("input_schema")))
+                docs.append(_builtin_doc(name, spec))
         return cls.build(docs)
 
     def updated(self, upserts: Iterable[SearchDoc] = (), removals: Iterable[str] = ()) -> SearchIndex:
@@ -352,12 +356,10 @@ class SearchIndex:
         for name in touched:
             record = snapshot.by_name.get(name)
             spec = (builtins or {}).get(name)
-            if record is None and spec is not None:
-                doc: SearchDoc | None = doc_from_schema(
-                    name, str(spec.get("description", "")), spec.get("input_schema")
-                )
+            if record is not None:
+                doc = doc_from_record(record, spec)
             else:
-                doc = None if record is None else doc_from_record(record, spec)
+                doc = None if spec is None else _builtin_doc(name, spec)
             if doc is None:
                 removals.append(name)
             elif name not in self._analyzed or self._analyzed[name].doc != doc:
