@@ -118,7 +118,8 @@ def assemble(entries: Iterable[RecordEntry], extra: Iterable[DiagEntry], generat
     diag_entries.extend(chain.from_iterable([e.diags for e in ordered if e.diags]))
     diag_entries.sort(key=_DIAG_KEY)
     digest = hashlib.sha256(b"tooldir-snapshot-v2\n")
-    digest.update(b"".join([e.key[3] for e in ordered]))
+    fingerprints = tuple([e.fingerprint for e in ordered])
+    digest.update(b"".join(fingerprints))
     digest.update(b"\n")
     digest.update(b"".join([k[5] for k, _ in diag_entries]))
     by_name = {t.name: t for t in tools if t.status in _LIVE}
@@ -128,7 +129,7 @@ def assemble(entries: Iterable[RecordEntry], extra: Iterable[DiagEntry], generat
         tools=tools,
         diagnostics=tuple([d for _, d in diag_entries]),
         by_name=MappingProxyType(by_name),
-        fingerprints=tuple([e.key[3] for e in ordered]),
+        fingerprints=fingerprints,
     )
 
 
