@@ -170,7 +170,7 @@ class SearchDoc:
     params: tuple[tuple[str, str], ...] = ()  # (parameter name, parameter description)
 
 
-def _params(schema: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, str]]:
+def _params(schema: Any, depth: int = 0) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if not isinstance(schema, Mapping) or depth > 3:
         return out
@@ -179,10 +179,10 @@ def _params(schema: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, st
         for key, sub in props.items():
             desc = sub.get("description", "") if isinstance(sub, Mapping) else ""
             out.append((str(key), desc if isinstance(desc, str) else ""))
-            out.extend(_params(sub, prefix, depth + 1))
+            out.extend(_params(sub, depth + 1))
     items = schema.get("items")
     if isinstance(items, Mapping):
-        out.extend(_params(items, prefix, depth + 1))
+        out.extend(_params(items, depth + 1))
     return out
 
 
