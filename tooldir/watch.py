@@ -301,7 +301,7 @@ class Watcher:
             self._observer.start()
         except OSError as exc:
             self._observer = None
-            self._degrade("inotify-limit" if exc.errno in (errno.EMFILE, errno.ENOSPC) else "watch-failed", exc)
+            self._degrade(exc)
         self._arm()
         with self._cond:
             if self._rescan_on_start:
@@ -399,8 +399,7 @@ class Watcher:
             except (FileNotFoundError, NotADirectoryError):
                 continue  # vanished meanwhile: the parent's watch reports it
             except OSError as exc:
-                code = "inotify-limit" if exc.errno in (errno.ENOSPC, errno.EMFILE) else "watch-failed"
-                self._degrade(code, exc, folder)
+                self._degrade(exc, folder)
                 continue
             self._watches[key] = (watch, ident)
         if self._degraded in ("inotify-limit", "watch-failed") and len(self._watches) == len(desired):
@@ -408,7 +407,8 @@ class Watcher:
                 self._degraded = None
             log.warning("every folder is watched again; leaving the periodic-rescan fallback")
 
-    def _degrade(self, code: str, exc: BaseException, folder: str | None = None) -> None:
+    def _degrade(self, exc: OSError, folder: str | None = None) -> None:
+        code = "inotify-limit" if exc.errno in (errno.EMFILE, errno.ENOSPC) else "watch-failed"
         where = f" {folder}" if folder else ""
         if code == "inotify-limit":
             message = (
