@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from tooldir.sandbox import RunRequest, RunResult
+import os
+
+import pytest
+
+from tooldir.policy import SandboxPolicy
+from tooldir.sandbox import RunRequest, RunResult, probe
 
 
 class FakeSandbox:
@@ -18,3 +23,13 @@ class FakeSandbox:
     def run(self, request: RunRequest) -> RunResult:
         self.requests.append(request)
         return RunResult(self.exit_code, None, self.stdout, b"", False, False, False, 1.0)
+
+
+def require_sandbox() -> None:
+    """Skip the test only if bubblewrap truly cannot run here; fail instead when TOOLDIR_REQUIRE_SANDBOX=1 (CI)."""
+    problem = probe(SandboxPolicy())
+    if problem is None:
+        return
+    if os.environ.get("TOOLDIR_REQUIRE_SANDBOX") == "1":
+        pytest.fail(f"the sandbox is required (TOOLDIR_REQUIRE_SANDBOX=1) but does not work: {problem}")
+    pytest.skip(f"bubblewrap sandbox unavailable here: {problem}")

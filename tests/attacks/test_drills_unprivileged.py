@@ -16,20 +16,15 @@ from pathlib import Path
 
 import pytest
 import unprivileged
+from shared_helpers import require_sandbox
 
 from tooldir.drill import load_scenarios
-from tooldir.policy import SandboxPolicy
-from tooldir.sandbox import probe
 
 SCENARIOS = unprivileged.REPO / "fixtures" / "poisoned"
 
 
 def test_every_sandbox_drill_passes_when_run_by_an_unprivileged_user() -> None:
-    problem = probe(SandboxPolicy())
-    if problem is not None:
-        if os.environ.get("TOOLDIR_REQUIRE_SANDBOX") == "1":
-            pytest.fail(f"the sandbox is required (TOOLDIR_REQUIRE_SANDBOX=1) but does not work: {problem}")
-        pytest.skip(f"bubblewrap sandbox unavailable here: {problem}")
+    require_sandbox()
     if os.geteuid() != 0:
         pytest.skip("already unprivileged: tests/attacks/test_drills.py ran the sandbox drills as this user")
     expected = sorted(s.drill_id for s in load_scenarios(SCENARIOS) if s.threat.startswith("sandbox:"))
