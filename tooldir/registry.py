@@ -263,7 +263,7 @@ class Registry:
     ) -> CallResult:
         """Run one tool through the whole pipeline. Never raises for tool-side failures."""
         trace = _Trace()
-        session_id = getattr(session, "id", None) if session is not None else None
+        session_id = getattr(session, "id", None)
         snapshot = self._store.current
         try:
             content = self._pipeline(name, input, session=session, context=context, snapshot=snapshot, trace=trace)
