@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -68,27 +69,26 @@ class _Printer:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
 
-    def snapshot(self, snap: Snapshot, change: SnapshotDiff) -> None:
+    def _emit(self, line: Callable[[], dict[str, Any]], human: Callable[[], None]) -> None:
+        """One JSON line (``--json``) or the human form, under the lock."""
         with self.lock:
             try:
                 if self.as_json:
-                    sys.stdout.write(json.dumps(snapshot_line(snap, change), ensure_ascii=False) + "\n")
+                    sys.stdout.write(json.dumps(line(), ensure_ascii=False) + "\n")
                     sys.stdout.flush()
                 else:
-                    _print_summary(snap, change)
+                    human()
             except (BrokenPipeError, ValueError):
                 self.closed()
 
+    def snapshot(self, snap: Snapshot, change: SnapshotDiff) -> None:
+        self._emit(lambda: snapshot_line(snap, change), lambda: _print_summary(snap, change))
+
     def problem(self, problem: WatchProblem) -> None:
-        with self.lock:
-            try:
-                if self.as_json:
-                    sys.stdout.write(json.dumps(problem_line(problem), ensure_ascii=False) + "\n")
-                    sys.stdout.flush()
-                else:
-                    console().print(safe(f"! {problem.code}: {problem.message}", "yellow"))
-            except (BrokenPipeError, ValueError):
-                self.closed()
+        self._emit(
+            lambda: problem_line(problem),
+            lambda: console().print(safe(f"! {problem.code}: {problem.message}", "yellow")),
+        )
 
 
 def _print_summary(snap: Snapshot, change: SnapshotDiff) -> None:
