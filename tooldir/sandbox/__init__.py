@@ -2,7 +2,7 @@
 
 - :mod:`.bubblewrap` — the real sandbox (``bwrap``): exact verified bytes, no home, no network
   unless allowed, no capabilities, limits, timeout, output caps.
-- :mod:`.store` — the content-addressed, verified copy of a package that a run binds read-only.
+- :mod:`.store` — the content-addressed, verified copy of a package whose checked bytes a run gets.
 - :mod:`.output` — output capping and terminal-escape stripping.
 - :class:`UnsafeUnsandboxed` — runs the verified copy *without* isolation; only when the policy sets
   ``sandbox.unsafe_allow_unsandboxed`` and no sandbox works; logs a warning on every use.

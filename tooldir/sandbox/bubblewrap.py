@@ -2,7 +2,7 @@
 
 What a tool gets (see README "Sandbox guarantees"):
 
-- its package as the **verified content-addressed copy**, read-only at ``/tool`` (the working dir);
+- its package's **verified bytes**, recreated read-only at ``/tool`` from memfds (the working dir);
 - read-only ``/usr`` and the ``/bin``, ``/lib*`` links or folders, a few ``/etc`` files Python
   needs; fresh ``/proc`` and a read-only fresh ``/dev``; size-capped tmpfs ``/tmp`` (also ``$HOME``)
   and ``/dev/shm``; nothing else:

@@ -1,4 +1,4 @@
-"""A private, content-addressed copy of each verified package: what the sandbox binds.
+"""A private, content-addressed copy of each verified package: where a run's checked bytes come from.
 
 ``verified_files(record, base)`` returns a directory holding exactly the bytes the snapshot verified
 (``ToolRecord.files``), and those bytes. The first time, each file is re-read from the package
