@@ -90,6 +90,7 @@ def test_plain_mode_prints_a_readable_summary_with_terminal_controls_made_visibl
         assert proc.wait(LINE_WAIT_S) == 0
         rest = "".join(iter(lambda: lines.get(timeout=LINE_WAIT_S), ""))  # until EOF is signalled below
     assert "\x1b" not in summary + rest
+    assert "+ evil<U+001B>[2J" in summary + rest  # reported with the escape made visible, not left out
 
 
 def test_a_bad_debounce_value_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
