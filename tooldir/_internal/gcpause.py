@@ -10,7 +10,8 @@ from contextlib import contextmanager
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """Disable the cyclic GC for the block: a build of 10k+ long-lived objects otherwise makes the
-    young-generation collections superlinear (PERF_NOTES: ~1.5x at 10k)."""
+    young-generation collections superlinear (a cold ``Loader.load()`` of 10k generated packages
+    from ``benchmarks/generate.py`` took about 2x as long without it, median of 5 runs)."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -19,7 +20,7 @@ def gc_paused() -> Iterator[None]:
         if was:
             # Promote what the build allocated straight to the oldest generation (freeze + unfreeze
             # are two list splices) instead of letting the re-enabled GC scan every new, long-lived
-            # object in its young generations first (~20 us per tool at 10k). Cyclic garbage is
+            # object in its young generations first. Cyclic garbage is
             # still found, at the next full collection. Skipped if the host froze objects itself.
             if gc.get_freeze_count() == 0:
                 gc.freeze()
