@@ -26,6 +26,7 @@ from datetime import UTC, datetime, time
 from types import MappingProxyType
 from typing import Any
 
+from ._internal.strictjson import escape_pointer
 from .model import PackageFile
 from .names import is_valid_name
 
@@ -198,7 +199,7 @@ def parse_lock(data: bytes) -> Lock:
 
 
 def _file_pointer(path: str) -> str:
-    return "/files/" + path.replace("~", "~0").replace("/", "~1")
+    return "/files/" + escape_pointer(path)
 
 
 def render_lock(name: str, version: int, expires: datetime | None, files: Iterable[PackageFile]) -> bytes:
