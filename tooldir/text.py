@@ -49,10 +49,15 @@ _INJECTION_SOURCES = (
 _INJECTION = [(re.compile(source, re.I), reason) for reason, source in _INJECTION_SOURCES]
 
 
+def _injection_union() -> str:
+    """Every injection pattern as one case-insensitive regex, for jsonschema-rs's ``pattern``."""
+    return "(?i)" + "|".join(f"(?:{source})" for _, source in _INJECTION_SOURCES)
+
+
 def clean_strings_schema() -> dict[str, Any]:
     """A JSON Schema, to be placed at ``#/$defs/clean``, that accepts a value when no string in it
     (at any depth) matches an injection pattern. See :func:`_prefilter` for when this is sound."""
-    union = "(?i)" + "|".join(f"(?:{source})" for _, source in _INJECTION_SOURCES)
+    union = _injection_union()
     return {
         "if": {"type": "string"},
         "then": {"not": {"pattern": union}},
@@ -64,7 +69,7 @@ def clean_strings_schema() -> dict[str, Any]:
 def clean_descriptions_schema() -> dict[str, Any]:
     """Like :func:`clean_strings_schema` but only for values under a ``description`` key, at any
     depth (the injection check reads descriptions only). Place it at ``#/$defs/clean_descriptions``."""
-    union = "(?i)" + "|".join(f"(?:{source})" for _, source in _INJECTION_SOURCES)
+    union = _injection_union()
     again = {"$ref": "#/$defs/clean_descriptions"}
     return {
         "properties": {"description": {"not": {"pattern": union}}},
