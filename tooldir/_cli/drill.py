@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
-from ..drill import DrillResult, load_scenarios, run_drill, select
+from ..drill import DrillResult, load_scenarios, run_drill, run_drills, select
 from .common import EXIT_FOUND_ERRORS, EXIT_OK, CommandError, console, print_json, safe
 
 
@@ -53,7 +53,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     results: list[DrillResult] = []
     if args.json:
-        results = [run_drill(s) for s in chosen]
+        results = run_drills(chosen)
     else:
         with console().status("running drills...") as status:
             for s in chosen:
