@@ -22,7 +22,7 @@ import numpy as np
 from tooldir.evaluate import read_queries, read_tools
 from tooldir.search import SearchDoc, SearchIndex, split_words, tokenize
 
-EVAL = Path("/work/shared/eval")
+EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"  # beside the checkout
 
 
 def corpus(size: int) -> tuple[list[SearchDoc], list[str]]:

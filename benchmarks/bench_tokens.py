@@ -23,7 +23,7 @@ from tooldir.session import Session
 from tooldir.snapshot import SnapshotStore
 from tooldir.tokens import TokenCounter
 
-TOOLS = Path("/work/shared/eval/github_mcp_server/tools.jsonl")
+TOOLS = Path(__file__).resolve().parents[2] / "shared" / "eval" / "github_mcp_server" / "tools.jsonl"
 READ_PREFIXES = ("get_", "list_", "search_", "read_")
 
 

@@ -17,7 +17,8 @@ from tooldir.model import Risk
 from tooldir.tokens import CHARS_PER_TOKEN, TokenCounter, compact_json
 
 TOOL = ToolDef("weather_lookup", "Look up the weather.", TEXT_SCHEMA, Risk.READ)
-GITHUB = Path("/work/shared/eval/github_mcp_server/tools.jsonl")
+# the shared evaluation data lies beside the checkout (as in CI); a bare clone has none
+GITHUB = Path(__file__).resolve().parents[4] / "shared" / "eval" / "github_mcp_server" / "tools.jsonl"
 
 
 def test_one_definition_renders_in_anthropic_openai_and_mcp_shapes() -> None:
