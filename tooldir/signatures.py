@@ -57,6 +57,11 @@ _UNTRUSTED = "untrusted comment: "
 _TRUSTED = "trusted comment: "
 
 
+def _minisign_id_hex(key_id: bytes) -> str:
+    """A key id as minisign prints it (a little-endian 64-bit number in hex)."""
+    return key_id[::-1].hex().upper()
+
+
 @dataclass(frozen=True, slots=True)
 class MinisignPublicKey:
     key_id: bytes  # 8 bytes as stored
@@ -64,8 +69,7 @@ class MinisignPublicKey:
 
     @property
     def id_hex(self) -> str:
-        """The key id as minisign prints it (a little-endian 64-bit number in hex)."""
-        return self.key_id[::-1].hex().upper()
+        return _minisign_id_hex(self.key_id)
 
     @property
     def ident(self) -> str:
@@ -102,7 +106,7 @@ class MinisignSignature:
 
     @property
     def key_ident(self) -> str:
-        return f"minisign:{self.key_id[::-1].hex().upper()}"
+        return f"minisign:{_minisign_id_hex(self.key_id)}"
 
 
 def parse_minisig(data: bytes) -> MinisignSignature:
