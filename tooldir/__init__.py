@@ -7,13 +7,11 @@ from .catalog import ToolDef
 from .errors import (
     ConfigError,
     ExecutionError,
-    ManifestError,
     PermissionDeniedError,
     PolicyError,
     SandboxError,
     StateError,
     ToolDirError,
-    TrustError,
 )
 from .hooks import Deny, HookCall, Redact, Rewrite
 from .loader import LoadConfig, Loader, load, make_config
@@ -41,7 +39,6 @@ __all__ = [
     "LoadConfig",
     "Loader",
     "Manifest",
-    "ManifestError",
     "PermissionDeniedError",
     "Policy",
     "PolicyError",
@@ -66,7 +63,6 @@ __all__ = [
     "ToolDirError",
     "ToolRecord",
     "Trust",
-    "TrustError",
     "WatchProblem",
     "Watcher",
     "load",

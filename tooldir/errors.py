@@ -7,14 +7,12 @@
     │   ├── EvalDataError             .path, .line (tooldir.evaluate)
     │   └── ScenarioError             .path (tooldir._drill_plant)
     ├── DiscoveryError                a tool root cannot be opened
-    ├── ManifestError                 .path, .pointer
-    ├── TrustError                    .tool, .code
     └── ExecutionError                .code
         ├── PermissionDeniedError
         └── SandboxError
 
-``ManifestError`` and ``TrustError`` are public but not raised today: the loader reports bad
-manifests and untrusted packages as diagnostics on the snapshot.
+Bad manifests and untrusted packages are not exceptions: the loader reports them as diagnostics
+on the snapshot.
 Programmer misuse raises ``ValueError``/``RuntimeError`` so ``except ToolDirError`` never hides a bug.
 Tool-side failures during ``Registry.call`` come back as results, not exceptions.
 """
@@ -58,20 +56,6 @@ class StateError(ConfigError):
 
 class DiscoveryError(ToolDirError):
     """Bad directory contents."""
-
-
-class ManifestError(ToolDirError):
-    def __init__(self, message: str, *, path: str | None = None, pointer: str | None = None) -> None:
-        super().__init__(message)
-        self.path = path
-        self.pointer = pointer
-
-
-class TrustError(ToolDirError):
-    def __init__(self, message: str, *, code: str, tool: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.tool = tool
 
 
 class ExecutionError(ToolDirError):
