@@ -8,7 +8,11 @@ from pathlib import Path
 from tooldir.drill import load_scenarios
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = REPO / "fixtures" / "poisoned"
+SCENARIOS = REPO / "tooldir" / "_data" / "scenarios"
+
+# MCP server packages (DESIGN.md section 10) get their drills with the issue that builds them;
+# until then exactly these ids may lack one.
+PENDING = {"mcp:pre-trust", "mcp:rug-pull", "mcp:instructions"}
 
 _ROW = re.compile(r"^\|\s*([a-z]+:[a-z][a-z-]*)\s*\|", re.M)
 
@@ -18,16 +22,18 @@ def threat_ids(text: str) -> set[str]:
 
 
 def test_every_threat_has_a_drill_and_every_drill_names_a_listed_threat() -> None:
-    listed = threat_ids((REPO / "docs" / "THREATS.md").read_text(encoding="utf-8"))
+    listed = threat_ids((REPO / "tooldir" / "_data" / "THREATS.md").read_text(encoding="utf-8"))
     drilled = {s.threat for s in load_scenarios(SCENARIOS)}
     assert len(listed) >= 40
-    assert sorted(listed - drilled) == [], "threats without a drill"
+    assert sorted(listed - drilled - PENDING) == [], "threats without a drill"
+    assert PENDING <= listed, "a pending id that the threat list does not name"
+    assert not PENDING & drilled, "a drilled id still listed as pending"
     assert sorted(drilled - listed) == [], "drills naming a threat that is not listed"
 
 
 def test_vendored_threat_list_equals_the_shared_one_when_it_exists() -> None:
     shared = REPO.parent / "shared" / "THREATS.md"
-    vendored = (REPO / "docs" / "THREATS.md").read_bytes()
+    vendored = (REPO / "tooldir" / "_data" / "THREATS.md").read_bytes()
     if shared.exists():  # the shared copy only exists in the team's workspace, not in a fresh clone
         assert vendored == shared.read_bytes(), "docs/THREATS.md differs from ../shared/THREATS.md: copy it over"
     assert threat_ids(vendored.decode("utf-8"))

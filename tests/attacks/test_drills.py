@@ -14,7 +14,7 @@ import pytest
 from tooldir.drill import Scenario, load_scenarios, run_drill
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = REPO / "fixtures" / "poisoned"
+SCENARIOS = REPO / "tooldir" / "_data" / "scenarios"
 
 ALL = load_scenarios(SCENARIOS)
 

@@ -20,7 +20,7 @@ from shared_helpers import require_sandbox
 
 from tooldir.drill import load_scenarios
 
-SCENARIOS = unprivileged.REPO / "fixtures" / "poisoned"
+SCENARIOS = unprivileged.REPO / "tooldir" / "_data" / "scenarios"
 
 
 def test_every_sandbox_drill_passes_when_run_by_an_unprivileged_user() -> None:

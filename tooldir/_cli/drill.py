@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
+from .._data import SCENARIOS
 from ..drill import DrillResult, load_scenarios, run_drill, run_drills, select
 from .common import EXIT_FOUND_ERRORS, EXIT_OK, CommandError, console, print_json, safe
 
@@ -16,7 +17,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "drill",
         help="plant poisoned tool directories in a temporary home and prove nothing bad happens",
-        description="Run every scenario of DIR (default: the bundled fixtures/poisoned) in an isolated "
+        description="Run every scenario of DIR (default: the scenarios bundled with tooldir) in an isolated "
         "temporary home and state dir; exit 0 only if every drill passes.",
     )
     p.add_argument(
@@ -35,9 +36,8 @@ def register(sub: Any) -> None:
 
 
 def bundled_scenarios() -> Path | None:
-    """fixtures/poisoned of the source checkout this package runs from, if there is one."""
-    candidate = Path(__file__).resolve().parents[2] / "fixtures" / "poisoned"
-    return candidate if candidate.is_dir() else None
+    """The scenarios shipped inside the package (missing only from a broken install)."""
+    return SCENARIOS if SCENARIOS.is_dir() else None
 
 
 def cmd_drill(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import pytest
 from tooldir.model import Risk
 from tooldir.policy import Policy, load_policy
 
-PRESETS = Path(__file__).resolve().parents[3] / "policies"
+PRESETS = Path(__file__).resolve().parents[3] / "tooldir" / "_data" / "policies"
 
 
 def test_default_preset_is_exactly_the_built_in_default_policy() -> None:

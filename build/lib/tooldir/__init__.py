@@ -1,0 +1,72 @@
+"""tooldir: load LLM agent tools from directories on disk, safely.
+
+Public surface only; everything not in ``__all__`` is private.
+"""
+
+from .catalog import ToolDef
+from .errors import (
+    ConfigError,
+    ExecutionError,
+    PermissionDeniedError,
+    PolicyError,
+    SandboxError,
+    StateError,
+    ToolDirError,
+)
+from .hooks import Deny, HookCall, Redact, Rewrite
+from .loader import LoadConfig, Loader, load, make_config
+from .model import BuiltinSpec, Diagnostic, Manifest, Risk, Severity, Source, Status, ToolRecord, Trust
+from .policy import Policy, load_policy
+from .registry import CallError, CallGate, CallResult, Registry
+from .search import SearchIndex
+from .session import IndexFollower, SearchResult, Session
+from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
+from .tokens import TokenCounter, TokenReport
+from .trust import remember_load
+from .watch import Watcher, WatchProblem
+
+__all__ = [
+    "BuiltinSpec",
+    "CallError",
+    "CallGate",
+    "CallResult",
+    "ConfigError",
+    "Deny",
+    "Diagnostic",
+    "ExecutionError",
+    "HookCall",
+    "IndexFollower",
+    "LoadConfig",
+    "Loader",
+    "Manifest",
+    "PermissionDeniedError",
+    "Policy",
+    "PolicyError",
+    "Redact",
+    "Registry",
+    "Rewrite",
+    "Risk",
+    "SandboxError",
+    "SearchIndex",
+    "SearchResult",
+    "Session",
+    "Severity",
+    "Snapshot",
+    "SnapshotDiff",
+    "SnapshotStore",
+    "Source",
+    "StateError",
+    "Status",
+    "TokenCounter",
+    "TokenReport",
+    "ToolDef",
+    "ToolDirError",
+    "ToolRecord",
+    "Trust",
+    "WatchProblem",
+    "Watcher",
+    "load",
+    "load_policy",
+    "make_config",
+    "remember_load",
+]

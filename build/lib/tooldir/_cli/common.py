@@ -1,0 +1,98 @@
+"""Shared CLI plumbing: common options, configuration, output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from ..loader import LoadConfig, make_config
+from ..policy import Policy, load_policy
+
+EXIT_OK = 0
+EXIT_FOUND_ERRORS = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+
+
+class CommandError(Exception):
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+def common_options() -> argparse.ArgumentParser:
+    """Options every command accepts (a parent parser)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--project", default=".", metavar="DIR", help="project directory (default: .)")
+    parent.add_argument(
+        "--user-dir",
+        action="append",
+        metavar="DIR",
+        help="user tool root (repeatable; default: $XDG_CONFIG_HOME/tooldir/tools)",
+    )
+    parent.add_argument("--policy", metavar="FILE", help="policy file (default: $XDG_CONFIG_HOME/tooldir/policy.toml)")
+    parent.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="user state (default: $TOOLDIR_STATE_DIR or $XDG_STATE_HOME/tooldir)",
+    )
+    parent.add_argument("--json", action="store_true", help="print one JSON document for machines")
+    return parent
+
+
+def policy_from_args(args: argparse.Namespace) -> Policy:
+    policy, _ = load_policy(args.policy)
+    return policy
+
+
+def config_from_args(args: argparse.Namespace) -> LoadConfig:
+    project = args.project
+    if project is not None and not Path(project).is_dir():
+        raise CommandError(f"--project {project}: not a directory")
+    return make_config(
+        project=project,
+        user_dirs=args.user_dir,
+        policy=policy_from_args(args),
+        state_dir=args.state_dir,
+    )
+
+
+@cache
+def console() -> Console:
+    # not a terminal (a pipe, CI): wide enough that paths and messages stay whole
+    return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+
+
+@cache
+def console_err() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+
+
+def clean(text: str | None) -> str:
+    """Text from a tool directory, made safe to show on a terminal: control, escape, bidi and
+    zero-width characters become visible ``<U+XXXX>`` markers."""
+    if text is None:
+        return ""
+    return _CONTROL.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+
+
+def safe(text: str | None, style: str = "") -> Text:
+    """A rich Text (never markup) of cleaned text."""
+    return Text(clean(text), style=style)

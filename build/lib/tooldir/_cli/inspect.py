@@ -1,0 +1,149 @@
+"""``tooldir scan``, ``list`` and ``show``: what would load, and why."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.table import Table
+
+from ..loader import Loader
+from ..model import Severity, Status, ToolRecord
+from ..snapshot import Snapshot
+from ..trust import remember_load
+from .common import (
+    EXIT_FOUND_ERRORS,
+    EXIT_OK,
+    CommandError,
+    common_options,
+    config_from_args,
+    console,
+    console_err,
+    print_json,
+    safe,
+)
+
+_STATUS_STYLE = {Status.ACTIVE: "green", Status.PENDING: "yellow", Status.SHADOWED: "dim", Status.REJECTED: "red"}
+_SEVERITY_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
+
+
+def register(sub: Any) -> None:
+    parent = common_options()
+    p = sub.add_parser("scan", parents=[parent], help="load every tool root and report tools and diagnostics")
+    p.add_argument("--strict", action="store_true", help="exit 1 if any error diagnostic was found")
+    p.set_defaults(handler=cmd_scan)
+    p = sub.add_parser("list", parents=[parent], help="list the tools that would be offered (active and pending)")
+    p.add_argument("--all", action="store_true", help="also list shadowed and rejected tools")
+    p.set_defaults(handler=cmd_list)
+    p = sub.add_parser("show", parents=[parent], help="show one tool: manifest, files, trust and diagnostics")
+    p.add_argument("name")
+    p.set_defaults(handler=cmd_show)
+
+
+def load_snapshot(args: argparse.Namespace) -> Snapshot:
+    config = config_from_args(args)
+    snap = Loader(config).load()
+    try:  # rollback high-water marks and verified signatures (tooldir.trust.remember_load)
+        remember_load(config.state_dir, snap.tools)
+    except OSError as exc:
+        console_err().print(f"warning: cannot record signed versions in {config.state_dir}: {exc}", markup=False)
+    return snap
+
+
+def cmd_scan(args: argparse.Namespace) -> int:
+    snap = load_snapshot(args)
+    if args.json:
+        print_json(snap.to_json())
+    else:
+        print_tools(snap.tools, title=f"tooldir scan — snapshot {snap.id} (generation {snap.generation})")
+        print_diagnostics(snap)
+    has_errors = any(d.severity is Severity.ERROR for d in snap.diagnostics)
+    return EXIT_FOUND_ERRORS if args.strict and has_errors else EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    snap = load_snapshot(args)
+    tools = snap.tools if args.all else tuple(snap.by_name.values())
+    if args.json:
+        print_json({"snapshot": {"id": snap.id, "generation": snap.generation}, "tools": [t.to_json() for t in tools]})
+    else:
+        print_tools(tools, title="tools")
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    snap = load_snapshot(args)
+    records = snap.records(args.name)
+    if not records:
+        raise CommandError(f"no tool named {args.name!r} in any root", exit_code=EXIT_FOUND_ERRORS)
+    if args.json:
+        print_json(
+            {"snapshot": {"id": snap.id, "generation": snap.generation}, "records": [detail_json(r) for r in records]}
+        )
+        return EXIT_OK
+    out = console()
+    for record in records:
+        out.rule(safe(f"{record.name} ({record.source}) — {record.status}"))
+        out.print(safe(f"path:   {record.path}"))
+        out.print(safe(f"trust:  {record.trust.method}"))
+        out.print(safe(f"digest: {record.digest}"))
+        if record.shadowed_by:
+            out.print(safe(f"shadowed by: {record.shadowed_by}"))
+        if record.manifest is not None:
+            out.print(safe("manifest:"))
+            out.print(safe(json.dumps(record.manifest.model_dump(mode="json"), indent=2, ensure_ascii=False)))
+        if record.files:
+            table = Table("file", "bytes", "sha256", title="files")
+            for f in record.files:
+                table.add_row(safe(f.path), str(f.size), f.sha256)
+            out.print(table)
+        if record.diagnostics:
+            print_diagnostic_rows(record.diagnostics)
+    return EXIT_OK
+
+
+def detail_json(record: ToolRecord) -> dict[str, Any]:
+    data = record.to_json()
+    data["manifest"] = None if record.manifest is None else record.manifest.model_dump(mode="json")
+    data["files"] = [
+        {"path": f.path, "sha256": f.sha256, "size": f.size, "executable": f.executable} for f in record.files
+    ]
+    data["shadowed_by"] = record.shadowed_by
+    data["diagnostics"] = [d.to_json() for d in record.diagnostics]
+    return data
+
+
+def print_tools(tools: tuple[ToolRecord, ...] | list[ToolRecord], *, title: str) -> None:
+    table = Table("name", "source", "status", "trust", "risk", "deferred", "path", title=title)
+    for t in tools:
+        table.add_row(
+            safe(t.name, "bold"),
+            str(t.source),
+            safe(str(t.status), _STATUS_STYLE[t.status]),
+            safe(t.trust.method),
+            str(t.risk or "-"),
+            "yes" if t.deferred else "no",
+            safe(t.path or "(builtin)"),
+        )
+    console().print(table)
+
+
+def print_diagnostics(snap: Snapshot) -> None:
+    if snap.diagnostics:
+        print_diagnostic_rows(snap.diagnostics)
+    else:
+        console().print("no diagnostics")
+
+
+def print_diagnostic_rows(diags: Any) -> None:
+    table = Table("severity", "code", "tool", "pointer", "message", title="diagnostics")
+    for d in diags:
+        table.add_row(
+            safe(str(d.severity), _SEVERITY_STYLE[d.severity]),
+            safe(d.code),
+            safe(d.tool or ""),
+            safe(d.pointer or ""),
+            safe(d.message),
+        )
+    console().print(table)

@@ -1,0 +1,133 @@
+"""``tooldir run NAME --input JSON`` and ``tooldir audit verify``.
+
+``run --json`` prints ``{"ok", "content", "error": {"code", "message"} | null, "audit_id"}``.
+Exit codes: 0 ok; 1 the tool ran and failed (``tool-failed``, ``tool-error``, ``timeout``, ...);
+2 bad input or unknown tool; 3 refused (permission, hooks, trust status, sandbox unavailable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .._internal.strictjson import StrictJSONError, loads, thaw
+from ..audit import AUDIT_FILE, verify
+from ..loader import Loader
+from ..registry import CallResult, Registry
+from ..snapshot import SnapshotStore
+from .common import (
+    EXIT_FOUND_ERRORS,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    CommandError,
+    common_options,
+    config_from_args,
+    console,
+    console_err,
+    print_json,
+    safe,
+)
+
+USAGE_CODES = frozenset({"invalid-input", "unknown-tool"})
+REFUSED_CODES = frozenset(
+    {
+        "not-active",
+        "session-refused",
+        "permission-denied",
+        "hook-denied",
+        "sandbox-unavailable",
+        "changed-since-verification",
+    }
+)
+
+
+def register(sub: Any) -> None:
+    parent = common_options()
+    p = sub.add_parser("run", parents=[parent], help="run one tool through the registry (sandboxed)")
+    p.add_argument("name")
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--input", metavar="JSON", help="the tool input, a JSON object")
+    group.add_argument("--input-file", metavar="FILE", help="read the input JSON object from FILE ('-' = stdin)")
+    p.set_defaults(handler=cmd_run)
+    p = sub.add_parser("audit", help="the audit log")
+    audit_sub = p.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
+    v = audit_sub.add_parser("verify", parents=[parent], help="check the audit log's hash chain")
+    v.set_defaults(handler=cmd_audit_verify)
+
+
+def exit_code_for(result: CallResult) -> int:
+    if result.ok:
+        return EXIT_OK
+    code = result.error.code if result.error else ""
+    if code in USAGE_CODES:
+        return EXIT_USAGE
+    if code in REFUSED_CODES:
+        return EXIT_REFUSED
+    return EXIT_FOUND_ERRORS
+
+
+def _read_input(args: argparse.Namespace, limit: int) -> dict[str, Any]:
+    if args.input is not None:
+        raw = args.input.encode("utf-8", "surrogateescape")
+        where = "--input"
+    else:
+        where = f"--input-file {args.input_file}"
+        try:
+            if args.input_file == "-":
+                raw = sys.stdin.buffer.read(limit + 1)
+            else:
+                with open(args.input_file, "rb") as fh:
+                    raw = fh.read(limit + 1)
+        except OSError as exc:
+            raise CommandError(f"{where}: cannot read: {exc.strerror}") from None
+    if len(raw) > limit:
+        raise CommandError(f"{where}: larger than {limit} bytes")
+    try:
+        value = loads(raw)
+    except StrictJSONError as exc:
+        raise CommandError(f"{where}: not valid JSON ({exc.code}): {exc.message}") from None
+    if not isinstance(value, dict):
+        raise CommandError(f"{where}: must be a JSON object, not {type(value).__name__}")
+    result: dict[str, Any] = thaw(value)
+    return result
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    data = _read_input(args, config.policy.sandbox.max_input_bytes)
+    snapshot = Loader(config).load()
+    registry = Registry(SnapshotStore(snapshot), policy=config.policy, state_dir=config.state_dir)
+    result = registry.call(args.name, data)
+    if args.json:
+        print_json(result.to_json())
+        return exit_code_for(result)
+    if result.error is not None:
+        console_err().print(safe(f"error {result.error.code}: {result.error.message}", "red"))
+    if result.content is not None:
+        content = result.content
+        text = content if isinstance(content, str) else json.dumps(thaw(content), indent=2, ensure_ascii=False)
+        console().print(safe(text))
+    console_err().print(safe(f"audit id: {result.audit_id}", "dim"))
+    return exit_code_for(result)
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    path = Path(config.state_dir) / AUDIT_FILE
+    try:
+        report = verify(path)
+    except OSError as exc:
+        raise CommandError(f"cannot read the audit log {path}: {exc.strerror}", exit_code=EXIT_FOUND_ERRORS) from None
+    if args.json:
+        print_json({"path": str(path), **report.to_json()})
+    elif report.ok:
+        console().print(safe(f"audit log {path}: {report.lines} lines, chain intact (head {report.head})"))
+    else:
+        console().print(
+            safe(f"audit log {path}: BROKEN at line {report.broken_line}: {report.reason}", "red"),
+        )
+    return EXIT_OK if report.ok else EXIT_FOUND_ERRORS

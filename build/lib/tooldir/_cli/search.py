@@ -1,0 +1,134 @@
+"""``tooldir search``, ``catalog`` and ``eval``: what the model can find, what it costs, how well it ranks."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.table import Table
+
+from ..catalog import FORMATS, directory_text, summary
+from ..evaluate import evaluate_files
+from ..loader import Loader
+from ..session import MAX_TOP_K, Session
+from ..snapshot import SnapshotStore
+from .common import (
+    EXIT_FOUND_ERRORS,
+    EXIT_OK,
+    CommandError,
+    common_options,
+    config_from_args,
+    console,
+    print_json,
+    safe,
+)
+
+
+def register(sub: Any) -> None:
+    parent = common_options()
+    p = sub.add_parser("search", parents=[parent], help="rank tools for a query, as tool_search would")
+    p.add_argument("query", help="keywords ('+word' required), or 'select:a,b' for exact names")
+    p.add_argument("--top-k", type=int, default=5, metavar="N", help=f"matches to show (1-{MAX_TOP_K}; default 5)")
+    p.set_defaults(handler=cmd_search)
+    p = sub.add_parser("catalog", parents=[parent], help="the compact directory of deferred tools and a token report")
+    p.add_argument("--format", choices=FORMATS, help="also print the first-turn tool definitions in this format")
+    p.set_defaults(handler=cmd_catalog)
+    p = sub.add_parser("eval", parents=[parent], help="score tool search on a labelled set beside plain BM25")
+    p.add_argument("--tools", required=True, metavar="FILE", help='JSON lines {"name", "description", "input_schema"}')
+    p.add_argument("--queries", required=True, metavar="FILE", help='JSON lines {"query", "relevant": [names]}')
+    p.set_defaults(handler=cmd_eval)
+
+
+def _session(args: argparse.Namespace) -> tuple[Session, SnapshotStore]:
+    config = config_from_args(args)
+    store = SnapshotStore(Loader(config).load())
+    session = Session(store, policy=config.policy, builtins=config.builtins)
+    session.working_set()  # the first turn: the model has seen the eager tools
+    return session, store
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    if not 1 <= args.top_k <= MAX_TOP_K:
+        raise CommandError(f"--top-k must be from 1 to {MAX_TOP_K}")
+    if not args.query.strip():
+        raise CommandError("the query is empty")
+    session, _ = _session(args)
+    try:
+        result = session.tool_search(queries=[args.query], top_k=args.top_k, scope="all")
+    finally:
+        session.close()
+    if args.json:
+        data = result.to_json()
+        data.pop("hint", None)
+        print_json(data)
+        return EXIT_OK if result.matches else EXIT_FOUND_ERRORS
+    out = console()
+    table = Table("name", "score", "source", "load state", "summary", title=f"tooldir search — {args.query}")
+    for m in result.matches:
+        score = "exact" if m.score is None else f"{m.score:.3f}"
+        table.add_row(
+            safe(m.name, "bold"), score, m.source, m.load_state, safe(summary(str(m.schema.get("description", ""))))
+        )
+    out.print(table)
+    for item in result.missing:
+        out.print(safe(f"missing: {item}", "yellow"))
+    for name, reason in result.unavailable:
+        out.print(safe(f"unavailable: {name} — {reason}", "red"))
+    return EXIT_OK if result.matches else EXIT_FOUND_ERRORS
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    session, store = _session(args)
+    try:
+        snap = store.current
+        entries = session.directory()
+        working = session.working_set()
+        report = session.token_report()
+        decision = session.defer_decision
+    finally:
+        session.close()
+    if args.json:
+        data: dict[str, Any] = {
+            "snapshot": {"id": snap.id, "generation": snap.generation},
+            "directory": [e.to_json() for e in entries],
+            "directory_text": directory_text(entries),
+            "working_set": [d.name for d in working],
+            "tokens": report.to_json(),
+            "defer": decision,
+        }
+        if args.format:
+            data["tools"] = [d.render(args.format) for d in working]
+        print_json(data)
+        return EXIT_OK
+    out = console()
+    table = Table("name", "risk", "summary", title=f"deferred tools ({len(entries)})")
+    for e in entries:
+        table.add_row(safe(e.name, "bold"), e.risk or "builtin", safe(e.summary))
+    out.print(table)
+    out.print(safe("first turn: " + (", ".join(d.name for d in working) or "(no tools)")))
+    label = "exact" if report.exact else "ESTIMATE"
+    out.print(
+        safe(
+            f"tokens ({report.method}, {label}): all schemas {report.full_load}, first turn {report.first_turn} "
+            f"({report.first_turn_share:.1%}), saving {report.saving}"
+        )
+    )
+    out.print(safe(f"defer: {decision.get('reason', decision.get('mode'))}"))
+    if args.format:
+        print_json([d.render(args.format) for d in working])
+    return EXIT_OK
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    report = evaluate_files(args.tools, args.queries)
+    if args.json:
+        print_json(report.to_json())
+        return EXIT_OK
+    table = Table(
+        "metric", "tooldir", "plain BM25", "Δ", title=f"tool search on {report.n} queries, {report.tools} tools"
+    )
+    for key, value in report.metrics.items():
+        base = report.baseline[key]
+        table.add_row(key, f"{value:.3f}", f"{base:.3f}", f"{value - base:+.3f}")
+    console().print(table)
+    return EXIT_OK

@@ -1,0 +1,150 @@
+"""``tooldir watch``: keep loading as the tool directories change; one line per published snapshot."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from ..loader import Loader
+from ..model import Severity, ToolRecord
+from ..policy import default_policy_path
+from ..snapshot import Snapshot, SnapshotDiff, SnapshotStore, diff
+from ..watch import Watcher, WatchProblem
+from .common import EXIT_OK, CommandError, common_options, config_from_args, console, safe
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "watch",
+        parents=[common_options()],
+        help="watch the tool roots and report every new snapshot (JSON lines with --json)",
+        description="Load every tool root, then watch them (and the user's state and policy) and print one "
+        "line per published snapshot: its generation and what changed. Stop with Ctrl-C or SIGTERM.",
+    )
+    p.add_argument(
+        "--debounce-ms", type=int, default=50, metavar="MS", help="quiet time before a batch is rebuilt (default 50)"
+    )
+    p.set_defaults(handler=cmd_watch)
+
+
+def snapshot_line(snap: Snapshot, change: SnapshotDiff) -> dict[str, Any]:
+    """The JSON line for one published snapshot."""
+    statuses = Counter(str(t.status) for t in snap.tools)
+    severities = Counter(str(d.severity) for d in snap.diagnostics)
+    return {
+        "event": "snapshot",
+        "snapshot": {"id": snap.id, "generation": snap.generation},
+        "previous_generation": change.old_generation,
+        "diff": change.to_json(),
+        "counts": {s: statuses.get(s, 0) for s in ("active", "pending", "shadowed", "rejected")},
+        "diagnostics": {s: severities.get(s, 0) for s in ("error", "warning", "info")},
+    }
+
+
+def problem_line(problem: WatchProblem) -> dict[str, Any]:
+    return {"event": "problem", **problem.to_json()}
+
+
+class _Printer:
+    """Serialises output from the worker thread and the main thread; a closed pipe stops the watch."""
+
+    def __init__(self, as_json: bool, stop: threading.Event) -> None:
+        self.as_json = as_json
+        self.stop = stop
+        self.lock = threading.Lock()
+
+    def closed(self) -> None:
+        # the reader went away (e.g. `| head -1`): stop quietly, and keep the interpreter's final
+        # flush from complaining about the broken pipe
+        self.stop.set()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+    def _emit(self, line: Callable[[], dict[str, Any]], human: Callable[[], None]) -> None:
+        """One JSON line (``--json``) or the human form, under the lock."""
+        with self.lock:
+            try:
+                if self.as_json:
+                    sys.stdout.write(json.dumps(line(), ensure_ascii=False) + "\n")
+                    sys.stdout.flush()
+                else:
+                    human()
+            except (BrokenPipeError, ValueError):
+                self.closed()
+
+    def snapshot(self, snap: Snapshot, change: SnapshotDiff) -> None:
+        self._emit(lambda: snapshot_line(snap, change), lambda: _print_summary(snap, change))
+
+    def problem(self, problem: WatchProblem) -> None:
+        self._emit(
+            lambda: problem_line(problem),
+            lambda: console().print(safe(f"! {problem.code}: {problem.message}", "yellow")),
+        )
+
+
+def _print_summary(snap: Snapshot, change: SnapshotDiff) -> None:
+    out = console()
+    errors = sum(1 for d in snap.diagnostics if d.severity is Severity.ERROR)
+    head = (
+        f"generation {snap.generation} ({snap.id}): {len(snap.by_name)} tools offered, "
+        f"+{len(change.added)} -{len(change.removed)} ~{len(change.changed)} "
+        f"status {len(change.status_changed)}, {errors} errors"
+    )
+    out.print(safe(head, "bold"))
+
+    def where(t: ToolRecord) -> str:
+        return f"{t.name} ({t.source}, {t.status}) {t.path or '(builtin)'}"
+
+    for t in change.added:
+        out.print(safe(f"  + {where(t)}", "green"))
+    for t in change.removed:
+        out.print(safe(f"  - {where(t)}", "red"))
+    for _, t in change.changed:
+        out.print(safe(f"  ~ {where(t)} now {t.digest}", "yellow"))
+    for old, new in change.status_changed:
+        out.print(safe(f"  * {new.name} ({new.source}) {old.status} -> {new.status}", "cyan"))
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    if args.debounce_ms < 0 or args.debounce_ms > 60_000:
+        raise CommandError("--debounce-ms must be between 0 and 60000")
+    config = config_from_args(args)
+    loader = Loader(config)
+    first = loader.load()
+    store = SnapshotStore(first)
+    stop = threading.Event()
+    printer = _Printer(args.json, stop)
+    empty = Snapshot(id="", generation=0, tools=(), diagnostics=(), by_name={})
+    printer.snapshot(first, diff(empty, first))
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    policy_file = args.policy or default_policy_path()
+    watcher = Watcher(
+        loader,
+        store,
+        debounce_s=args.debounce_ms / 1000,
+        policy_file=policy_file,
+        on_problem=printer.problem,
+    )
+    store.subscribe(printer.snapshot)
+    try:
+        watcher.start()
+        while not stop.wait(0.5):
+            pass
+    finally:
+        watcher.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return EXIT_OK

@@ -1,0 +1,3 @@
+import json
+
+print(json.dumps({"ok": True, "content": "verified bytes"}))

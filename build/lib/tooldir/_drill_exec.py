@@ -1,0 +1,379 @@
+"""The acting half of a drill: user and attacker steps, the load, tool calls through the Registry,
+and the audit log. Everything goes through tooldir's public surfaces (the loader, ``tooldir ...``
+commands, ``Registry.call``, ``tooldir.audit.verify``); machinery a build lacks raises
+:class:`NotRunnableError` so the drill fails with "not runnable yet".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ._drill_plant import Arena, NotRunnableError, ScenarioError, UnavailableError, apply_plant
+from .loader import Loader, make_config
+from .model import BuiltinSpec
+from .policy import Policy, load_policy
+from .snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from .drill import CallSpec, Step
+
+_T = TypeVar("_T")
+
+
+def given(value: _T | None) -> _T:
+    """A field the scenario validator already required for this kind."""
+    if value is None:
+        raise ValueError("a required scenario field is missing (the validator should have caught this)")
+    return value
+
+
+def need(module: str, attribute: str) -> Any:
+    """``tooldir.<module>.<attribute>``, or NotRunnableError naming what is missing."""
+    try:
+        mod = importlib.import_module(f"tooldir.{module}")
+    except ImportError as exc:
+        raise NotRunnableError(f"tooldir.{module} does not exist in this build ({exc})") from None
+    if not hasattr(mod, attribute):
+        raise NotRunnableError(f"tooldir.{module}.{attribute} does not exist in this build")
+    return getattr(mod, attribute)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def user_policy() -> Policy:
+    policy, _ = load_policy(None)
+    return policy
+
+
+def load(builtins: tuple[BuiltinSpec, ...]) -> Snapshot:
+    """Exactly what ``tooldir scan`` does inside the project with no options: default user root,
+    the user's policy and state (from the isolated HOME / XDG environment), the cwd as project."""
+    config = make_config(project=".", user_dirs=None, policy=user_policy(), state_dir=None, builtins=builtins)
+    return Loader(config).load()
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps
+
+
+def apply_step(
+    step: Step, arena: Arena, builtins: tuple[BuiltinSpec, ...], where: str, runtime: Runtime | None
+) -> None:
+    do = step.do
+    if do == "reload":
+        if runtime is None:
+            raise ScenarioError(f"{where}: 'reload' only makes sense after the load", path=arena.scenario)
+        runtime.reload()
+    elif do == "approve":
+        approve(arena, arena.resolve(given(step.tool)), builtins)
+    elif do == "pin":
+        pin(arena, arena.resolve(given(step.tool)), builtins, where)
+    elif do == "forge-approval":
+        approve(arena, arena.resolve(given(step.tool)), builtins, state_dir=arena.resolve(given(step.into)))
+    elif do == "write":
+        target = arena.resolve(given(step.path))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(arena.payload(step.text, step.hex))
+    elif do == "remove":
+        target = arena.resolve(given(step.path))
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        else:
+            target.unlink()
+    elif do == "copy":
+        source, target = arena.resolve(given(step.path)), arena.resolve(given(step.to))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    elif do == "replace":
+        target = arena.resolve(given(step.path))
+        data = target.read_bytes()
+        old = arena.substitute(given(step.old)).encode()
+        if old not in data:
+            raise ScenarioError(f"{where}: {step.old!r} does not occur in {step.path}", path=arena.scenario)
+        target.write_bytes(data.replace(old, arena.substitute(step.text or "").encode(), 1))
+    elif do == "corrupt":
+        corrupt(arena, given(step.path), given(step.line), given(step.column), where)
+    elif do == "delete-line":
+        target = arena.resolve(given(step.path))
+        lines = target.read_bytes().splitlines(keepends=True)
+        if given(step.line) > len(lines):
+            raise ScenarioError(f"{where}: {step.path} has no line {step.line}", path=arena.scenario)
+        del lines[given(step.line) - 1]
+        target.write_bytes(b"".join(lines))
+    elif do == "policy":
+        write_policy(arena, given(step.text))
+    elif do == "tooldir":
+        run_cli(arena, [arena.substitute(a) for a in step.args], step.exit, where)
+    elif do == "sign-ssh":
+        sign_ssh(arena, given(step.key), given(step.path), step.namespace, where)
+    else:
+        apply_plant(given(step.plant), arena)
+
+
+def corrupt(arena: Arena, path: str, line: int, column: int, where: str) -> None:
+    """Change one character (to another letter or digit) in place: a bit of tampering."""
+    target = arena.resolve(path)
+    lines = target.read_bytes().split(b"\n")
+    if line > len(lines) or column > len(lines[line - 1]):
+        raise ScenarioError(f"{where}: {path} has no line {line} column {column}", path=arena.scenario)
+    row = bytearray(lines[line - 1])
+    row[column - 1] = ord("B") if row[column - 1] == ord("A") else ord("A")
+    lines[line - 1] = bytes(row)
+    target.write_bytes(b"\n".join(lines))
+
+
+def pin(arena: Arena, package: Path, builtins: tuple[BuiltinSpec, ...], where: str) -> None:
+    """The user pins the package's current digest in their policy (``[pins] name = digest``)."""
+    record = next((t for t in load(builtins).tools if t.path == str(package)), None)
+    if record is None or record.digest is None:
+        raise ScenarioError(f"{where}: cannot pin {package}: it does not load cleanly", path=arena.scenario)
+    target = arena.config / "tooldir" / "policy.toml"
+    text = target.read_text(encoding="utf-8") if target.exists() else ""
+    line = f'{record.name} = "{record.digest}"\n'
+    lines = text.splitlines(keepends=True)
+    if "[pins]\n" in lines:
+        lines.insert(lines.index("[pins]\n") + 1, line)
+    else:
+        lines += ["\n" if lines and not lines[-1].endswith("\n") else "", "[pins]\n", line]
+    write_policy(arena, "".join(lines))
+
+
+def write_policy(arena: Arena, text: str) -> None:
+    target = arena.config / "tooldir" / "policy.toml"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(arena.substitute(text), encoding="utf-8")
+
+
+def approve(arena: Arena, package: Path, builtins: tuple[BuiltinSpec, ...], state_dir: Path | None = None) -> None:
+    """Record an approval of the package as it is now, in tooldir's own approval-state format
+    (what ``tooldir allow`` records); with ``state_dir`` a forgery where the project can write."""
+    from .state import Approval, load_approvals, save_approvals
+
+    record = next((t for t in load(builtins).tools if t.path == str(package)), None)
+    if record is None or record.digest is None or record.manifest is None:
+        raise ScenarioError(f"cannot approve {package}: it does not load cleanly", path=arena.scenario)
+    target = state_dir or arena.state
+    approvals = load_approvals(target)
+    approvals[str(package)] = Approval(
+        path=str(package),
+        name=record.name,
+        digest=record.digest,
+        time=datetime.now(UTC).isoformat(timespec="seconds"),
+        files=tuple((f.path, f.sha256) for f in record.files),
+    )
+    save_approvals(target, approvals)
+
+
+def run_cli(arena: Arena, args: list[str], expected_exit: int, where: str) -> str:
+    """Run one ``tooldir`` command in-process (the public CLI); returns its stdout."""
+    from ._cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(args)
+        except SystemExit as exc:  # argparse usage errors
+            code = exc.code if isinstance(exc.code, int) else 2
+    if code != expected_exit:
+        if code == 2 and "invalid choice" in err.getvalue():
+            raise NotRunnableError(f"'tooldir {args[0]}' does not exist in this build")
+        detail = " ".join((err.getvalue() or out.getvalue()).split())[-300:]
+        raise ScenarioError(
+            f"{where}: 'tooldir {' '.join(args[:1])}' exited {code}, expected {expected_exit}: {detail}",
+            path=arena.scenario,
+        )
+    return out.getvalue()
+
+
+def sign_ssh(arena: Arena, key: str, path: str, namespace: str, where: str) -> None:
+    """``ssh-keygen -Y sign`` (the user's OpenSSH tooling) -> ``<path>.sig``."""
+    program = shutil.which("ssh-keygen")
+    if program is None:
+        raise UnavailableError("ssh-keygen is not installed")
+    key_path = arena.resolve(key)
+    key_path.chmod(0o600)  # ssh-keygen refuses readable private keys
+    target = arena.resolve(path)
+    Path(f"{target}.sig").unlink(missing_ok=True)
+    done = subprocess.run(
+        [program, "-Y", "sign", "-f", str(key_path), "-n", namespace, str(target)],
+        capture_output=True,
+        timeout=30,
+        check=False,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(arena.home)},
+    )
+    if done.returncode != 0:
+        raise ScenarioError(
+            f"{where}: ssh-keygen -Y sign failed: {done.stderr.decode(errors='replace')}", path=arena.scenario
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Calls
+
+
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    spec: CallSpec
+    ok: bool
+    content: Any
+    code: str | None
+    message: str | None
+    audit_id: str | None
+    leftovers: tuple[str, ...] = ()
+    connections: int = 0
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        if self.ok:
+            return f"call {self.spec.tool}: ok"
+        return f"call {self.spec.tool}: {self.code}"
+
+
+def sandbox_problem(policy: Policy) -> str | None:
+    probe = need("sandbox", "probe")
+    problem: str | None = probe(policy.sandbox)
+    return problem
+
+
+class Runtime:
+    """What calls run against: one SnapshotStore shared by the Registry and, when a call goes
+    through a conversation, one Session; both are created on first use."""
+
+    def __init__(self, snapshot: Snapshot, state_dir: Path, builtins: tuple[BuiltinSpec, ...]) -> None:
+        self.snapshot = snapshot
+        self.state_dir = state_dir
+        self.builtins = builtins
+        self._store: Any = None
+        self._registry: Any = None
+        self._session: Any = None
+
+    @property
+    def store(self) -> Any:
+        if self._store is None:
+            self._store = need("snapshot", "SnapshotStore")(self.snapshot)
+        return self._store
+
+    @property
+    def registry(self) -> Any:
+        if self._registry is None:
+            registry_cls = need("registry", "Registry")
+            self._registry = registry_cls(self.store, policy=user_policy(), state_dir=self.state_dir)
+        return self._registry
+
+    @property
+    def session(self) -> Any:
+        if self._session is None:
+            session_cls = need("session", "Session")
+            self._session = session_cls(
+                self.store, policy=user_policy(), registry=self.registry, builtins=self.builtins
+            )
+        return self._session
+
+    def reload(self) -> None:
+        """A fresh load published into the store (what the watcher does after a change)."""
+        self.store.publish(load(self.builtins))
+
+
+def call(runtime: Runtime, spec: CallSpec, arena: Arena) -> CallOutcome:
+    with contextlib.ExitStack() as stack:
+        port = "0"
+        listener = None
+        if spec.listen:
+            listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+            listener.setblocking(False)
+            port = str(listener.getsockname()[1])
+        text = arena.substitute(json.dumps(spec.input)).replace("{port}", port)
+        target = runtime.session if spec.via == "session" else runtime.registry
+        t0 = time.monotonic()
+        result = target.call(spec.tool, json.loads(text))
+        seconds = time.monotonic() - t0
+        connections = _accepted(listener) if listener is not None else 0
+    leftovers = wait_for_no_processes(arena.marker, 5.0) if spec.check_processes else ()
+    for pid in leftovers:  # the drill's own (escaped) descendants: stop them by id
+        with contextlib.suppress(OSError):
+            os.kill(int(pid), signal.SIGKILL)
+    error = result.error
+    return CallOutcome(
+        spec,
+        bool(result.ok),
+        result.content,
+        None if error is None else str(error.code),
+        None if error is None else str(error.message),
+        result.audit_id,
+        leftovers,
+        connections,
+        seconds,
+    )
+
+
+def _accepted(listener: socket.socket) -> int:
+    count = 0
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except BlockingIOError:
+            return count
+        conn.close()
+        count += 1
+
+
+def wait_for_no_processes(marker: str, bound_s: float) -> tuple[str, ...]:
+    """Pids whose command line still holds ``marker`` after ``bound_s`` (a bounded poll)."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        found = tuple(_processes_with(marker))
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.05)
+
+
+def _processes_with(marker: str) -> Iterator[str]:
+    needle = marker.encode()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+                cmdline = fh.read()
+        except OSError:
+            continue
+        if needle in cmdline:
+            yield entry.name
+
+
+def audit_lines(state_dir: Path) -> list[dict[str, Any]]:
+    path = state_dir / need("audit", "AUDIT_FILE")
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    lines = []
+    for line in raw.splitlines():
+        with contextlib.suppress(ValueError):
+            value = json.loads(line)
+            if isinstance(value, dict):
+                lines.append(value)
+    return lines
+
+
+def verify_audit(state_dir: Path) -> tuple[bool, int | None, str | None]:
+    """(ok, first broken line, reason) from ``tooldir.audit.verify``."""
+    verify = need("audit", "verify")
+    report = verify(state_dir / need("audit", "AUDIT_FILE"))
+    return bool(report.ok), report.broken_line, report.reason

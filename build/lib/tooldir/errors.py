@@ -1,0 +1,72 @@
+"""Every exception tooldir raises on purpose, grouped by who is at fault::
+
+    ToolDirError                      .diagnostics() -> str
+    ├── ConfigError                   the user's own configuration (exit code 2)
+    │   ├── PolicyError               .path, .key
+    │   ├── StateError                .path
+    │   ├── EvalDataError             .path, .line (tooldir.evaluate)
+    │   └── ScenarioError             .path (tooldir._drill_plant)
+    ├── DiscoveryError                a tool root cannot be opened
+    └── ExecutionError                .code
+        ├── PermissionDeniedError
+        └── SandboxError
+
+Bad manifests and untrusted packages are not exceptions: the loader reports them as diagnostics
+on the snapshot.
+Programmer misuse raises ``ValueError``/``RuntimeError`` so ``except ToolDirError`` never hides a bug.
+Tool-side failures during ``Registry.call`` come back as results, not exceptions.
+"""
+
+from __future__ import annotations
+
+
+class ToolDirError(Exception):
+    """Base class. ``diagnostics()`` renders the error for people."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def diagnostics(self) -> str:
+        return self.message
+
+
+class ConfigError(ToolDirError):
+    """The user's configuration (policy, state, CLI arguments) is unusable."""
+
+
+class PolicyError(ConfigError):
+    def __init__(self, message: str, *, path: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.key = key
+
+    def diagnostics(self) -> str:
+        return f"invalid policy {self.path}: {self.message}"
+
+
+class StateError(ConfigError):
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+    def diagnostics(self) -> str:
+        return f"invalid state file {self.path}: {self.message}"
+
+
+class DiscoveryError(ToolDirError):
+    """Bad directory contents."""
+
+
+class ExecutionError(ToolDirError):
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class PermissionDeniedError(ExecutionError):
+    pass
+
+
+class SandboxError(ExecutionError):
+    pass

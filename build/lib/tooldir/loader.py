@@ -1,0 +1,433 @@
+"""Directories -> Snapshot: discover -> validate -> trust -> resolve -> snapshot.
+
+``Loader`` keeps the validated candidate of every package so a rebuild after a change re-reads
+only the packages that changed (the watcher uses :meth:`Loader.rebuild`). Trust is re-assessed
+wherever its inputs may have changed: new packages, every package when the user's state or policy
+files changed, and signed packages on every build (their verdict depends on the time).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from itertools import chain
+from pathlib import Path
+
+from ._internal.gcpause import gc_paused
+from .discover import RootSpec, list_packages, open_root, scan_package
+from .lockfile import UNLISTED
+from .model import BuiltinSpec, Diagnostic, Source, error, info
+from .names import skeleton
+from .policy import Policy, config_home
+from .resolve import Assessed, resolve
+from .snapshot import DiagEntry, RecordEntry, Snapshot, assemble, diag_entry, record_entry
+from .state import APPROVALS, HIGH_WATER, Approval, default_state_dir, load_approvals
+from .trust import Assessment, SignatureCheck, TrustInputs, assess, signature_check_factory
+from .validate import Candidate, validate_package
+
+PROJECT_PARTS = (".tooldir", "tools")
+
+
+def user_root_default() -> RootSpec:
+    return RootSpec(Source.USER, config_home(), ("tooldir", "tools"))
+
+
+def project_root(project: str | os.PathLike[str]) -> RootSpec:
+    return RootSpec(Source.PROJECT, os.path.realpath(project), PROJECT_PARTS)
+
+
+def user_root(path: str | os.PathLike[str]) -> RootSpec:
+    return RootSpec(Source.USER, os.path.realpath(path))
+
+
+@dataclass(frozen=True, slots=True)
+class LoadConfig:
+    roots: tuple[RootSpec, ...]
+    policy: Policy
+    state_dir: Path
+    builtins: tuple[BuiltinSpec, ...] = ()
+    #: Builds the signature check for one load from the policy and state (set by the trust stage).
+    signature_check: Callable[[Policy, Path, datetime], SignatureCheck | None] | None = None
+
+
+PkgKey = tuple[str, str]  # (root path, folder name)
+
+
+@dataclass(slots=True)
+class _Package:
+    candidate: Candidate
+    group: str  # resolution group: the skeleton of its tool name (resolve() is local to one group)
+    signed: bool  # has signature files: its verdict may depend on the time
+    assessment: Assessment | None = None
+
+
+@dataclass(slots=True)
+class _Work:
+    """What one build has to redo."""
+
+    dirty: set[str] = field(default_factory=set)  # resolution groups
+    fresh: list[_Package] = field(default_factory=list)  # packages without a trust assessment
+
+
+@dataclass(slots=True)
+class _Root:
+    """What the loader knows about one root, as of the last build."""
+
+    identity: tuple[int, int] | None  # (st_dev, st_ino) of the opened root; None if it could not be opened
+    diags: tuple[DiagEntry, ...] = ()  # the root's own problems (unsafe, symlinked, too many entries)
+    entries: set[str] = field(default_factory=set)  # every name directly under the root (counts toward the limit)
+    listing: dict[str, DiagEntry] = field(default_factory=dict)  # per-entry problems: stray file, symlink, FIFO
+    packages: dict[str, _Package] = field(default_factory=dict)
+    overfull: bool = False
+
+
+def _stat_signature(path: Path | str | None) -> tuple[int, int, int, int] | None:
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class Loader:
+    """Loads snapshots for one configuration, caching per-package work between builds.
+
+    Per package the loader keeps the validated candidate (parse, digest, validation), its trust
+    assessment and its resolved records; :meth:`rebuild` re-reads only the packages named as
+    changed, re-assesses trust where its inputs changed (user state, policy files, and packages
+    with signature files, whose verdict depends on the time), re-resolves only the name groups
+    those packages belong to, and assembles the snapshot from the kept entries. A root whose
+    identity changed (replaced, or reappeared) is re-read whole. If a build raises, the caches are
+    dropped, so the next build starts cold; nothing half-built is ever returned.
+    """
+
+    def __init__(self, config: LoadConfig) -> None:
+        self.config = config
+        self._lock = threading.RLock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._roots: dict[str, _Root] = {}
+        self._groups: dict[str, tuple[RecordEntry, ...]] = {}
+        self._members: dict[str, set[PkgKey]] = {}
+        self._signed: dict[PkgKey, _Package] = {}
+        self._builtin_entries: tuple[RecordEntry, ...] = ()
+        self._built = False
+        self._trust_key: object = None
+        self._approvals: Mapping[str, Approval] = {}
+        self._approvals_sig: object = ("unread",)
+
+    def reconfigure(self, config: LoadConfig) -> None:
+        """Use a new configuration (e.g. a changed policy); the next build is a cold load."""
+        with self._lock:
+            self.config = config
+            self._reset()
+
+    def load(self, *, generation: int = 1, now: datetime | None = None) -> Snapshot:
+        """A cold load of every root."""
+        return self.rebuild(None, generation=generation, now=now)
+
+    def rebuild(
+        self,
+        changed: Mapping[str, Iterable[str] | None] | None,
+        *,
+        generation: int,
+        now: datetime | None = None,
+    ) -> Snapshot:
+        """Re-read what changed and build a new snapshot.
+
+        ``changed`` maps a root path to the folder names that changed directly under it (an
+        empty collection re-opens the root and only re-checks its permissions and identity), or
+        to None to re-list the whole root (a root appeared, vanished or was replaced). ``None``
+        re-reads all. Trust is re-evaluated on every build wherever its inputs may have changed
+        (new packages; every package when approvals, high-water marks or allowed signers changed
+        on disk; signed packages always). Root paths that are not configured roots are ignored.
+
+        Raises whatever a stage raises (e.g. ``StateError`` for a corrupt approvals file); the
+        caches are then dropped and the next build is cold.
+        """
+        with self._lock, gc_paused():
+            try:
+                return self._rebuild(changed, generation, now or datetime.now(UTC))
+            except BaseException:
+                self._reset()  # the caches may be half-updated: start cold next time
+                raise
+
+    # -- one build ---------------------------------------------------------------------------
+
+    def _rebuild(self, changed: Mapping[str, Iterable[str] | None] | None, generation: int, now: datetime) -> Snapshot:
+        cfg = self.config
+        cold = changed is None or not self._built
+        work = _Work()
+        for root in cfg.roots:
+            if cold:
+                self._refresh_root(root, None, work)
+            elif changed is not None and root.path in changed:
+                names = changed[root.path]
+                self._refresh_root(root, None if names is None else set(names), work)
+        self._assess(cold, now, work)
+        if cold:
+            self._resolve_all()
+        else:
+            for group in work.dirty:
+                self._resolve_group(group)
+        self._built = True
+        extra: list[DiagEntry] = []
+        for state in self._roots.values():
+            extra.extend(state.diags)
+            extra.extend(state.listing.values())
+        entries = chain(self._builtin_entries, chain.from_iterable(self._groups.values()))
+        return assemble(entries, extra, generation)
+
+    # -- discovery and validation, per root and per package ------------------------------------
+
+    def _refresh_root(self, root: RootSpec, names: set[str] | None, work: _Work) -> None:
+        prev = self._roots.get(root.path)
+        fd, diags = open_root(root)
+        if fd is None:
+            self._replace_root(root, prev, _Root(None, tuple(diag_entry(d) for d in diags)), work)
+            return
+        try:
+            st = os.fstat(fd)
+            identity = (st.st_dev, st.st_ino)
+            if names is None or prev is None or prev.identity != identity or prev.overfull:
+                self._replace_root(root, prev, self._list_root(fd, root, identity, diags), work)
+                return
+            prev.diags = tuple(diag_entry(d) for d in diags)
+            for name in sorted(names):
+                if name and name not in (".", "..") and "/" not in name and "\0" not in name:
+                    self._refresh_entry(fd, root, prev, name, work)
+            limit = self.config.policy.limits.max_root_entries
+            if len(prev.entries) > limit:
+                self._replace_root(root, prev, self._overfull(root, identity), work)
+        finally:
+            os.close(fd)
+
+    def _overfull(self, root: RootSpec, identity: tuple[int, int]) -> _Root:
+        limit = self.config.policy.limits.max_root_entries
+        diag = error(
+            "too-many-entries",
+            f"root {root.path} has more than {limit} entries; nothing loaded from it",
+            source=root.source,
+            path=root.path,
+        )
+        return _Root(identity, (diag_entry(diag),), overfull=True)
+
+    def _list_root(self, fd: int, root: RootSpec, identity: tuple[int, int], diags: list[Diagnostic]) -> _Root:
+        policy = self.config.policy
+        listed = list_packages(fd, root, policy.limits)
+        if listed is None:
+            return self._overfull(root, identity)
+        present, more = listed
+        state = _Root(identity, tuple(diag_entry(d) for d in diags if d.tool is None))
+        state.entries = set(os.listdir(fd))
+        for d in more:
+            if d.tool is not None:
+                state.listing[d.tool] = diag_entry(d)
+            else:
+                state.diags += (diag_entry(d),)
+        for name in present:
+            state.packages[name] = _package(validate_package(scan_package(fd, root, name, policy.limits), policy))
+        return state
+
+    def _refresh_entry(self, fd: int, root: RootSpec, state: _Root, name: str, work: _Work) -> None:
+        """Re-read one entry directly under an open root, classifying it as ``list_packages`` does."""
+        path = os.path.join(root.path, name)
+        where = {"tool": name, "source": root.source, "path": path}
+        state.listing.pop(name, None)
+        try:
+            mode: int | None = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            state.entries.discard(name)
+            self._set_package(root, state, name, None, work)
+            return
+        except OSError:
+            mode = None  # let the package scan report why it cannot be read
+        state.entries.add(name)
+        candidate: Candidate | None = None
+        if name.startswith("."):
+            pass  # editor and VCS droppings; never a valid tool name, never loaded
+        elif mode is not None and stat.S_ISLNK(mode):
+            state.listing[name] = diag_entry(
+                error("symlink", f"tool folder {path} is a symbolic link; not followed", **where)
+            )
+        elif mode is None or stat.S_ISDIR(mode):
+            limits = self.config.policy.limits
+            scan = scan_package(fd, root, name, limits)
+            if scan.diagnostics and all(d.code == "missing-file" for d in scan.diagnostics):
+                state.entries.discard(name)  # vanished between the stat and the scan
+            else:
+                candidate = validate_package(scan, self.config.policy)
+        elif stat.S_ISREG(mode):
+            state.listing[name] = diag_entry(
+                info("stray-file", f"{path} is a file, not a tool folder; ignored", **where)
+            )
+        else:
+            state.listing[name] = diag_entry(
+                error("not-regular-file", f"{path} is a FIFO, socket or device, not a tool folder", **where)
+            )
+        self._set_package(root, state, name, candidate, work)
+
+    def _set_package(
+        self,
+        root: RootSpec,
+        state: _Root,
+        name: str,
+        candidate: Candidate | None,
+        work: _Work,
+    ) -> None:
+        key = (root.path, name)
+        old = state.packages.pop(name, None)
+        if old is not None:
+            self._leave(old.group, key, work)
+        if candidate is not None:
+            pkg = _package(candidate)
+            state.packages[name] = pkg
+            self._join(pkg, key, work)
+
+    def _join(self, pkg: _Package, key: PkgKey, work: _Work) -> None:
+        self._members.setdefault(pkg.group, set()).add(key)
+        if pkg.signed:
+            self._signed[key] = pkg
+        work.dirty.add(pkg.group)
+        work.fresh.append(pkg)
+
+    def _leave(self, group: str, key: PkgKey, work: _Work) -> None:
+        self._signed.pop(key, None)
+        members = self._members.get(group)
+        if members is not None:
+            members.discard(key)
+            if not members:
+                del self._members[group]
+        work.dirty.add(group)
+
+    def _replace_root(self, root: RootSpec, prev: _Root | None, new: _Root, work: _Work) -> None:
+        path = root.path  # a property that joins strings: once, not once per package
+        if prev is not None:
+            for name, pkg in prev.packages.items():
+                self._leave(pkg.group, (path, name), work)
+        for name, pkg in new.packages.items():
+            self._join(pkg, (path, name), work)
+        self._roots[path] = new
+
+    # -- trust ---------------------------------------------------------------------------------
+
+    def _assess(self, cold: bool, now: datetime, work: _Work) -> None:
+        """Assess new packages; re-assess all when the user's trust material changed, and signed
+        packages on every build (expiry depends on the time)."""
+        cfg = self.config
+        state_dir = cfg.state_dir
+        allowed = cfg.policy.keys.allowed_signers
+        key = (
+            _stat_signature(state_dir / APPROVALS),
+            _stat_signature(state_dir / HIGH_WATER),
+            _stat_signature(os.path.expanduser(allowed) if allowed else None),
+        )
+        everything = cold or key != self._trust_key
+        if everything:
+            todo = [p for state in self._roots.values() for p in state.packages.values()]
+        else:
+            signed = [p for p in self._signed.values() if p.assessment is not None]
+            todo = [*work.fresh, *signed] if cfg.signature_check is not None else work.fresh
+        if not todo:
+            self._trust_key = key
+            return
+        approvals_sig = key[0]
+        if approvals_sig != self._approvals_sig:
+            self._approvals = load_approvals(state_dir)
+            self._approvals_sig = approvals_sig
+        check = cfg.signature_check(cfg.policy, state_dir, now) if cfg.signature_check else None
+        inputs = TrustInputs(cfg.policy, self._approvals, now, check)
+        for pkg in todo:
+            verdict = assess(pkg.candidate, inputs)
+            if verdict != pkg.assessment:
+                pkg.assessment = verdict
+                work.dirty.add(pkg.group)
+        self._trust_key = key
+
+    # -- resolution ----------------------------------------------------------------------------
+
+    def _ordered(self, keys: Iterable[PkgKey]) -> list[_Package]:
+        order = {root.path: i for i, root in enumerate(self.config.roots)}
+        ranked = sorted(keys, key=lambda k: (order[k[0]], k[1]))
+        return [self._roots[path].packages[name] for path, name in ranked]
+
+    def _assessed(self, pkgs: Iterable[_Package]) -> list[Assessed]:
+        out = []
+        for pkg in pkgs:
+            if pkg.assessment is None:  # never: every package is assessed before resolution
+                raise RuntimeError(f"package {pkg.candidate.scan.path} was not assessed")
+            out.append(Assessed(pkg.candidate, pkg.assessment))
+        return out
+
+    def _resolve_all(self) -> None:
+        cfg = self.config
+        pkgs = [p for root in cfg.roots for p in self._roots[root.path].packages.values()]
+        records = resolve(self._assessed(pkgs), cfg.builtins, cfg.policy)
+        builtins = [r for r in records if r.source is Source.BUILTIN]
+        tools = [r for r in records if r.source is not Source.BUILTIN]
+        self._builtin_entries = tuple(record_entry(r) for r in builtins)
+        grouped: dict[str, list[RecordEntry]] = {}
+        for pkg, record in zip(pkgs, tools, strict=True):
+            grouped.setdefault(pkg.group, []).append(record_entry(record))
+        self._groups = {g: tuple(entries) for g, entries in grouped.items()}
+
+    def _resolve_group(self, group: str) -> None:
+        members = self._members.get(group)
+        if not members:
+            self._groups.pop(group, None)
+            return
+        cfg = self.config
+        records = resolve(self._assessed(self._ordered(members)), cfg.builtins, cfg.policy)
+        self._groups[group] = tuple(record_entry(r) for r in records if r.source is not Source.BUILTIN)
+
+
+def _package(candidate: Candidate) -> _Package:
+    contents = candidate.scan.contents
+    return _Package(candidate, skeleton(candidate.name), not UNLISTED.isdisjoint(contents))
+
+
+def make_config(
+    *,
+    project: str | os.PathLike[str] | None = ".",
+    user_dirs: Iterable[str | os.PathLike[str]] | None = None,
+    policy: Policy | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+    builtins: Iterable[BuiltinSpec] = (),
+) -> LoadConfig:
+    """Roots from the arguments (``user_dirs=None`` means the user's config dir; ``project=None``
+    means no project source)."""
+    roots: list[RootSpec] = []
+    if user_dirs is None:
+        roots.append(user_root_default())
+    else:
+        roots.extend(user_root(d) for d in user_dirs)
+    if project is not None:
+        roots.append(project_root(project))
+    return LoadConfig(
+        roots=tuple(roots),
+        policy=policy or Policy(),
+        state_dir=Path(state_dir) if state_dir is not None else default_state_dir(),
+        builtins=tuple(builtins),
+        signature_check=signature_check_factory,
+    )
+
+
+def load(
+    *,
+    project: str | os.PathLike[str] | None = ".",
+    user_dirs: Iterable[str | os.PathLike[str]] | None = None,
+    policy: Policy | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+    builtins: Iterable[BuiltinSpec] = (),
+    now: datetime | None = None,
+) -> Snapshot:
+    """Load every tool root once and return an immutable snapshot (generation 1)."""
+    config = make_config(project=project, user_dirs=user_dirs, policy=policy, state_dir=state_dir, builtins=builtins)
+    return Loader(config).load(now=now)

@@ -1,0 +1,597 @@
+"""The Registry: the only way anything runs.
+
+``Registry.call(name, input)`` takes ``store.current`` once and walks the pipeline::
+
+    resolve (active only) -> session gate -> input schema -> permission -> pre hooks
+      -> builtin handler | sandbox -> post hooks -> audit
+
+It never raises for tool-side failures: every outcome is a :class:`CallResult` and every outcome,
+denials included, is one audit line. Error codes (``CallResult.error.code``) are stable:
+
+============================  =====================================================================
+``unknown-tool``              no tool of that name in the current snapshot
+``not-active``                the tool exists but is pending, shadowed or rejected (message says why)
+``session-refused``           the session gate refused (the gate may supply its own code instead)
+``invalid-input``             input is not a JSON object, too large, or breaks the input schema
+``invalid-schema``            the tool's input_schema cannot be compiled (nothing ran)
+``permission-denied``         a policy rule, the plan mode or the risk cap refused the tool
+``hook-denied``               a pre hook refused the call
+``hook-failed``               a hook raised, or returned something that is not a hook result
+``sandbox-unavailable``       no working sandbox and the policy does not allow unsandboxed runs
+``sandbox-failed``            the sandbox could not start the run
+``changed-since-verification`` the package's bytes no longer match the snapshot (nothing ran)
+``timeout``                   the tool ran past its wall-clock limit and was killed
+``output-too-large``          the tool wrote more than the output cap and was killed
+``tool-failed``               the tool exited non-zero or was killed by a signal
+``tool-error``                the tool answered ``{"ok": false, ...}``
+``handler-failed``            a builtin handler raised
+``invalid-output``            a builtin or a post hook produced content that is not plain JSON
+``audit-failed``              the audit line could not be written (the result is withheld)
+============================  =====================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Protocol
+
+import jsonschema_rs
+
+from ._internal.strictjson import StrictJSONError, escape_pointer, freeze, loads, thaw
+from .audit import AuditEvent, AuditSink, JsonlAudit, input_digest
+from .errors import ExecutionError, PermissionDeniedError
+from .hooks import Deny, HookCall, HookSet, PostHook, PreHook, Redact, Rewrite, make_hook
+from .model import BuiltinSpec, Risk, Source, Status, ToolRecord, Trust
+from .names import GUARD_TOOLS, is_valid_name
+from .permissions import PermissionCheck, PermissionRequest, from_policy
+from .policy import Policy
+from .sandbox import RunRequest, RunResult, Sandbox
+from .sandbox.output import sanitize_json, sanitize_text
+from .snapshot import Snapshot, SnapshotStore
+
+log = logging.getLogger("tooldir")
+
+_DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+_VALIDATOR_CACHE = 1024
+_MESSAGE_MAX = 500
+_SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class CallError:
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallResult:
+    ok: bool
+    content: Any
+    error: CallError | None
+    audit_id: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "content": thaw(self.content),
+            "error": None if self.error is None else {"code": self.error.code, "message": self.error.message},
+            "audit_id": self.audit_id,
+        }
+
+
+class CallGate(Protocol):
+    """Implemented by the session layer: may this session call this record now?"""
+
+    def authorize(self, record: ToolRecord) -> tuple[str, str] | None:
+        """None to allow, or (error code, message) to refuse."""
+        ...
+
+
+Handler = Callable[..., Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Builtin:
+    spec: BuiltinSpec
+    handler: Handler
+    record: ToolRecord
+    validator: Any
+
+
+class _Stop(Exception):
+    """Ends the pipeline with an error result (internal control flow)."""
+
+    def __init__(self, code: str, message: str, *, ran: bool = False, content: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = _clip(message)
+        self.ran = ran
+        self.content = content
+
+
+@dataclass(slots=True)
+class _Trace:
+    record: ToolRecord | None = None
+    input: Any = None
+    ran: bool = False
+    started: float = field(default_factory=time.perf_counter)
+
+
+class Registry:
+    """Builtins registered by the host plus the directory tools of ``store.current``.
+
+    ``sandbox=None`` means: probe bubblewrap on the first directory-tool call and use it; if it does
+    not work, refuse with ``sandbox-unavailable`` unless ``policy.sandbox.unsafe_allow_unsandboxed``.
+    """
+
+    def __init__(
+        self,
+        store: SnapshotStore,
+        *,
+        policy: Policy,
+        state_dir: Path,
+        sandbox: Sandbox | None = None,
+        audit: AuditSink | None = None,
+        permissions: PermissionCheck | None = None,
+    ) -> None:
+        self._store = store
+        self._policy = policy
+        self._state_dir = Path(state_dir)
+        self._sandbox = sandbox
+        self._own_sandbox = sandbox is None  # built (and re-probed) from the policy on demand
+        self._own_permissions = permissions is None
+        self._sandbox_problem: str | None = None
+        self._sandbox_lock = threading.Lock()
+        self._audit: AuditSink = audit if audit is not None else JsonlAudit.in_state_dir(self._state_dir)
+        self._permissions = permissions if permissions is not None else from_policy(policy.permissions)
+        self._builtins: Mapping[str, _Builtin] = MappingProxyType({})
+        self._register_lock = threading.Lock()
+        self._hooks = HookSet()
+        self._validators: OrderedDict[str, Any] = OrderedDict()
+        self._validators_lock = threading.Lock()
+
+    # ----------------------------------------------------------------------------- registration
+
+    def register(
+        self,
+        name: str,
+        input_schema: Mapping[str, Any],
+        handler: Handler,
+        *,
+        description: str,
+        risk: Risk | str = Risk.READ,
+        guard: bool = False,
+    ) -> BuiltinSpec:
+        """Register a builtin Python tool; its name becomes reserved for directory tools.
+
+        ``handler`` is called as ``handler(input=dict, context=dict)`` and returns the content.
+        ``guard=True`` is for the session layer only (``tool_search``, ``defer_execute_tool``).
+
+        Raises:
+            ValueError: empty, invalid or duplicate name; a guard name without ``guard``; a schema
+                that is not a valid JSON Schema of ``type: object``; a handler that cannot be called
+                with ``input=`` and ``context=``; an unknown risk.
+        """
+        if not isinstance(name, str) or not is_valid_name(name):
+            raise ValueError(f"builtin name {name!r} must match [A-Za-z0-9_-]{{1,64}}")
+        if name in GUARD_TOOLS and not guard:
+            raise ValueError(f"{name!r} is a guard tool name; only the session layer registers it")
+        if guard and name not in GUARD_TOOLS:
+            raise ValueError(f"guard=True is only for {sorted(GUARD_TOOLS)}, not {name!r}")
+        if not isinstance(description, str) or not description.strip():
+            raise ValueError(f"builtin {name!r} needs a non-empty description")
+        try:
+            level = Risk(risk)
+        except ValueError:
+            raise ValueError(f"builtin {name!r}: risk {risk!r} is not one of {[str(r) for r in Risk]}") from None
+        schema = _check_builtin_schema(name, input_schema)
+        _check_handler(name, handler)
+        spec = BuiltinSpec(name=name, description=description, input_schema=freeze(schema), risk=level)
+        record = ToolRecord(
+            name=name,
+            source=Source.BUILTIN,
+            path=None,
+            status=Status.ACTIVE,
+            trust=Trust(True, "builtin"),
+            digest=None,
+            risk=level,
+            deferred=False,
+            manifest=None,
+        )
+        entry = _Builtin(spec, handler, record, _compile(schema))
+        with self._register_lock:
+            if name in self._builtins:
+                raise ValueError(f"a builtin named {name!r} is already registered")
+            self._builtins = MappingProxyType({**self._builtins, name: entry})
+        return spec
+
+    def builtin_specs(self) -> tuple[BuiltinSpec, ...]:
+        """The registered builtins, for ``make_config(builtins=...)`` so no directory tool can take
+        their names."""
+        return tuple(b.spec for b in sorted(self._builtins.values(), key=lambda b: b.spec.name))
+
+    def add_pre_hook(self, hook: PreHook, *, name: str, match: str = "*") -> None:
+        """``hook(*, call: HookCall, input: Mapping)`` -> None | Deny | Rewrite. Validated now."""
+        self._hooks.add(make_hook("pre", hook, name=name, match=match))
+
+    def add_post_hook(self, hook: PostHook, *, name: str, match: str = "*") -> None:
+        """``hook(*, call: HookCall, content: Any)`` -> None | Redact. Validated now."""
+        self._hooks.add(make_hook("post", hook, name=name, match=match))
+
+    @property
+    def store(self) -> SnapshotStore:
+        return self._store
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
+
+    def update_policy(self, policy: Policy) -> None:
+        """Enforce a reloaded user policy from the next call on (the watcher reloads the policy
+        file; a long-running host such as ``tooldir serve`` passes it here). Permission rules and
+        sandbox limits built from the old policy are replaced; a sandbox supplied by the host is kept."""
+        if policy == self._policy:
+            return
+        with self._sandbox_lock:
+            old = self._policy
+            self._policy = policy
+            if self._own_permissions:
+                self._permissions = from_policy(policy.permissions)
+            if self._own_sandbox and policy.sandbox != old.sandbox:
+                self._sandbox = None  # re-probed with the new limits on the next directory-tool call
+                self._sandbox_problem = None
+        log.info("registry now enforces the reloaded policy")
+
+    # ----------------------------------------------------------------------------- the call
+
+    def call(
+        self,
+        name: str,
+        input: Mapping[str, Any],
+        *,
+        session: CallGate | None = None,
+        context: Mapping[str, Any] | None = None,
+    ) -> CallResult:
+        """Run one tool through the whole pipeline. Never raises for tool-side failures."""
+        trace = _Trace()
+        session_id = getattr(session, "id", None)
+        snapshot = self._store.current
+        try:
+            content = self._pipeline(name, input, session=session, context=context, snapshot=snapshot, trace=trace)
+        except _Stop as stop:
+            trace.ran = trace.ran or stop.ran
+            return self._finish(trace, name, session_id, snapshot.id, error=stop)
+        return self._finish(trace, name, session_id, snapshot.id, content=content)
+
+    def _pipeline(
+        self,
+        name: str,
+        raw_input: Any,
+        *,
+        session: CallGate | None,
+        context: Mapping[str, Any] | None,
+        snapshot: Snapshot,
+        trace: _Trace,
+    ) -> Any:
+        trace.input = raw_input  # hashed into the audit line even if the call is refused early
+        builtin = self._builtins.get(name) if isinstance(name, str) else None
+        record = builtin.record if builtin is not None else self._resolve(name, snapshot)
+        trace.record = record
+        if session is not None:
+            try:
+                refusal = session.authorize(record)
+            except Exception as exc:  # a broken gate refuses: fail closed
+                raise _Stop("session-refused", f"the session check failed: {type(exc).__name__}: {exc}") from None
+            if refusal is not None:
+                if not (isinstance(refusal, tuple) and len(refusal) == 2):
+                    raise _Stop("session-refused", f"the session gate refused with {type(refusal).__name__}")
+                code, message = refusal
+                raise _Stop(str(code) or "session-refused", str(message))
+        validator = builtin.validator if builtin is not None else self._validator_for(record)
+        data = self._check_input(raw_input, validator)
+        trace.input = data
+        risk = record.risk or Risk.EXEC
+        try:
+            self._permissions.check(PermissionRequest(record.name, record.source, risk))
+        except PermissionDeniedError as exc:
+            raise _Stop(exc.code, exc.message) from None
+        call = HookCall(record.name, record.source, risk, record.digest, getattr(session, "id", None))
+        data = self._run_pre_hooks(call, data, validator)
+        trace.input = data
+        ctx = _check_context(context)
+        if builtin is not None:
+            trace.ran = True
+            try:
+                content = builtin.handler(input=data, context=ctx)
+            except Exception as exc:
+                raise _Stop("handler-failed", f"{type(exc).__name__}: {exc}", ran=True) from None
+        else:
+            content = self._run_directory_tool(record, data, ctx)
+            trace.ran = True
+        content = self._run_post_hooks(call, content)
+        try:
+            json.dumps(content, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise _Stop("invalid-output", f"the result is not plain JSON: {exc}", ran=True) from None
+        return content
+
+    def _resolve(self, name: Any, snapshot: Snapshot) -> ToolRecord:
+        if not isinstance(name, str):
+            raise _Stop("unknown-tool", f"tool name must be a string, not {type(name).__name__}")
+        record = snapshot.by_name.get(name)
+        if record is not None and record.source is Source.BUILTIN:
+            raise _Stop("unknown-tool", f"builtin {name!r} is not registered in this registry")
+        if record is not None and record.status is Status.ACTIVE and record.manifest is not None:
+            return record
+        if record is None:
+            others = [r for r in snapshot.records(name) if r.source is not Source.BUILTIN]
+            if not others:
+                raise _Stop("unknown-tool", f"no tool named {name!r}")
+            record = others[-1]
+        ranked = sorted(record.diagnostics, key=lambda d: _SEVERITY_RANK.get(str(d.severity), 3))
+        why = next((f"{d.code}: {d.message}" for d in ranked if str(d.severity) != "info"), None)
+        if why is None and record.shadowed_by:
+            why = f"shadowed by {record.shadowed_by}"
+        raise _Stop("not-active", f"tool {name!r} is {record.status}" + (f" ({why})" if why else ""))
+
+    def _validator_for(self, record: ToolRecord) -> Any:
+        assert record.manifest is not None  # noqa: S101 - _resolve returns active tools with manifests
+        key = record.digest or record.name
+        with self._validators_lock:
+            found = self._validators.get(key)
+            if found is not None:
+                self._validators.move_to_end(key)
+                return found
+        try:
+            validator = _compile(record.manifest.input_schema)
+        except (ValueError, jsonschema_rs.ReferencingError) as exc:
+            raise _Stop("invalid-schema", f"the tool's input_schema cannot be compiled: {exc}") from None
+        with self._validators_lock:
+            self._validators[key] = validator
+            while len(self._validators) > _VALIDATOR_CACHE:
+                self._validators.popitem(last=False)
+        return validator
+
+    def _check_input(self, raw: Any, validator: Any) -> dict[str, Any]:
+        if not isinstance(raw, Mapping):
+            raise _Stop("invalid-input", f"input must be a JSON object, not {type(raw).__name__}")
+        try:
+            text = json.dumps(raw, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise _Stop("invalid-input", f"input is not plain JSON: {exc}") from None
+        limit = self._policy.sandbox.max_input_bytes
+        if len(text.encode()) > limit:
+            raise _Stop("invalid-input", f"input is larger than {limit} bytes")
+        try:
+            data: dict[str, Any] = thaw(loads(text.encode(), max_depth=self._policy.limits.max_json_depth))
+        except StrictJSONError as exc:
+            raise _Stop("invalid-input", f"input rejected ({exc.code}): {exc.message}") from None
+        errors = []
+        for err in validator.iter_errors(data):
+            pointer = "".join(f"/{escape_pointer(str(p))}" for p in err.instance_path)
+            errors.append(f"{pointer or '/'}: {err.message}")
+            if len(errors) == 3:
+                break
+        if errors:
+            raise _Stop("invalid-input", "input does not match the tool's input_schema: " + "; ".join(errors))
+        return data
+
+    def _run_pre_hooks(self, call: HookCall, data: dict[str, Any], validator: Any) -> dict[str, Any]:
+        for hook in self._hooks.pre(call.tool):
+            try:
+                outcome = hook.fn(call=call, input=MappingProxyType(data))
+            except Exception as exc:
+                raise _Stop("hook-failed", f"pre hook {hook.name!r} raised {type(exc).__name__}: {exc}") from None
+            if outcome is None:
+                continue
+            if isinstance(outcome, Deny):
+                raise _Stop("hook-denied", f"pre hook {hook.name!r}: {outcome.reason}")
+            if isinstance(outcome, Rewrite):
+                try:
+                    data = self._check_input(outcome.input, validator)
+                except _Stop as stop:
+                    raise _Stop("hook-failed", f"pre hook {hook.name!r} rewrote the input: {stop.message}") from None
+                continue
+            raise _Stop(
+                "hook-failed", f"pre hook {hook.name!r} returned {type(outcome).__name__}, not Deny/Rewrite/None"
+            )
+        return data
+
+    def _run_post_hooks(self, call: HookCall, content: Any) -> Any:
+        for hook in self._hooks.post(call.tool):
+            try:
+                outcome = hook.fn(call=call, content=content)
+            except Exception as exc:
+                raise _Stop(
+                    "hook-failed", f"post hook {hook.name!r} raised {type(exc).__name__}: {exc}", ran=True
+                ) from None
+            if outcome is None:
+                continue
+            if isinstance(outcome, Redact):
+                content = outcome.content
+                continue
+            raise _Stop(
+                "hook-failed", f"post hook {hook.name!r} returned {type(outcome).__name__}, not Redact/None", ran=True
+            )
+        return content
+
+    # ----------------------------------------------------------------------------- sandbox
+
+    def sandbox(self) -> Sandbox | None:
+        """The sandbox directory tools run in, probing bubblewrap the first time; None when no
+        sandbox works and unsandboxed runs are not allowed (see :meth:`sandbox_problem`)."""
+        with self._sandbox_lock:
+            if self._sandbox is None and self._sandbox_problem is None:
+                from .sandbox import BubblewrapSandbox, UnsafeUnsandboxed, probe
+
+                problem = probe(self._policy.sandbox)
+                if problem is None:
+                    self._sandbox = BubblewrapSandbox(self._policy.sandbox, self._state_dir)
+                elif self._policy.sandbox.unsafe_allow_unsandboxed:
+                    log.warning("no working sandbox (%s); policy sandbox.unsafe_allow_unsandboxed is set", problem)
+                    self._sandbox = UnsafeUnsandboxed(self._policy.sandbox, self._state_dir)
+                else:
+                    self._sandbox_problem = problem
+            return self._sandbox
+
+    def sandbox_problem(self) -> str | None:
+        self.sandbox()
+        return self._sandbox_problem
+
+    def _run_directory_tool(self, record: ToolRecord, data: dict[str, Any], ctx: dict[str, Any]) -> Any:
+        manifest = record.manifest
+        assert manifest is not None  # noqa: S101 - only active directory tools reach here
+        box = self.sandbox()
+        if box is None:
+            raise _Stop(
+                "sandbox-unavailable",
+                f"no working sandbox: {self._sandbox_problem}. Install bubblewrap, or (unsafe) set "
+                "sandbox.unsafe_allow_unsandboxed = true in the policy",
+            )
+        sp = self._policy.sandbox
+        timeout = min(manifest.execute.timeout_s or sp.timeout_s, sp.timeout_s)
+        allowed = set(sp.env_allow)
+        env = {k: os.environ[k] for k in manifest.execute.env if k in allowed and k in os.environ}
+        envelope = json.dumps({"version": 1, "input": data, "context": ctx}, ensure_ascii=False, allow_nan=False)
+        request = RunRequest(record, envelope.encode(), timeout, env, manifest.execute.network and sp.network)
+        try:
+            result = box.run(request)
+        except ExecutionError as exc:
+            raise _Stop(exc.code, exc.message) from None
+        except OSError as exc:  # the backend failed at the OS level: never a traceback to the caller
+            raise _Stop("sandbox-failed", f"the sandbox could not run the tool: {exc}") from None
+        return _interpret(result, timeout, sp.max_output_bytes)
+
+    # ----------------------------------------------------------------------------- audit
+
+    def _finish(
+        self,
+        trace: _Trace,
+        name: str,
+        session_id: Any,
+        snapshot_id: str,
+        *,
+        content: Any = None,
+        error: _Stop | None = None,
+    ) -> CallResult:
+        ok = error is None
+        code = None if error is None else error.code
+        message = None if error is None else error.message
+        if error is not None:
+            content = error.content
+        record = trace.record
+        event = AuditEvent(
+            tool=name if isinstance(name, str) else repr(name)[:100],
+            source=None if record is None else str(record.source),
+            digest=None if record is None else record.digest,
+            input_sha256=input_digest(trace.input),
+            decision="allow" if trace.ran else "deny",
+            reason=None if code is None else f"{code}: {message}",
+            status="ok" if ok else ("error" if trace.ran else "denied"),
+            error_code=code,
+            duration_ms=(time.perf_counter() - trace.started) * 1000,
+            snapshot=snapshot_id,
+            session=None if session_id is None else str(session_id),
+        )
+        try:
+            audit_id = self._audit.record(event)
+        except OSError as exc:
+            log.error("audit log unavailable: %s", exc)
+            return CallResult(
+                False, None, CallError("audit-failed", f"the audit log could not be written: {exc}"), None
+            )
+        failure = None if ok else CallError(code or "tool-failed", message or "")
+        return CallResult(ok, content, failure, audit_id)
+
+
+def _interpret(result: RunResult, timeout: float, cap: int) -> Any:
+    err_tail = sanitize_text(result.stderr[-2000:].decode("utf-8", "replace")).strip()
+    if result.timed_out:
+        raise _Stop("timeout", f"killed after the {timeout:g} s wall-clock limit", ran=True)
+    if result.stdout_truncated or result.stderr_truncated:
+        which = "stdout" if result.stdout_truncated else "stderr"
+        text = sanitize_text(result.stdout.decode("utf-8", "replace"))
+        raise _Stop(
+            "output-too-large",
+            f"the tool wrote more than {cap} bytes to {which}; it was killed and the output truncated",
+            ran=True,
+            content=text + f"\n[... truncated at {cap} bytes]",
+        )
+    if result.exit_code != 0:
+        how = f"was killed by signal {result.signal}" if result.signal else f"exited with status {result.exit_code}"
+        raise _Stop("tool-failed", f"the tool {how}" + (f": {err_tail[-_MESSAGE_MAX:]}" if err_tail else ""), ran=True)
+    text = result.stdout.decode("utf-8", "replace")
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        try:
+            answer = loads(stripped.encode(), max_depth=64)
+        except StrictJSONError:
+            answer = None
+        if isinstance(answer, Mapping) and isinstance(answer.get("ok"), bool):
+            content = sanitize_json(thaw(answer.get("content")))
+            if answer["ok"]:
+                return content
+            message = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+            raise _Stop("tool-error", message or "the tool reported an error", ran=True, content=content)
+    return sanitize_text(text)
+
+
+def _check_context(context: Any) -> dict[str, Any]:
+    if context is None:
+        return {}
+    if not isinstance(context, Mapping):
+        raise _Stop("invalid-input", f"context must be a JSON object, not {type(context).__name__}")
+    try:
+        json.dumps(context, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise _Stop("invalid-input", f"context is not plain JSON: {exc}") from None
+    plain: dict[str, Any] = thaw(context)
+    return plain
+
+
+def _check_builtin_schema(name: str, schema: Any) -> dict[str, Any]:
+    if not isinstance(schema, Mapping):
+        raise ValueError(f"builtin {name!r}: input_schema must be a JSON object")
+    plain: dict[str, Any] = thaw(schema)
+    if plain.get("type") != "object":
+        raise ValueError(f"builtin {name!r}: input_schema must have type 'object', not {plain.get('type')!r}")
+    try:
+        json.dumps(plain, allow_nan=False)
+        checked = dict(plain)
+        checked.setdefault("$schema", _DRAFT_2020_12)
+        jsonschema_rs.meta.validate(checked)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"builtin {name!r}: input_schema is not a valid JSON Schema: {exc}") from None
+    return plain
+
+
+def _check_handler(name: str, handler: Any) -> None:
+    import inspect
+
+    if not callable(handler):
+        raise ValueError(f"builtin {name!r}: handler is not callable")
+    try:
+        inspect.signature(handler).bind(input=None, context=None)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"builtin {name!r}: handler must accept keyword arguments input= and context= ({exc})"
+        ) from None
+
+
+def _compile(schema: Mapping[str, Any]) -> Any:
+    plain = thaw(schema)
+    plain.setdefault("$schema", _DRAFT_2020_12)
+    return jsonschema_rs.validator_for(plain)
+
+
+def _clip(message: str) -> str:
+    return message if len(message) <= _MESSAGE_MAX * 2 else message[: _MESSAGE_MAX * 2] + " [...]"

@@ -1,0 +1,274 @@
+"""The bubblewrap backend.
+
+What a tool gets (see README "Sandbox guarantees"):
+
+- its package's **verified bytes**, recreated read-only at ``/tool`` from memfds (the working dir);
+- read-only ``/usr`` and the ``/bin``, ``/lib*`` links or folders, a few ``/etc`` files Python
+  needs; fresh ``/proc`` and a read-only fresh ``/dev``; size-capped tmpfs ``/tmp`` (also ``$HOME``)
+  and ``/dev/shm``; nothing else:
+  no user home, no ``/root``, no state dir, no ``/run``;
+- ``--unshare-all`` (user, pid, ipc, uts, cgroup and network namespaces; the network only stays
+  when the manifest declares it *and* the policy allows it), ``--disable-userns``,
+  ``--new-session`` (no TIOCSTI into the caller's terminal), ``--die-with-parent``;
+- an unprivileged uid inside (65534) and no capabilities; when tooldir runs as root, bubblewrap
+  itself is started as ``sandbox.run_as_uid`` so the kernel enforces RLIMIT_NPROC and no
+  privilege is ever held;
+- ``--clearenv`` plus PATH/HOME/TMPDIR/LANG and the declared variables the policy allows;
+- rlimits (processes, address space, CPU, file size, no core dumps), a wall-clock timeout that kills
+  the whole process group (the pid namespace dies with it) and capped, sanitised output.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+
+from ..errors import SandboxError
+from ..model import ToolRecord
+from ..policy import SandboxPolicy
+from . import RunRequest, RunResult
+from .process import TRUSTED_PATH, Identity, identity_for, limits_prefix, spawn_and_collect
+from .seccomp import build_filter
+from .store import verified_files
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# /etc/ssl/certs and openssl.cnf, never all of /etc/ssl: /etc/ssl/private holds the host's TLS keys
+# (group ssl-cert, and a user namespace keeps the caller's supplementary groups)
+ETC_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/ssl/certs",
+    "/etc/ssl/openssl.cnf",
+    "/etc/ca-certificates",
+)
+NETWORK_ETC = ("/etc/resolv.conf", "/etc/hosts", "/etc/gai.conf")
+SANDBOX_ID = 65534
+TOOL_DIR = "/tool"
+
+
+@cache
+def find_bwrap() -> str | None:
+    found = shutil.which("bwrap", path=TRUSTED_PATH)
+    return os.path.realpath(found) if found else None
+
+
+@cache
+def resolve_interpreter(name: str) -> str | None:
+    """A bare interpreter name -> its real absolute path, found on the trusted PATH only (never a
+    shim in the user's home), and only if it lives under the system folders the sandbox binds."""
+    found = shutil.which(name, path=TRUSTED_PATH)
+    if found is None:
+        return None
+    real = os.path.realpath(found)
+    if not any(real == d or real.startswith(d + "/") for d in SYSTEM_DIRS):
+        return None
+    return real
+
+
+@cache
+def _system_binds() -> tuple[str, ...]:
+    args: list[str] = []
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+    return tuple(args)
+
+
+def base_args(policy: SandboxPolicy, *, network: bool) -> list[str]:
+    """Every bwrap option except the tool's package and command."""
+    bwrap = find_bwrap()
+    if bwrap is None:
+        raise SandboxError("bubblewrap (bwrap) is not installed", code="sandbox-unavailable")
+    args = [bwrap, "--unshare-all", "--unshare-user"]
+    if network:
+        args.append("--share-net")
+    args += [
+        "--uid",
+        str(SANDBOX_ID),
+        "--gid",
+        str(SANDBOX_ID),
+        "--disable-userns",
+        "--new-session",
+        "--die-with-parent",
+        "--cap-drop",
+        "ALL",
+        "--hostname",
+        "tooldir",
+        "--clearenv",
+        *_system_binds(),
+    ]
+    for path in ETC_FILES + (NETWORK_ETC if network else ()):
+        args += ["--ro-bind-try", path, path]
+    scratch = str(policy.scratch_mb * 1024 * 1024)
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    # --dev's own tmpfs has no size limit: cap /dev/shm like /tmp and make the rest of /dev read-only,
+    # or a tool could fill the host's memory through it (tmpfs pages escape RLIMIT_AS)
+    args += ["--size", scratch, "--perms", "1777", "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]  # noqa: S108
+    args += ["--size", scratch, "--perms", "1777", "--tmpfs", "/tmp"]  # noqa: S108 - the sandbox's own tmpfs
+    return args
+
+
+def tool_argv(record: ToolRecord) -> list[str]:
+    """The manifest's argv with the interpreter resolved and argv[0] package files made absolute."""
+    assert record.manifest is not None  # noqa: S101 - only active tools reach the sandbox
+    argv = list(record.manifest.execute.command)
+    files = {f.path for f in record.files}
+    head = argv[0]
+    if head in files:
+        argv[0] = f"{TOOL_DIR}/{head}"
+    else:
+        real = resolve_interpreter(head)
+        if real is None:
+            raise SandboxError(
+                f"interpreter {head!r} was not found under {', '.join(SYSTEM_DIRS)} on {TRUSTED_PATH}",
+                code="sandbox-failed",
+            )
+        argv[0] = real
+    return argv
+
+
+def sandbox_env(extra: dict[str, str] | None = None) -> list[str]:
+    scratch = "/tmp"  # noqa: S108 - the sandbox's private tmpfs, not the host's /tmp
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": scratch,
+        "TMPDIR": scratch,
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    env.update(extra or {})
+    args: list[str] = []
+    for key, value in env.items():
+        args += ["--setenv", key, value]
+    return args
+
+
+class BubblewrapSandbox:
+    name = "bubblewrap"
+
+    def __init__(self, policy: SandboxPolicy, state_dir: Path) -> None:
+        self.policy = policy
+        self.store_dir = Path(state_dir) / "sandbox" / "packages"
+        self.identity: Identity = identity_for(policy)
+
+    def run(self, request: RunRequest) -> RunResult:
+        _, contents = verified_files(request.record, self.store_dir)
+        argv = tool_argv(request.record)
+        args = base_args(self.policy, network=request.network)
+        fds: list[int] = []
+        try:
+            args += seccomp_args(fds)
+            args += package_args(request.record, contents, fds)
+            args += ["--remount-ro", "/", "--chdir", TOOL_DIR]
+            # through a memfd, not argv: the host's process list must not show env values
+            env_args = sandbox_env(dict(request.env))
+            args += ["--args", str(_memfd(b"".join(a.encode() + b"\0" for a in env_args), fds))]
+            info_read, info_write = os.pipe()
+            inherited = [*fds, info_write]  # never info_read: the tool must not read (steal) bwrap's report
+            fds.append(info_read)
+            args += ["--info-fd", str(info_write), "--", *argv]
+            result = spawn_and_collect(
+                args,
+                stdin=request.stdin,
+                env={},
+                timeout_s=request.timeout_s,
+                cap=self.policy.max_output_bytes,
+                policy=self.policy,
+                identity=self.identity,
+                pass_fds=inherited,
+                cwd="/",
+                info_fd=info_read,
+                close_after_spawn=(info_write,),
+            )
+        finally:
+            for fd in fds:
+                os.close(fd)
+        if not result.started and not result.timed_out:
+            why = result.stderr.decode("utf-8", "replace").strip()[-500:] or f"exit status {result.exit_code}"
+            raise SandboxError(f"bubblewrap could not start the tool: {why}", code="sandbox-failed")
+        return result
+
+
+def _memfd(data: bytes, fds: list[int]) -> int:
+    fd = os.memfd_create("tooldir", os.MFD_CLOEXEC)  # pass_fds hands it to bwrap alone
+    fds.append(fd)
+    _write_all(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def seccomp_args(fds: list[int]) -> list[str]:
+    program = build_filter()
+    return [] if program is None else ["--seccomp", str(_memfd(program, fds))]
+
+
+def package_args(record: ToolRecord, contents: list[bytes], fds: list[int]) -> list[str]:
+    """bwrap options that recreate the verified package at /tool from memory: each file's checked
+    bytes go through a memfd into the sandbox's own read-only root, so no host path of the package
+    is ever bound (and nothing swapped on disk can be seen)."""
+    args = ["--perms", "0555", "--dir", TOOL_DIR]
+    made = {TOOL_DIR}
+    for f, data in zip(record.files, contents, strict=True):
+        parts = f.path.split("/")
+        for i in range(1, len(parts)):
+            folder = f"{TOOL_DIR}/{'/'.join(parts[:i])}"
+            if folder not in made:
+                made.add(folder)
+                args += ["--perms", "0555", "--dir", folder]
+        fd = _memfd(data, fds)
+        args += ["--perms", "0555" if f.executable else "0444", "--ro-bind-data", str(fd), f"{TOOL_DIR}/{f.path}"]
+    return args
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def probe(policy: SandboxPolicy) -> str | None:
+    """None if a sandboxed process can run here with this policy's settings, else why not."""
+    return _probe(policy.run_as_uid if os.geteuid() == 0 else None, policy.scratch_mb)
+
+
+@cache
+def _probe(uid: int | None, scratch_mb: int) -> str | None:
+    policy = SandboxPolicy(run_as_uid=uid or 65534, scratch_mb=scratch_mb)
+    identity = identity_for(policy)
+    try:
+        args = limits_prefix(policy, identity.effective_uid) + base_args(policy, network=False)
+    except SandboxError as exc:
+        return exc.message
+    true = shutil.which("true", path=TRUSTED_PATH)
+    if true is None:
+        return "no 'true' binary on the trusted PATH to probe with"
+    fds: list[int] = []
+    try:
+        args += seccomp_args(fds)
+        done = subprocess.run(
+            [*args, "--remount-ro", "/", "--", os.path.realpath(true)],
+            pass_fds=fds,
+            capture_output=True,
+            timeout=10,
+            check=False,
+            cwd="/",
+            env={},
+            user=identity.uid,
+            group=identity.gid,
+            extra_groups=[] if identity.uid is not None else None,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"bubblewrap could not be started: {exc}"
+    finally:
+        for fd in fds:
+            os.close(fd)
+    if done.returncode != 0:
+        why = done.stderr.decode("utf-8", "replace").strip()[:300]
+        return f"bubblewrap does not work here (exit {done.returncode}): {why}"
+    return None

@@ -1,0 +1,291 @@
+"""Spawning one sandboxed process: stdin in, capped stdout/stderr out, wall-clock timeout, rlimits,
+and an unprivileged uid when started as root. Shared by the bubblewrap and the unsafe backends."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import selectors
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+
+from ..errors import SandboxError
+from ..policy import SandboxPolicy
+from . import RunResult
+from .output import CappedBuffer
+
+_KILL_WAIT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who the spawned process runs as: ``uid``/``gid`` None keeps the caller's."""
+
+    uid: int | None
+    gid: int | None
+
+    @property
+    def effective_uid(self) -> int:
+        return os.geteuid() if self.uid is None else self.uid
+
+
+def identity_for(policy: SandboxPolicy) -> Identity:
+    """As root, drop to ``policy.run_as_uid``: bubblewrap started by root keeps capabilities and
+    RLIMIT_NPROC is not enforced for uid 0. Otherwise run as the caller."""
+    if os.geteuid() == 0:
+        return Identity(policy.run_as_uid, policy.run_as_uid)
+    return Identity(None, None)
+
+
+def count_tasks(uid: int) -> int:
+    """Tasks (threads) the kernel counts against ``uid``'s RLIMIT_NPROC, approximately."""
+    total = 0
+    try:
+        with os.scandir("/proc") as entries:
+            for entry in entries:
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    if entry.stat(follow_symlinks=False).st_uid != uid:
+                        continue
+                    total += len(os.listdir(f"/proc/{entry.name}/task"))
+                except OSError:
+                    continue
+    except OSError:
+        return 0
+    return total
+
+
+TRUSTED_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@cache
+def find_prlimit() -> str | None:
+    found = shutil.which("prlimit", path=TRUSTED_PATH)
+    return os.path.realpath(found) if found else None
+
+
+def limits_prefix(policy: SandboxPolicy, uid: int, *, extra_fds: int = 0) -> list[str]:
+    """``prlimit ... --`` setting the rlimits for what follows (util-linux ``prlimit`` execs the
+    command with them; no ``preexec_fn``, so spawning stays safe with threads)."""
+    prlimit = find_prlimit()
+    if prlimit is None:
+        raise SandboxError("prlimit (util-linux) is not installed", code="sandbox-unavailable")
+    nproc = _clamp(resource.RLIMIT_NPROC, count_tasks(uid) + policy.max_processes)
+    memory = _clamp(resource.RLIMIT_AS, policy.memory_mb * 1024 * 1024)
+    fsize = _clamp(resource.RLIMIT_FSIZE, policy.max_file_mb * 1024 * 1024)
+    nofile = _clamp(resource.RLIMIT_NOFILE, 256 + extra_fds)
+    cpu_hard = _clamp(resource.RLIMIT_CPU, policy.cpu_s + 1)
+    return [
+        prlimit,
+        f"--nproc={nproc}:{nproc}",
+        f"--as={memory}:{memory}",
+        f"--fsize={fsize}:{fsize}",
+        f"--cpu={min(policy.cpu_s, cpu_hard)}:{cpu_hard}",
+        "--core=0:0",
+        f"--nofile={nofile}:{nofile}",
+        "--memlock=0:0",
+        "--",
+    ]
+
+
+def _clamp(which: int, value: int) -> int:
+    """Never ask for more than the current hard limit (an unprivileged process cannot raise it)."""
+    hard = resource.getrlimit(which)[1]
+    return value if hard == resource.RLIM_INFINITY else min(value, hard)
+
+
+def spawn_and_collect(
+    argv: Sequence[str],
+    *,
+    stdin: bytes,
+    env: Mapping[str, str],
+    timeout_s: float,
+    cap: int,
+    policy: SandboxPolicy,
+    identity: Identity,
+    pass_fds: Sequence[int] = (),
+    cwd: str | None = None,
+    info_fd: int | None = None,
+    close_after_spawn: Sequence[int] = (),
+) -> RunResult:
+    """Run ``argv`` in its own process group, feed ``stdin``, read both outputs up to ``cap`` bytes
+    each. On timeout or an overflowing output the whole group is killed.
+
+    ``info_fd`` is the read end of bubblewrap's ``--info-fd`` pipe: its ``child-pid`` (the sandbox's
+    init) is waited for, bounded, so no sandboxed process outlives the call.
+
+    Raises:
+        SandboxError: ``sandbox-failed`` when the process cannot be started.
+    """
+    started = time.perf_counter()
+    try:
+        prefix = limits_prefix(policy, identity.effective_uid, extra_fds=len(pass_fds))
+        proc = subprocess.Popen(
+            [*prefix, *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env),
+            cwd=cwd,
+            close_fds=True,
+            pass_fds=tuple(pass_fds),
+            process_group=0,
+            user=identity.uid,
+            group=identity.gid,
+            extra_groups=[] if identity.uid is not None else None,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SandboxError(f"cannot start the sandbox: {exc}", code="sandbox-failed") from None
+    finally:
+        for fd in close_after_spawn:
+            os.close(fd)
+    out, err, info = CappedBuffer(cap), CappedBuffer(cap), CappedBuffer(4096)
+    timed_out = False
+    deadline = started + timeout_s
+    try:
+        timed_out = _pump(proc, stdin, out=out, err=err, deadline=deadline, info_fd=info_fd, info=info)
+    finally:
+        if proc.poll() is None:
+            _kill_group(proc)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        child = None
+        if info_fd is not None:
+            _drain(info_fd, info)
+            child = _child_pid(info.value())
+            _wait_gone(child, kill=proc.returncode is None or proc.returncode < 0 or timed_out)
+    code = proc.returncode
+    killed = timed_out or out.truncated or err.truncated
+    return RunResult(
+        exit_code=None if killed else (code if code is not None and code >= 0 else None),
+        signal=-code if code is not None and code < 0 else None,
+        stdout=out.value(),
+        stderr=err.value(),
+        stdout_truncated=out.truncated,
+        stderr_truncated=err.truncated,
+        timed_out=timed_out,
+        duration_ms=(time.perf_counter() - started) * 1000,
+        started=info_fd is None or child is not None,
+    )
+
+
+def _drain(fd: int, buffer: CappedBuffer) -> None:
+    os.set_blocking(fd, False)
+    with contextlib.suppress(OSError):
+        while chunk := os.read(fd, 4096):
+            if not buffer.feed(chunk):
+                break
+
+
+def _child_pid(info: bytes) -> int | None:
+    try:
+        pid = json.loads(info or b"{}").get("child-pid")
+    except (ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) and pid > 1 else None
+
+
+def _wait_gone(pid: int | None, *, kill: bool) -> None:
+    """Wait (bounded) until the sandbox's init has exited: its pid namespace is then empty."""
+    if pid is None:
+        return
+    if kill:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + _KILL_WAIT_S
+    pause = 0.0002
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[-1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in (b"Z", b"X"):
+            return
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)
+
+
+def _pump(
+    proc: subprocess.Popen[bytes],
+    stdin: bytes,
+    *,
+    out: CappedBuffer,
+    err: CappedBuffer,
+    deadline: float,
+    info_fd: int | None,
+    info: CappedBuffer,
+) -> bool:
+    """Move bytes until both outputs close and the process exits. Returns True on timeout."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None  # noqa: S101
+    sel = selectors.DefaultSelector()
+    pending = memoryview(stdin)
+    os.set_blocking(proc.stdin.fileno(), False)
+    if pending:
+        sel.register(proc.stdin, selectors.EVENT_WRITE)
+    else:
+        proc.stdin.close()
+    sel.register(proc.stdout, selectors.EVENT_READ, out)
+    sel.register(proc.stderr, selectors.EVENT_READ, err)
+    if info_fd is not None:
+        sel.register(info_fd, selectors.EVENT_READ, info)
+    readers = 2
+    try:
+        while readers:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                _kill_group(proc)
+                return True
+            for key, _ in sel.select(remaining):
+                if key.fileobj is proc.stdin:
+                    try:
+                        sent = os.write(proc.stdin.fileno(), pending[:65536])
+                    except BlockingIOError:
+                        continue
+                    except BrokenPipeError:
+                        sent = len(pending)
+                    pending = pending[sent:]
+                    if not pending:
+                        sel.unregister(proc.stdin)
+                        proc.stdin.close()
+                    continue
+                fd = key.fd
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    readers -= fd != info_fd
+                    continue
+                if key.data is info:
+                    info.feed(chunk)
+                    continue
+                if not key.data.feed(chunk):
+                    _kill_group(proc)
+                    return False
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return True
+        return False
+    finally:
+        sel.close()
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the process group; the sandbox's pid namespace dies with its init."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):  # a process stuck in D state
+        proc.wait(timeout=_KILL_WAIT_S)

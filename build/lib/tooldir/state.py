@@ -1,0 +1,262 @@
+"""User state: approvals and signature high-water marks, under ``$XDG_STATE_HOME/tooldir``.
+
+The location comes only from the CLI (``--state-dir``), the environment of the user's own shell
+(``TOOLDIR_STATE_DIR``, ``XDG_STATE_HOME``) or the default; never from a project. Files are JSON,
+written atomically (temp file, fsync, ``os.replace``) with mode 0600, so a crash leaves the old or
+the new content, never a torn file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import StateError
+from .model import ToolRecord
+
+APPROVALS = "approvals.json"
+HIGH_WATER = "versions.json"
+VERIFIED = "verified.bin"
+_LOCK = ".lock"
+
+
+def default_state_dir() -> Path:
+    explicit = os.environ.get("TOOLDIR_STATE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(base):  # XDG: a relative value is invalid (it would name the project) and ignored
+        base = str(Path.home() / ".local" / "state")
+    return Path(base) / "tooldir"
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    path: str
+    name: str
+    digest: str
+    time: str
+    key: str | None = None
+    files: tuple[tuple[str, str], ...] = ()  # (relative path, sha256) as approved, to explain changes
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "digest": self.digest, "time": self.time, "key": self.key, "files": dict(self.files)}
+
+
+def read_json(path: Path, default: dict[str, Any]) -> dict[str, Any]:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return default
+    except OSError as exc:
+        raise StateError(f"cannot read: {exc.strerror}", path=str(path)) from None
+    try:
+        value = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StateError(f"not valid JSON ({exc}); restore it or delete it to start over", path=str(path)) from None
+    if not isinstance(value, dict):
+        raise StateError("expected a JSON object", path=str(path))
+    return value
+
+
+def write_json_atomic(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _write_bytes_atomic(path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load_approvals(state_dir: Path) -> dict[str, Approval]:
+    path = state_dir / APPROVALS
+    raw = read_json(path, {"version": 1, "approvals": {}})
+    entries = raw.get("approvals", {})
+    if not isinstance(entries, dict):
+        raise StateError("'approvals' must be an object", path=str(path))
+    result: dict[str, Approval] = {}
+    for pkg_path, entry in entries.items():
+        try:
+            files = entry.get("files") or {}
+            result[pkg_path] = Approval(
+                path=pkg_path,
+                name=str(entry["name"]),
+                digest=str(entry["digest"]),
+                time=str(entry["time"]),
+                key=entry.get("key"),
+                files=tuple(sorted((str(k), str(v)) for k, v in files.items())),
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise StateError(f"approval for {pkg_path!r} is malformed ({exc})", path=str(path)) from None
+    return result
+
+
+def save_approvals(state_dir: Path, approvals: dict[str, Approval]) -> None:
+    write_json_atomic(
+        state_dir / APPROVALS,
+        {"version": 1, "approvals": {p: a.to_json() for p, a in sorted(approvals.items())}},
+    )
+
+
+@contextmanager
+def locked(state_dir: Path) -> Iterator[None]:
+    """Serialise read-modify-write updates of state files between processes (``flock``)."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(state_dir / _LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def record_approval(state_dir: Path, approval: Approval) -> None:
+    """Add or replace the approval of ``approval.path`` (atomic, 0600)."""
+    with locked(state_dir):
+        approvals = load_approvals(state_dir)
+        approvals[approval.path] = approval
+        save_approvals(state_dir, approvals)
+
+
+def remove_approvals(state_dir: Path, paths: Iterable[str]) -> list[Approval]:
+    """Remove the approvals of ``paths``; returns the ones that existed."""
+    with locked(state_dir):
+        approvals = load_approvals(state_dir)
+        removed = [approvals.pop(p) for p in sorted(set(paths)) if p in approvals]
+        if removed:
+            save_approvals(state_dir, approvals)
+    return removed
+
+
+# ---------------------------------------------------------------------------------------------
+# High-water marks: the highest lock version seen per (signer key, tool) -- rollback protection.
+# Loading only reads them; they are written by ``record_versions`` (the CLI calls it after scan,
+# list, show, verify and allow; a host application calls it after a load it accepts).
+
+HighWater = dict[tuple[str, str], int]
+
+
+def load_high_water(state_dir: Path) -> HighWater:
+    path = state_dir / HIGH_WATER
+    raw = read_json(path, {"version": 1, "marks": {}})
+    marks = raw.get("marks", {})
+    if not isinstance(marks, dict):
+        raise StateError("'marks' must be an object", path=str(path))
+    result: HighWater = {}
+    for signer, tools in marks.items():
+        if not isinstance(tools, dict):
+            raise StateError(f"marks for signer {signer!r} must be an object", path=str(path))
+        for tool, version in tools.items():
+            if type(version) is not int or version < 0:
+                raise StateError(f"mark for {signer!r}/{tool!r} must be a non-negative integer", path=str(path))
+            result[(str(signer), str(tool))] = version
+    return result
+
+
+def record_versions(state_dir: Path, seen: Iterable[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """Raise the high-water marks to the (signer, tool, version) triples seen; never lowers one.
+    Returns the marks that changed. Writes nothing when nothing changed."""
+    wanted = list(seen)
+    if not wanted:
+        return []
+    with locked(state_dir):
+        marks = load_high_water(state_dir)
+        changed = []
+        for signer, tool, version in wanted:
+            if marks.get((signer, tool), -1) < version:
+                marks[(signer, tool)] = version
+                changed.append((signer, tool, version))
+        if changed:
+            nested: dict[str, dict[str, int]] = {}
+            for (signer, tool), version in sorted(marks.items()):
+                nested.setdefault(signer, {})[tool] = version
+            write_json_atomic(state_dir / HIGH_WATER, {"version": 1, "marks": nested})
+    return changed
+
+
+def record_seen_versions(state_dir: Path, records: Iterable[ToolRecord]) -> list[tuple[str, str, int]]:
+    """Raise the high-water marks for every tool in ``records`` that is trusted by a signature
+    (a host application calls this after accepting a load; the CLI does after scan/list/show)."""
+    return record_versions(
+        state_dir,
+        [
+            (signer, r.name, r.trust.version)
+            for r in records
+            if r.trust.trusted
+            and r.trust.method.startswith("signed:")
+            and r.trust.signer
+            and r.trust.version is not None
+            for signer in dict.fromkeys((r.trust.signer, *r.trust.signers))
+        ],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Verified signatures: sha256 digests of (key, signature, lock) triples that verified, so a new
+# process need not redo ~0.2 ms of Ed25519 work per signature. A digest only says "this exact key
+# signed this exact lock", a fact anyone can re-check; whoever can write this file can also write
+# approvals, so it grants nothing new. Written like the high-water marks, never by a load.
+
+_VERIFIED_MAGIC = b"tooldir-verified-v1\n"
+_DIGEST = 32
+MAX_VERIFIED = 1 << 18
+
+
+def load_verified(state_dir: Path) -> frozenset[bytes]:
+    """The recorded digests; an unreadable or malformed file counts as empty (it is only a cache)."""
+    try:
+        with open(state_dir / VERIFIED, "rb") as fh:
+            data = fh.read(len(_VERIFIED_MAGIC) + MAX_VERIFIED * _DIGEST + 1)
+    except OSError:
+        return frozenset()
+    body = data[len(_VERIFIED_MAGIC) :]
+    if not data.startswith(_VERIFIED_MAGIC) or len(body) % _DIGEST or len(body) > MAX_VERIFIED * _DIGEST:
+        return frozenset()
+    return frozenset(body[i : i + _DIGEST] for i in range(0, len(body), _DIGEST))
+
+
+def record_verified(state_dir: Path, digests: Iterable[bytes]) -> int:
+    """Add digests of successful verifications (newest kept when over the bound). Returns how many
+    were new; writes nothing when none were."""
+    wanted = [d for d in digests if len(d) == _DIGEST]
+    if not wanted:
+        return 0
+    with locked(state_dir):
+        path = state_dir / VERIFIED
+        try:
+            with open(path, "rb") as fh:
+                old = fh.read()
+        except FileNotFoundError:
+            old = _VERIFIED_MAGIC
+        if not old.startswith(_VERIFIED_MAGIC) or (len(old) - len(_VERIFIED_MAGIC)) % _DIGEST:
+            old = _VERIFIED_MAGIC
+        body = old[len(_VERIFIED_MAGIC) :]
+        seen = {body[i : i + _DIGEST] for i in range(0, len(body), _DIGEST)}
+        new = [d for d in dict.fromkeys(wanted) if d not in seen]
+        if not new:
+            return 0
+        merged = (body + b"".join(new))[-MAX_VERIFIED * _DIGEST :]
+        _write_bytes_atomic(path, _VERIFIED_MAGIC + merged)
+    return len(new)
+
+
+def _write_bytes_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

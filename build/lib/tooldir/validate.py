@@ -1,0 +1,334 @@
+"""PackageScan -> Candidate: strict JSON, the published manifest schema, names, input schema,
+command safety and suspicious text. Pure: no I/O beyond reading the shipped manifest schema once.
+
+The hot path uses the compiled ``jsonschema_rs`` validators (a few microseconds per manifest);
+only when a manifest is invalid does ``jsonschema`` produce the detailed, pointer-exact report.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import jsonschema
+import jsonschema_rs
+
+from ._internal.strictjson import (
+    FrozenDict,
+    StrictJSONError,
+    escape_pointer,
+    freeze_arrays_in_place,
+    iter_strings,
+    loads,
+    thaw,
+)
+from .discover import MANIFEST, PackageScan
+from .model import Diagnostic, Manifest, Severity, error, warning
+from .names import explain_invalid, is_valid_name
+from .policy import Policy
+from .text import (
+    clean_descriptions_schema,
+    injection_reasons,
+    invisible_characters,
+    may_contain_injection,
+    may_hide_characters,
+)
+
+_DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+_SHELL_META = re.compile(r"[;&|`<>]|\$\(|\$\{|^\$|\$[A-Za-z_]")
+#: An argument made only of these cannot hold a path separator, '~', '=', a variable or shell syntax.
+_PLAIN_ARG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+,@%-]*")
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish", "csh", "tcsh", "busybox", "env", "sudo", "doas"})
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A scanned package and, if it is well-formed, its manifest."""
+
+    scan: PackageScan
+    manifest: Manifest | None
+    diagnostics: tuple[Diagnostic, ...]
+
+    @property
+    def name(self) -> str:
+        """The manifest's tool name, else the package directory's name."""
+        return self.manifest.name if self.manifest is not None else self.scan.name
+
+    @property
+    def valid(self) -> bool:
+        return self.manifest is not None and not any(d.severity is Severity.ERROR for d in self.diagnostics)
+
+
+@cache
+def manifest_schema() -> dict[str, Any]:
+    """The published JSON Schema of schema.json (shipped in the package)."""
+    text = resources.files("tooldir").joinpath("manifest.schema.json").read_text("utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+@cache
+def _fast_manifest_validator() -> Any:
+    return jsonschema_rs.Draft202012Validator(manifest_schema())
+
+
+@cache
+def _input_schema_meta_validator() -> Any:
+    """Draft 2020-12 meta-schema with format assertion, so a ``pattern`` that is not a valid
+    regex is caught here (plain meta-validation treats ``format`` as an annotation)."""
+    return jsonschema_rs.Draft202012Validator({"$ref": _DRAFT_2020_12}, validate_formats=True)
+
+
+@cache
+def _all_clear_validator() -> Any:
+    """One pass for the common case: the manifest schema, the input schema's meta-schema (with
+    format assertion) and no injection-like string, all at once. Only when it says no do the
+    separate checks run to find out what is wrong. None if the engine cannot build it."""
+    schema = {
+        "$defs": {"manifest": manifest_schema(), "clean_descriptions": clean_descriptions_schema()},
+        "allOf": [
+            {"$ref": "#/$defs/manifest"},
+            {"properties": {"input_schema": {"$ref": _DRAFT_2020_12}}},
+            {"$ref": "#/$defs/clean_descriptions"},
+        ],
+    }
+    try:
+        return jsonschema_rs.Draft202012Validator(schema, validate_formats=True)
+    except (ValueError, jsonschema_rs.ReferencingError):  # pragma: no cover - depends on the engine
+        return None
+
+
+@cache
+def _slow_manifest_validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(manifest_schema())
+
+
+def validate_package(scan: PackageScan, policy: Policy) -> Candidate:
+    if scan.digest is None:
+        return Candidate(scan, None, scan.diagnostics)
+    v = _Validation(scan, policy)
+    manifest = v.run()
+    return Candidate(scan, manifest, tuple(v.diags))
+
+
+class _Validation:
+    def __init__(self, scan: PackageScan, policy: Policy) -> None:
+        self.scan = scan
+        self.policy = policy
+        self.diags: list[Diagnostic] = []
+        self.path = f"{scan.path}/{MANIFEST}"
+        self.raw = ""
+
+    def fail(self, code: str, message: str, pointer: str | None = None) -> None:
+        self.diags.append(
+            error(code, message, tool=self.scan.name, source=self.scan.source, path=self.path, pointer=pointer)
+        )
+
+    def warn(self, code: str, message: str, pointer: str | None = None) -> None:
+        self.diags.append(
+            warning(code, message, tool=self.scan.name, source=self.scan.source, path=self.path, pointer=pointer)
+        )
+
+    def run(self) -> Manifest | None:
+        scan = self.scan
+        if not is_valid_name(scan.name):
+            self.fail("invalid-name", f"folder name {scan.name!r}: {explain_invalid(scan.name)}")
+        raw = scan.contents[MANIFEST]
+        try:
+            data = loads(raw, max_depth=self.policy.limits.max_json_depth, freeze_arrays=False)
+        except StrictJSONError as exc:
+            self.fail(exc.code, exc.message, exc.pointer)
+            return None
+        if not isinstance(data, dict):
+            self.fail("schema-invalid", f"the manifest must be a JSON object, not {_json_type(data)}", "")
+            return None
+        self.raw = raw.decode("utf-8")  # cannot fail: loads() accepted it
+        all_clear = _all_clear_validator()
+        # Plain text (ASCII, no escapes that could hide characters) that passes every schema check
+        # and the injection pre-filter in one pass has no schema error and no suspicious text.
+        fast = all_clear is not None and not may_hide_characters(self.raw) and all_clear.is_valid(data)
+        if not fast:
+            self._check_text(data)
+            if not _fast_manifest_validator().is_valid(data):
+                self._report_schema_errors(data)
+                return None
+        name = data["name"]
+        if name != scan.name:
+            self.fail("name-mismatch", f"manifest name {name!r} differs from its folder name {scan.name!r}", "/name")
+        self._check_input_schema(data["input_schema"], meta_checked=fast)
+        self._check_command(data["execute"]["command"])
+        if any(d.severity is Severity.ERROR for d in self.diags):
+            return None
+        freeze_arrays_in_place(data["input_schema"])  # the only part kept as parsed (the rest becomes tuples)
+        return Manifest.model_validate(data)
+
+    def _report_schema_errors(self, data: dict[str, Any]) -> None:
+        errors = sorted(_slow_manifest_validator().iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
+        for err in errors[:20]:
+            pointer = "".join(f"/{escape_pointer(str(p))}" for p in err.absolute_path)
+            if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+                allowed = set(err.schema.get("properties", {}))
+                for key in sorted(set(err.instance) - allowed):
+                    self.fail("schema-invalid", f"unknown key {key!r}", f"{pointer}/{escape_pointer(key)}")
+                continue
+            if pointer == "/name" and err.validator == "pattern" and isinstance(err.instance, str):
+                self.fail("invalid-name", f"name {err.instance!r}: {explain_invalid(err.instance)}", pointer)
+                continue
+            if pointer == "/input_schema" or pointer.startswith("/input_schema/"):
+                self.fail("invalid-input-schema", f"input_schema: {err.message}", pointer)
+                continue
+            self.fail("schema-invalid", err.message, pointer or "")
+
+    def _check_input_schema(self, schema: FrozenDict, *, meta_checked: bool) -> None:
+        declared = schema.get("$schema")
+        if declared is not None and declared not in (_DRAFT_2020_12, _DRAFT_2020_12 + "#"):
+            self.fail(
+                "invalid-input-schema", f"input_schema must be draft 2020-12, not {declared!r}", "/input_schema/$schema"
+            )
+            return
+        # "$ref"/"$dynamicRef" can only be present if the text names them (or hides them in escapes).
+        raw = self.raw
+        has_refs = ("$" in raw and ("$ref" in raw or "$dynamicRef" in raw)) or ("\\" in raw and "\\u" in raw)
+        if has_refs:
+            for pointer, value in _refs(schema, "/input_schema"):
+                if not value.startswith("#"):
+                    self.fail("invalid-input-schema", f"only local references are allowed, not {value!r}", pointer)
+            if any(d.code == "invalid-input-schema" for d in self.diags):
+                return
+        meta = _input_schema_meta_validator()
+        if not meta_checked and not meta.is_valid(schema):
+            for exc in sorted(meta.iter_errors(schema), key=lambda e: [str(p) for p in e.instance_path])[:5]:
+                where = "".join(f"/{escape_pointer(str(p))}" for p in exc.instance_path)
+                self.fail(
+                    "invalid-input-schema",
+                    f"input_schema is not a valid JSON Schema: {exc.message}",
+                    "/input_schema" + where,
+                )
+            return
+        if has_refs:  # references must resolve: only compiling the schema tells
+            try:
+                jsonschema_rs.validator_for(thaw(schema))
+            except (ValueError, jsonschema_rs.ReferencingError) as exc:
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                self.fail("invalid-input-schema", f"input_schema cannot be compiled: {reason}", "/input_schema")
+
+    def _check_command(self, argv: list[str]) -> None:
+        files = {f.path: f for f in self.scan.files}
+        interpreters = set(self.policy.exec.interpreters)
+        for index, arg in enumerate(argv):
+            if _PLAIN_ARG.fullmatch(arg):
+                continue  # letters, digits and harmless punctuation only: nothing to check
+            problem = _unsafe_arg(arg)
+            if problem:
+                self.fail("unsafe-command", f"argument {arg!r} {problem}", f"/execute/command/{index}")
+        if any(d.code == "unsafe-command" for d in self.diags):
+            return
+        head = argv[0]
+        if "/" not in head and head in interpreters:
+            if head in files:
+                # the sandbox would run the package's own file, while a reviewer reads "system python3"
+                self.fail(
+                    "unsafe-command",
+                    f"argv[0] {head!r} is both an allowed interpreter and a file of the package; rename the file",
+                    "/execute/command/0",
+                )
+                return
+            if head in _SHELLS and any(a.startswith("-") for a in argv[1:]):
+                self.fail(
+                    "unsafe-command", f"shell {head!r} may only run a script file from the package", "/execute/command"
+                )
+                return
+            if len(argv) < 2 or argv[1] not in files:
+                self.fail(
+                    "unsafe-command",
+                    f"interpreter {head!r} must be followed by a file of the package (got {argv[1:2]})",
+                    "/execute/command/1",
+                )
+            return
+        if head in _SHELLS or head.rsplit("/", 1)[-1] in _SHELLS:
+            self.fail("unsafe-command", f"{head!r} is a shell; tools run without one", "/execute/command/0")
+        elif head not in files:
+            allowed = ", ".join(sorted(interpreters)) or "none"
+            self.fail(
+                "unsafe-command",
+                f"argv[0] {head!r} is neither a file of the package nor an allowed interpreter ({allowed})",
+                "/execute/command/0",
+            )
+        elif not files[head].executable:
+            self.fail(
+                "unsafe-command",
+                f"argv[0] {head!r} is not executable (chmod +x, or name an interpreter)",
+                "/execute/command/0",
+            )
+
+    def _check_text(self, data: dict[str, Any]) -> None:
+        if may_hide_characters(self.raw):
+            for pointer, text in iter_strings(data):
+                found = invisible_characters(text)
+                if found:
+                    self.warn("suspicious-text", f"invisible or control characters: {', '.join(found[:5])}", pointer)
+        if not may_contain_injection(data, self.raw):
+            return
+        texts: list[tuple[str, Any]] = [("/description", data.get("description"))]
+        texts += [
+            (p, t) for p, t in iter_strings(data.get("input_schema"), "/input_schema") if p.endswith("/description")
+        ]
+        for pointer, text in texts:
+            if isinstance(text, str):
+                for reason in injection_reasons(text):
+                    self.warn(
+                        "suspicious-text",
+                        f"looks like an instruction to the model ({reason}); review it in full",
+                        pointer,
+                    )
+
+
+def _unsafe_arg(arg: str) -> str | None:
+    """Why one argv entry is unsafe, or None. Checks the whole argument and every value embedded
+    in it: after each ``=`` (``--out=/etc/x``) and after a short option (``-o/etc/x``)."""
+    if "\x00" in arg or "\n" in arg or "\r" in arg:
+        return "contains a NUL or line break"
+    values = [arg, *arg.split("=")[1:]]
+    if len(arg) > 2 and arg[0] == "-" and arg[1] != "-":
+        values.append(arg[2:])
+    for value in values:
+        if value.startswith("/"):
+            return "is or embeds an absolute path; only files inside the package may be named"
+        if value.startswith("~"):
+            return "is or embeds a '~' path; home directories are never expanded"
+    if ".." in re.split(r"[/\\=:]", arg):
+        return "contains a '..' component"
+    if _SHELL_META.search(arg):
+        return "contains shell syntax or a variable; commands run without a shell"
+    return None
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "null"
+
+
+def _refs(value: Any, pointer: str) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            child = f"{pointer}/{escape_pointer(key)}"
+            if key in ("$ref", "$dynamicRef") and isinstance(item, str):
+                found.append((child, item))
+            else:
+                found.extend(_refs(item, child))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found.extend(_refs(item, f"{pointer}/{index}"))
+    return found
