@@ -2,7 +2,7 @@
 
     ToolDirError                      .diagnostics() -> str
     ├── ConfigError                   the user's own configuration (exit code 2)
-    │   ├── PolicyError               .path, .key
+    │   ├── PolicyError               .path, .key, .line
     │   ├── StateError                .path
     │   ├── EvalDataError             .path, .line (tooldir.evaluate)
     │   └── ScenarioError             .path (tooldir._drill_plant)
@@ -36,13 +36,15 @@ class ConfigError(ToolDirError):
 
 
 class PolicyError(ConfigError):
-    def __init__(self, message: str, *, path: str, key: str | None = None) -> None:
+    def __init__(self, message: str, *, path: str, key: str | None = None, line: int | None = None) -> None:
         super().__init__(message)
         self.path = path
         self.key = key
+        self.line = line
 
     def diagnostics(self) -> str:
-        return f"invalid policy {self.path}: {self.message}"
+        where = self.path if self.line is None else f"{self.path}:{self.line}"
+        return f"invalid policy {where}: {self.message}"
 
 
 class StateError(ConfigError):
