@@ -58,11 +58,13 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
     project = args.project
     if project is not None and not Path(project).is_dir():
         raise CommandError(f"--project {project}: not a directory")
+    policy, policy_file = load_policy(args.policy)
     return make_config(
         project=project,
         user_dirs=args.user_dir,
-        policy=policy_from_args(args),
+        policy=policy,
         state_dir=args.state_dir,
+        policy_file=policy_file,
     )
 
 
