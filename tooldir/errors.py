@@ -4,6 +4,7 @@
     ├── ConfigError                   the user's own configuration (exit code 2)
     │   ├── PolicyError               .path, .key, .line
     │   ├── StateError                .path
+    │   ├── StateDirError             .setting, .value (a relative state location)
     │   ├── EvalDataError             .path, .line (tooldir.evaluate)
     │   └── ScenarioError             .path (tooldir._drill_plant)
     ├── DiscoveryError                a tool root cannot be opened
@@ -54,6 +55,15 @@ class StateError(ConfigError):
 
     def diagnostics(self) -> str:
         return f"invalid state file {self.path}: {self.message}"
+
+
+class StateDirError(ConfigError):
+    """The user's state location is unusable (relative: it would resolve inside the project)."""
+
+    def __init__(self, message: str, *, setting: str, value: str) -> None:
+        super().__init__(message)
+        self.setting = setting
+        self.value = value
 
 
 class DiscoveryError(ToolDirError):

@@ -25,7 +25,7 @@ from .names import skeleton
 from .policy import Policy, config_home, policy_diagnostics
 from .resolve import Assessed, resolve
 from .snapshot import DiagEntry, RecordEntry, Snapshot, assemble, diag_entry, record_entry
-from .state import APPROVALS, HIGH_WATER, Approval, default_state_dir, load_approvals
+from .state import APPROVALS, HIGH_WATER, Approval, absolute_state_dir, default_state_dir, load_approvals
 from .trust import Assessment, SignatureCheck, TrustInputs, assess, signature_check_factory
 from .validate import Candidate, validate_package
 
@@ -408,7 +408,11 @@ def make_config(
     policy_file: str | None = None,
 ) -> LoadConfig:
     """Roots from the arguments (``user_dirs=None`` means the user's config dir; ``project=None``
-    means no project source). ``policy_file``: where ``policy`` was read from (for diagnostics)."""
+    means no project source). ``policy_file``: where ``policy`` was read from (for diagnostics).
+
+    Raises:
+        StateDirError: ``state_dir`` or ``$TOOLDIR_STATE_DIR`` is a relative path.
+    """
     roots: list[RootSpec] = []
     if user_dirs is None:
         roots.append(user_root_default())
@@ -419,7 +423,7 @@ def make_config(
     return LoadConfig(
         roots=tuple(roots),
         policy=policy or Policy(),
-        state_dir=Path(state_dir) if state_dir is not None else default_state_dir(),
+        state_dir=absolute_state_dir(state_dir, setting="state_dir") if state_dir is not None else default_state_dir(),
         builtins=tuple(builtins),
         signature_check=signature_check_factory,
         policy_file=policy_file,
