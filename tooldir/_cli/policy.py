@@ -78,6 +78,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_OK
     keys = len(effective.origins)
     preset = f", preset {effective.preset}" if effective.preset else ""
-    console().print(safe(f"{args.file}: OK ({keys} values set{preset}; {len(weak)} weaken a default)", "green"))
+    values = f"{keys} value{'' if keys == 1 else 's'} set{preset}"
+    weakened = f"{len(weak)} weaken{'s' if len(weak) == 1 else ''} a default"
+    console().print(safe(f"{args.file}: OK ({values}; {weakened})", "green"))
     _print_weakenings(effective)
     return EXIT_OK
