@@ -392,7 +392,12 @@ def effective_policy(text: str, *, path: str = "<policy>") -> EffectivePolicy:
         loc = tuple(first["loc"])
         key = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
         keys = tuple(str(part) for part in loc if not isinstance(part, int))
-        message = f"unknown key {key}" if first["type"] == "extra_forbidden" else f"{key}: {first['msg']}"
+        if first["type"] == "extra_forbidden":
+            message = f"unknown key {key}"
+        else:  # pydantic speaks Python; the file is TOML
+            text = first["msg"].replace("a valid tuple", "an array").replace("a valid dictionary", "a table")
+            text = re.sub(r" or instance of \w+", "", text)
+            message = f"{key}: {text}"
         raise PolicyError(message, path=path, key=key, line=line_of(lines, keys)) from None
     origins: dict[str, str] = {}
     for leaf in _leaves(policy.model_dump(mode="json")):

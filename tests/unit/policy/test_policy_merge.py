@@ -312,3 +312,14 @@ def test_weakenings_of_a_policy_built_in_python_need_no_file() -> None:
     assert [(w.key, w.value, w.default, w.pointer) for w in weakenings(policy)] == [
         ("sources.project.require", [], ["approval", "signature", "pin"], "/sources/project/require")
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [('[sources.project]\nrequire = "approval"\n', "an array"), ("[sources]\nproject = 3\n", "a table")],
+)
+def test_type_errors_speak_toml_not_python(text: str, words: str) -> None:
+    with pytest.raises(PolicyError) as caught:
+        effective_policy(text)
+    assert words in caught.value.message and "tuple" not in caught.value.message
+    assert "instance" not in caught.value.message
