@@ -38,7 +38,7 @@ from tooldir.discover import RootSpec, open_root, scan_package
 from tooldir.loader import Loader, make_config
 from tooldir.lockfile import LOCK, MINISIG, render_lock
 from tooldir.model import Source, Status
-from tooldir.policy import KeysPolicy, Policy, SourcePolicy, SourcesPolicy
+from tooldir.policy import KeysPolicy, Policy, ProjectSourcePolicy, SourcesPolicy
 from tooldir.trust import clear_caches, remember_load
 
 
@@ -87,7 +87,7 @@ def _load(project: Path, policy: Policy, state: Path) -> tuple[int, int]:
 def bench(n: int, runs: int, workdir: Path) -> dict[str, Any]:
     unsigned, signed, public = prepare(n, workdir)
     # every risk level allowed, so every package reaches the signature check
-    project = SourcePolicy(require=("approval", "signature", "pin"), max_risk="exec")
+    project = ProjectSourcePolicy(require=("approval", "signature", "pin"), max_risk="exec")
     policy = Policy(sources=SourcesPolicy(project=project), keys=KeysPolicy(minisign=(public,)))
     empty_state, remembered_state = workdir / f"state-empty-{n}", workdir / f"state-remembered-{n}"
 

@@ -2,8 +2,9 @@
 
     ToolDirError                      .diagnostics() -> str
     ├── ConfigError                   the user's own configuration (exit code 2)
-    │   ├── PolicyError               .path, .key
+    │   ├── PolicyError               .path, .key, .line
     │   ├── StateError                .path
+    │   ├── StateDirError             .setting, .value (a relative state location)
     │   ├── EvalDataError             .path, .line (tooldir.evaluate)
     │   └── ScenarioError             .path (tooldir._drill_plant)
     ├── DiscoveryError                a tool root cannot be opened
@@ -36,13 +37,15 @@ class ConfigError(ToolDirError):
 
 
 class PolicyError(ConfigError):
-    def __init__(self, message: str, *, path: str, key: str | None = None) -> None:
+    def __init__(self, message: str, *, path: str, key: str | None = None, line: int | None = None) -> None:
         super().__init__(message)
         self.path = path
         self.key = key
+        self.line = line
 
     def diagnostics(self) -> str:
-        return f"invalid policy {self.path}: {self.message}"
+        where = self.path if self.line is None else f"{self.path}:{self.line}"
+        return f"invalid policy {where}: {self.message}"
 
 
 class StateError(ConfigError):
@@ -52,6 +55,15 @@ class StateError(ConfigError):
 
     def diagnostics(self) -> str:
         return f"invalid state file {self.path}: {self.message}"
+
+
+class StateDirError(ConfigError):
+    """The user's state location is unusable (relative: it would resolve inside the project)."""
+
+    def __init__(self, message: str, *, setting: str, value: str) -> None:
+        super().__init__(message)
+        self.setting = setting
+        self.value = value
 
 
 class DiscoveryError(ToolDirError):

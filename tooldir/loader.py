@@ -22,10 +22,10 @@ from .discover import RootSpec, list_packages, open_root, scan_package
 from .lockfile import UNLISTED
 from .model import BuiltinSpec, Diagnostic, Source, error, info
 from .names import skeleton
-from .policy import Policy, config_home
+from .policy import Policy, config_home, policy_diagnostics
 from .resolve import Assessed, resolve
 from .snapshot import DiagEntry, RecordEntry, Snapshot, assemble, diag_entry, record_entry
-from .state import APPROVALS, HIGH_WATER, Approval, default_state_dir, load_approvals
+from .state import APPROVALS, HIGH_WATER, Approval, absolute_state_dir, default_state_dir, load_approvals
 from .trust import Assessment, SignatureCheck, TrustInputs, assess, signature_check_factory
 from .validate import Candidate, validate_package
 
@@ -52,6 +52,8 @@ class LoadConfig:
     builtins: tuple[BuiltinSpec, ...] = ()
     #: Builds the signature check for one load from the policy and state (set by the trust stage).
     signature_check: Callable[[Policy, Path, datetime], SignatureCheck | None] | None = None
+    #: The file the policy came from (the ``path`` of its ``policy-weakened`` warnings), if any.
+    policy_file: str | None = None
 
 
 PkgKey = tuple[str, str]  # (root path, folder name)
@@ -122,6 +124,9 @@ class Loader:
         self._trust_key: object = None
         self._approvals: Mapping[str, Approval] = {}
         self._approvals_sig: object = ("unread",)
+        # the policy's own warnings (values weaker than their defaults): part of every snapshot
+        cfg = self.config
+        self._policy_diags = tuple(diag_entry(d) for d in policy_diagnostics(cfg.policy, cfg.policy_file))
 
     def reconfigure(self, config: LoadConfig) -> None:
         """Use a new configuration (e.g. a changed policy); the next build is a cold load."""
@@ -178,7 +183,7 @@ class Loader:
             for group in work.dirty:
                 self._resolve_group(group)
         self._built = True
-        extra: list[DiagEntry] = []
+        extra: list[DiagEntry] = list(self._policy_diags)
         for state in self._roots.values():
             extra.extend(state.diags)
             extra.extend(state.listing.values())
@@ -400,9 +405,14 @@ def make_config(
     policy: Policy | None = None,
     state_dir: str | os.PathLike[str] | None = None,
     builtins: Iterable[BuiltinSpec] = (),
+    policy_file: str | None = None,
 ) -> LoadConfig:
     """Roots from the arguments (``user_dirs=None`` means the user's config dir; ``project=None``
-    means no project source)."""
+    means no project source). ``policy_file``: where ``policy`` was read from (for diagnostics).
+
+    Raises:
+        StateDirError: ``state_dir`` or ``$TOOLDIR_STATE_DIR`` is a relative path.
+    """
     roots: list[RootSpec] = []
     if user_dirs is None:
         roots.append(user_root_default())
@@ -413,9 +423,10 @@ def make_config(
     return LoadConfig(
         roots=tuple(roots),
         policy=policy or Policy(),
-        state_dir=Path(state_dir) if state_dir is not None else default_state_dir(),
+        state_dir=absolute_state_dir(state_dir, setting="state_dir") if state_dir is not None else default_state_dir(),
         builtins=tuple(builtins),
         signature_check=signature_check_factory,
+        policy_file=policy_file,
     )
 
 

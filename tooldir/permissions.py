@@ -67,7 +67,10 @@ class AllowNames:
 class PlanMode:
     def check(self, request: PermissionRequest) -> None:
         if request.risk not in PLAN_RISKS:
-            raise deny(f"plan mode runs only read and external-read tools; {request.tool!r} has risk {request.risk}")
+            raise deny(
+                f"plan mode (permissions.mode) runs only read and external-read tools; {request.tool!r} has risk "
+                f"{request.risk}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +79,10 @@ class MaxRisk:
 
     def check(self, request: PermissionRequest) -> None:
         if request.risk.rank > self.limit.rank:
-            raise deny(f"{request.tool!r} has risk {request.risk}, above the policy limit {self.limit}")
+            raise deny(
+                f"{request.tool!r} has risk {request.risk}, above the policy limit permissions.max_risk = "
+                f'"{self.limit}"'
+            )
 
 
 class AllOf:

@@ -8,16 +8,22 @@ project. Every field has a safe default, so ``Policy()`` is the default policy a
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
+import re
 import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ._internal.tomllines import key_lines, line_of
 from .errors import PolicyError
-from .model import Risk, Source
+from .model import Diagnostic, Risk, Source, warning
 
 TrustMethod = Literal["approval", "signature", "pin"]
 
@@ -27,27 +33,47 @@ class _Frozen(BaseModel):
 
 
 class SourcePolicy(_Frozen):
-    require: tuple[TrustMethod, ...] = ()
+    """What one source's tools need. No field has a default here: each source's defaults are
+    declared once, on its own subclass below (a partial ``[sources.X]`` table is completed from
+    them key by key)."""
+
+    require: tuple[TrustMethod, ...]
     """Trust methods of which any one suffices; empty means the source needs no trust."""
-    max_risk: Risk = Risk.EXEC
-    may_shadow: bool = True
+    max_risk: Risk
+    may_shadow: bool
     """May a tool of this source shadow a same-named tool of a lower source?"""
 
 
-def _default_project() -> SourcePolicy:
-    return SourcePolicy(require=("approval", "signature", "pin"), max_risk=Risk.WRITE)
+class ProjectSourcePolicy(SourcePolicy):
+    """``[sources.project]``: untrusted until approved, signed or pinned; at most ``write``."""
+
+    require: tuple[TrustMethod, ...] = ("approval", "signature", "pin")
+    max_risk: Risk = Risk.WRITE
+    may_shadow: bool = True
+
+
+class UserSourcePolicy(SourcePolicy):
+    """``[sources.user]``: the user's own tools need no trust."""
+
+    require: tuple[TrustMethod, ...] = ()
+    max_risk: Risk = Risk.EXEC
+    may_shadow: bool = True
+
+
+#: Builtins are the host application's own code, registered in Python: nothing to verify.
+_BUILTIN_RULES = SourcePolicy(require=(), max_risk=Risk.EXEC, may_shadow=True)
 
 
 class SourcesPolicy(_Frozen):
-    project: SourcePolicy = Field(default_factory=_default_project)
-    user: SourcePolicy = Field(default_factory=SourcePolicy)
+    project: ProjectSourcePolicy = Field(default_factory=ProjectSourcePolicy)
+    user: UserSourcePolicy = Field(default_factory=UserSourcePolicy)
 
     def for_source(self, source: Source) -> SourcePolicy:
         if source is Source.PROJECT:
             return self.project
         if source is Source.USER:
             return self.user
-        return SourcePolicy()
+        return _BUILTIN_RULES
 
 
 class KeysPolicy(_Frozen):
@@ -227,35 +253,338 @@ def default_policy_path() -> Path:
     return Path(config_home()) / "tooldir" / "policy.toml"
 
 
+# -- reading a policy file: per-key merge over the defaults, with the origin of every value ------
+
+
+PRESET_KEY = "preset"
+"""Top-level key of a policy file naming a bundled preset the file starts from (``preset = "strict"``)."""
+
+KeyPath = tuple[str, ...]
+
+
+def preset_names() -> tuple[str, ...]:
+    """The bundled presets (``tooldir/_data/policies/*.toml``), by name."""
+    from ._data import PRESETS
+
+    return tuple(sorted(p.stem for p in PRESETS.glob("*.toml")))
+
+
+@dataclass(frozen=True, slots=True)
+class Weakening:
+    """One value that allows something its default refuses (DESIGN §9, ``policy-weakened``)."""
+
+    key: str  # dotted: "sources.project.max_risk"
+    value: Any  # as JSON
+    default: Any
+    why: str
+    origin: str | None = None  # "FILE:LINE", "preset:NAME"; None when only the values are known
+
+    @property
+    def pointer(self) -> str:
+        """JSON Pointer into the policy document."""
+        return "/" + self.key.replace(".", "/")
+
+    def message(self) -> str:
+        where = f" (set at {self.origin})" if self.origin else ""
+        return (
+            f"{self.key} = {json.dumps(self.value)} weakens the default {json.dumps(self.default)}{where}: {self.why}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "value": self.value, "default": self.default, "why": self.why, "origin": self.origin}
+
+
+@dataclass(frozen=True, slots=True)
+class EffectivePolicy:
+    """The policy in force and where each of its values came from."""
+
+    policy: Policy
+    file: str | None = None
+    preset: str | None = None
+    origins: Mapping[str, str] = field(default_factory=dict)
+    """Dotted key -> ``FILE:LINE`` or ``preset:NAME``; keys not listed have their ``default``."""
+
+    def origin(self, key: str) -> str:
+        return self.origins.get(key, "default")
+
+    def values(self) -> list[tuple[str, Any, str]]:
+        """(dotted key, value as JSON, origin) of every key, in declaration order."""
+        return [
+            (_dotted(path), value, self.origin(_dotted(path)))
+            for path, value in _leaves(self.policy.model_dump(mode="json")).items()
+        ]
+
+    def weakenings(self) -> tuple[Weakening, ...]:
+        return weakenings(self.policy, self.origins)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "preset": self.preset,
+            "policy": self.policy.model_dump(mode="json"),
+            "origins": {key: origin for key, _, origin in self.values()},
+            "weakened": [w.to_json() for w in self.weakenings()],
+        }
+
+
 def load_policy(path: str | os.PathLike[str] | None = None) -> tuple[Policy, str | None]:
     """Load the user's policy. Returns (policy, the file it came from or None for the default).
 
     An explicit ``path`` must exist. Without one, the user's config file is used if present.
+    Every key the file leaves out keeps its default, key by key (DESIGN §9).
 
     Raises:
         PolicyError: the file is unreadable, not TOML, or breaks the policy schema.
     """
+    effective = read_policy(path)
+    return effective.policy, effective.file
+
+
+def read_policy(path: str | os.PathLike[str] | None = None) -> EffectivePolicy:
+    """Like :func:`load_policy`, with the origin of every value."""
     if path is None:
         candidate = default_policy_path()
         if not candidate.exists():
-            return Policy(), None
+            return EffectivePolicy(Policy())
         path = candidate
     file = Path(path)
     try:
         text = file.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PolicyError(f"cannot read policy: {exc}", path=str(file)) from None
-    return parse_policy(text, path=str(file)), str(file)
+    return effective_policy(text, path=str(file))
 
 
 def parse_policy(text: str, *, path: str = "<policy>") -> Policy:
+    """The policy a file with this text means (see :func:`effective_policy`)."""
+    return effective_policy(text, path=path).policy
+
+
+def effective_policy(text: str, *, path: str = "<policy>") -> EffectivePolicy:
+    """Parse a policy file: its keys, over its ``preset`` if it names one, over the defaults.
+
+    Merging is per key at every level: a table the file names replaces nothing but the keys it
+    sets; each key it leaves out keeps the preset's value or else the field's default (declared
+    once, on the model). Arrays and strings are values, replaced whole.
+
+    Raises:
+        PolicyError: not TOML, an unknown key, a bad value or an unknown preset (with the key
+            and, where known, the line).
+    """
+    data = _parse_toml(text, path)
+    lines = key_lines(text)
+    preset_name = data.pop(PRESET_KEY, None)
+    base: dict[str, Any] = {}
+    if preset_name is not None:
+        if not isinstance(preset_name, str) or preset_name not in preset_names():
+            raise PolicyError(
+                f"{PRESET_KEY} = {json.dumps(preset_name)} is not a bundled preset ({', '.join(preset_names())})",
+                path=path,
+                key=PRESET_KEY,
+                line=line_of(lines, (PRESET_KEY,)),
+            )
+        base = _preset_data(preset_name)
+    merged = _merge(base, data)
     try:
-        data: dict[str, Any] = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(f"not valid TOML: {exc}", path=path) from None
-    try:
-        return Policy.model_validate(data)
+        policy = Policy.model_validate(merged)
     except ValidationError as exc:
         first = exc.errors()[0]
-        key = ".".join(str(part) for part in first["loc"])
-        raise PolicyError(f"{key}: {first['msg']}", path=path, key=key) from None
+        loc = tuple(first["loc"])
+        key = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
+        keys = tuple(str(part) for part in loc if not isinstance(part, int))
+        if first["type"] == "extra_forbidden":
+            message = f"unknown key {key}"
+        else:  # pydantic speaks Python; the file is TOML
+            text = first["msg"].replace("a valid tuple", "an array").replace("a valid dictionary", "a table")
+            text = re.sub(r" or instance of \w+", "", text)
+            message = f"{key}: {text}"
+        raise PolicyError(message, path=path, key=key, line=line_of(lines, keys)) from None
+    origins: dict[str, str] = {}
+    for leaf in _leaves(policy.model_dump(mode="json")):
+        if _present(data, leaf):
+            line = line_of(lines, leaf)
+            origins[_dotted(leaf)] = f"{path}:{line}" if line is not None else path
+        elif _present(base, leaf):
+            origins[_dotted(leaf)] = f"preset:{preset_name}"
+    return EffectivePolicy(policy, path, preset_name, origins)
+
+
+def _parse_toml(text: str, path: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        found = re.search(r"line (\d+)", str(exc))
+        line = int(found.group(1)) if found else None
+        raise PolicyError(f"not valid TOML: {exc}", path=path, line=line) from None
+
+
+@cache
+def _preset_text(name: str) -> str:
+    from ._data import PRESETS
+
+    return (PRESETS / f"{name}.toml").read_text(encoding="utf-8")
+
+
+def _preset_data(name: str) -> dict[str, Any]:
+    data = _parse_toml(_preset_text(name), f"preset:{name}")
+    data.pop(PRESET_KEY, None)  # presets stand on the defaults; they never chain
+    return data
+
+
+def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` on ``base``, key by key: tables merge recursively, everything else replaces."""
+    out = dict(base)
+    for key, value in over.items():
+        below = out.get(key)
+        out[key] = _merge(below, value) if isinstance(below, dict) and isinstance(value, dict) else value
+    return out
+
+
+def _leaves(data: Mapping[str, Any], prefix: KeyPath = ()) -> dict[KeyPath, Any]:
+    """Every key that holds a value (a non-empty table is not a value; an empty one is)."""
+    out: dict[KeyPath, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(_leaves(value, (*prefix, key)))
+        else:
+            out[(*prefix, key)] = value
+    return out
+
+
+def _present(data: Mapping[str, Any], path: KeyPath) -> bool:
+    node: Any = data
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _dotted(path: KeyPath) -> str:
+    return ".".join(path)
+
+
+# -- what counts as weakening a default ----------------------------------------------------------
+# A value *weakens* its default when it lets run, load or reach something the default refuses.
+# Each rule takes (value, default) as JSON and says why, or returns None. Keys in _NEUTRAL are not
+# protections (budgets, the user's own trust anchors and pins); a test keeps every key classified.
+
+_Rule = Callable[[Any, Any], str | None]
+
+
+def _higher(why: str) -> _Rule:
+    return lambda value, default: why if value > default else None
+
+
+def _turned_on(why: str) -> _Rule:
+    return lambda value, default: why if value is True and default is False else None
+
+
+def _adds(why: str) -> _Rule:
+    return lambda value, default: why if set(value) - set(default) else None
+
+
+def _drops(why: str) -> _Rule:
+    return lambda value, default: why if set(default) - set(value) else None
+
+
+def _higher_risk(value: Any, default: Any) -> str | None:
+    if Risk(value).rank > Risk(default).rank:
+        return f"tools of this source may now declare risk up to {value}"
+    return None
+
+
+def _require(value: Any, default: Any) -> str | None:
+    # any one listed method suffices: fewer methods is stricter; none, or one the default lacks, is looser
+    if default and not value:
+        return "tools of this source need no trust at all (no approval, signature or pin)"
+    if default and set(value) - set(default):
+        return f"tools of this source may now be trusted by {', '.join(sorted(set(value) - set(default)))}"
+    return None
+
+
+def _mode(value: Any, default: Any) -> str | None:
+    return "tools that write may run again (plan mode is off)" if default == "plan" and value != "plan" else None
+
+
+def _allow(value: Any, default: Any) -> str | None:
+    return "more tool names are allowed to run" if "*" not in default and set(value) - set(default) else None
+
+
+def _risk_cap(value: Any, default: Any) -> str | None:
+    if default is not None and (value is None or Risk(value).rank > Risk(default).rank):
+        return "a higher risk may run"
+    return None
+
+
+_SOURCE_RULES: dict[str, _Rule] = {
+    "require": _require,
+    "max_risk": _higher_risk,
+    "may_shadow": _turned_on("tools of this source may shadow same-named tools of lower sources"),
+}
+_LARGER = "a larger limit on untrusted input or on what a tool may use"
+WEAKENING_RULES: Mapping[str, _Rule] = MappingProxyType(
+    {
+        **{f"sources.{source}.{key}": rule for source in ("project", "user") for key, rule in _SOURCE_RULES.items()},
+        "keys.revoked": _drops("a revoked key is trusted again"),
+        "reserved.names": _drops("a directory tool may take a reserved name"),
+        "permissions.mode": _mode,
+        "permissions.allow": _allow,
+        "permissions.deny": _drops("a denied tool name may run"),
+        "permissions.max_risk": _risk_cap,
+        "sandbox.network": _turned_on("a tool that declares network gets it"),
+        "sandbox.unsafe_allow_unsandboxed": _turned_on("tools run WITHOUT a sandbox when none works"),
+        "sandbox.env_allow": _adds("tools may receive these variables of your environment"),
+        "exec.interpreters": _adds("more programs may be argv[0] of a tool"),
+        **{
+            f"sandbox.{key}": _higher(_LARGER)
+            for key in (
+                "timeout_s",
+                "memory_mb",
+                "max_processes",
+                "max_output_bytes",
+                "scratch_mb",
+                "cpu_s",
+                "max_file_mb",
+                "max_input_bytes",
+            )
+        },
+        **{f"limits.{key}": _higher(_LARGER) for key in Limits.model_fields},
+    }
+)
+#: Keys that are not protections: the user's own trust anchors and pins (adding one is how trust is
+#: granted, and it is always explicit), deferral budgets, and the sandbox uid (another unused uid
+#: is as good or better).
+NEUTRAL_KEYS: frozenset[str] = frozenset(
+    {"keys.minisign", "keys.allowed_signers", "pins", "sandbox.run_as_uid"}
+    | {f"defer.{key}" for key in DeferPolicy.model_fields}
+)
+
+
+def weakenings(policy: Policy, origins: Mapping[str, str] | None = None) -> tuple[Weakening, ...]:
+    """Every value of ``policy`` that is weaker than its default, in key order."""
+    defaults = _leaves(Policy().model_dump(mode="json"))
+    found = []
+    for path, value in _leaves(policy.model_dump(mode="json")).items():
+        key = _dotted(path)
+        rule = WEAKENING_RULES.get(key)
+        if rule is None or path not in defaults:
+            continue
+        why = rule(value, defaults[path])
+        if why is not None:
+            found.append(Weakening(key, value, defaults[path], why, (origins or {}).get(key)))
+    return tuple(found)
+
+
+def policy_diagnostics(policy: Policy, path: str | None = None) -> tuple[Diagnostic, ...]:
+    """A ``policy-weakened`` warning per weakened key (``pointer``: JSON Pointer into the policy)."""
+    return tuple(
+        warning(
+            "policy-weakened",
+            w.message(),
+            path=path,
+            pointer=w.pointer,
+            source=Source(w.key.split(".")[1]) if w.key.startswith("sources.") else None,
+        )
+        for w in weakenings(policy)
+    )

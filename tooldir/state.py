@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import StateError
+from .errors import StateDirError, StateError
 from .model import ToolRecord
 
 APPROVALS = "approvals.json"
@@ -28,13 +28,35 @@ _LOCK = ".lock"
 
 
 def default_state_dir() -> Path:
+    """``$TOOLDIR_STATE_DIR``, else ``$XDG_STATE_HOME/tooldir`` (``~/.local/state`` when it is unset or
+    relative, as XDG says). Raises StateDirError for a relative ``TOOLDIR_STATE_DIR``."""
     explicit = os.environ.get("TOOLDIR_STATE_DIR")
     if explicit:
-        return Path(explicit)
+        return absolute_state_dir(explicit, setting="TOOLDIR_STATE_DIR")
     base = os.environ.get("XDG_STATE_HOME", "")
     if not os.path.isabs(base):  # XDG: a relative value is invalid (it would name the project) and ignored
         base = str(Path.home() / ".local" / "state")
     return Path(base) / "tooldir"
+
+
+def absolute_state_dir(value: str | os.PathLike[str], *, setting: str) -> Path:
+    """A state location the user gave (``--state-dir``, ``TOOLDIR_STATE_DIR``), which must be
+    absolute (``~`` is expanded): a relative one resolves against the current directory, usually
+    the untrusted project, which could then supply its own approvals.
+
+    Raises:
+        StateDirError: ``value`` is relative.
+    """
+    text = os.fspath(value)
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        raise StateDirError(
+            f"{setting} {text!r} is a relative path: it would resolve inside the current directory (often the "
+            "project, which must never supply your approvals); give an absolute path",
+            setting=setting,
+            value=text,
+        )
+    return path
 
 
 @dataclass(frozen=True, slots=True)

@@ -168,7 +168,9 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
             (
                 error(
                     "risk-not-allowed",
-                    f"risk {manifest.risk} is above the {scan.source} source's limit {rules.max_risk}",
+                    f"risk {manifest.risk} is above the {scan.source} source's limit {rules.max_risk}; to allow it, "
+                    f'set sources.{scan.source}.max_risk = "{manifest.risk}" in your policy (a weakening, reported '
+                    "as policy-weakened)",
                     pointer="/risk",
                     **where,
                 ),

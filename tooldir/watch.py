@@ -79,7 +79,8 @@ _MAX_RETRY_S = 30.0
 @dataclass(frozen=True, slots=True)
 class WatchProblem:
     """Something the watcher could not do. ``code``: ``build-failed`` (the last good snapshot is
-    kept), ``policy-invalid``, ``inotify-limit``, ``inotify-overflow``, ``watch-failed``."""
+    kept), ``policy-invalid`` (the policy in use is kept), ``policy-removed`` (the defaults now
+    apply), ``inotify-limit``, ``inotify-overflow``, ``watch-failed``."""
 
     code: str
     message: str
@@ -198,7 +199,7 @@ class Watcher:
 
     ``debounce_s``: a batch is built once no event arrived for this long (or ``max_delay_s``
     after its first event). ``policy_file``: reload the policy when it changes (an invalid
-    policy is reported and the old one kept). ``rescan_interval_s``: full-rescan period while
+    policy is reported and the old one kept; a deleted one means the defaults, as on a cold start). ``rescan_interval_s``: full-rescan period while
     degraded (no inotify watch could be added). ``trust_interval_s``: trust is re-checked this
     often even without events (a signed lock may expire; cheap: only what can change is
     re-assessed and nothing is published unless something changed). ``on_problem`` is called from the watcher's
@@ -563,17 +564,21 @@ class Watcher:
         path = self._policy_file
         if path is None:
             return False
-        if not os.path.exists(path):
-            self._report("policy-invalid", f"policy file {path} was removed; keeping the policy in use")
+        if os.path.exists(path):
+            try:
+                policy, file = load_policy(path)
+            except PolicyError as exc:
+                self._report("policy-invalid", f"{exc.diagnostics()}; keeping the policy in use")
+                return False
+        else:
+            # what a cold start without the file loads: the built-in defaults (never the old, maybe
+            # looser, policy)
+            policy, file = Policy(), None
+            self._report("policy-removed", f"policy file {path} was removed; now using the built-in default policy")
+        config = self._loader.config
+        if policy == config.policy and file == config.policy_file:
             return False
-        try:
-            policy, _ = load_policy(path)
-        except PolicyError as exc:
-            self._report("policy-invalid", f"{exc.diagnostics()}; keeping the policy in use")
-            return False
-        if policy == self._loader.config.policy:
-            return False
-        self._loader.reconfigure(replace(self._loader.config, policy=policy))
+        self._loader.reconfigure(replace(config, policy=policy, policy_file=file))
         log.info("policy %s reloaded", path)
         if self._on_policy is not None:
             self._on_policy(policy)  # e.g. Registry.update_policy: enforcement follows the file too

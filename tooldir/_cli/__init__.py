@@ -8,13 +8,23 @@ from collections.abc import Sequence
 
 from ..errors import ConfigError, ToolDirError
 from . import drill, inspect, trust
+from . import policy as policy_command
 from . import run as run_command
 from . import search as search_command
 from . import serve as serve_command
 from . import watch as watch_command
 from .common import EXIT_OK, EXIT_USAGE, CommandError, console_err
 
-COMMAND_MODULES = [inspect, trust, drill, run_command, watch_command, search_command, serve_command]
+COMMAND_MODULES = [
+    inspect,
+    trust,
+    drill,
+    run_command,
+    watch_command,
+    search_command,
+    serve_command,
+    policy_command,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from ..loader import LoadConfig, make_config
 from ..policy import Policy, load_policy
+from ..state import absolute_state_dir
 
 EXIT_OK = 0
 EXIT_FOUND_ERRORS = 1
@@ -58,12 +59,20 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
     project = args.project
     if project is not None and not Path(project).is_dir():
         raise CommandError(f"--project {project}: not a directory")
+    state_dir = state_dir_from_args(args)
+    policy, policy_file = load_policy(args.policy)
     return make_config(
         project=project,
         user_dirs=args.user_dir,
-        policy=policy_from_args(args),
-        state_dir=args.state_dir,
+        policy=policy,
+        state_dir=state_dir,
+        policy_file=policy_file,
     )
+
+
+def state_dir_from_args(args: argparse.Namespace) -> Path | None:
+    """``--state-dir``, which must be absolute (StateDirError, exit 2); None: the default location."""
+    return None if args.state_dir is None else absolute_state_dir(args.state_dir, setting="--state-dir")
 
 
 @cache

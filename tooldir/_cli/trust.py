@@ -25,7 +25,15 @@ from ..lockfile import LOCK, MINISIG, LockError, compare_files, format_time, par
 from ..model import Diagnostic, Severity, Source, Status
 from ..policy import Policy
 from ..signatures import SignatureFormatError
-from ..state import Approval, load_approvals, load_high_water, record_approval, record_versions, remove_approvals
+from ..state import (
+    Approval,
+    default_state_dir,
+    load_approvals,
+    load_high_water,
+    record_approval,
+    record_versions,
+    remove_approvals,
+)
 from ..trust import Assessment, SignatureVerdict, TrustInputs, assess, keyring_from_policy, verify_package
 from ..validate import Candidate, validate_package
 from .common import (
@@ -39,6 +47,7 @@ from .common import (
     policy_from_args,
     print_json,
     safe,
+    state_dir_from_args,
 )
 from .inspect import print_diagnostic_rows
 
@@ -266,7 +275,7 @@ def _valid_package(args: argparse.Namespace, policy: Policy) -> tuple[Candidate,
 
 
 def _bare_config(args: argparse.Namespace, policy: Policy) -> LoadConfig:
-    return LoadConfig(roots=(), policy=policy, state_dir=Path(args.state_dir or "."))
+    return LoadConfig(roots=(), policy=policy, state_dir=state_dir_from_args(args) or default_state_dir())
 
 
 def cmd_lock(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from toolkit import make_tool, manifest, project_tools
 
 import tooldir
 from tooldir import BuiltinSpec, Policy, Snapshot, Source, Status
-from tooldir.policy import SourcePolicy, SourcesPolicy
+from tooldir.policy import ProjectSourcePolicy, SourcesPolicy
 
 READ_FILE = BuiltinSpec("read_file", "Read a file.", {"type": "object"})
 
@@ -55,7 +55,7 @@ def project(tmp_path: Path) -> Path:
 
 def approve_all(tmp_path: Path, project: Path) -> Policy:
     """A policy under which project tools need no trust, so status reflects resolution alone."""
-    return Policy(sources=SourcesPolicy(project=SourcePolicy(require=())))
+    return Policy(sources=SourcesPolicy(project=ProjectSourcePolicy(require=())))
 
 
 # -- name:reserved --------------------------------------------------------------------------------
@@ -161,7 +161,7 @@ def test_a_project_tool_shadows_a_user_tool_and_both_paths_are_reported(
 def test_a_policy_that_forbids_project_shadowing_keeps_the_user_tool(tmp_path: Path, user: Path, project: Path) -> None:
     make_tool(user, "word_count")
     make_tool(project_tools(project), "word_count")
-    policy = Policy(sources=SourcesPolicy(project=SourcePolicy(require=(), may_shadow=False)))
+    policy = Policy(sources=SourcesPolicy(project=ProjectSourcePolicy(require=(), may_shadow=False)))
     snap = load(tmp_path, user=[user], project=project, policy=policy)
     assert statuses(snap, "word_count") == [(Source.USER, Status.ACTIVE), (Source.PROJECT, Status.SHADOWED)]
     assert snap.get("word_count").source is Source.USER  # type: ignore[union-attr]

@@ -14,7 +14,7 @@ from trustkit import NOW, MinisignKey, minisign_keypair, minisign_sign, ssh_keyp
 
 import tooldir
 from tooldir.model import Status, ToolRecord
-from tooldir.policy import KeysPolicy, Policy, SourcePolicy, SourcesPolicy
+from tooldir.policy import KeysPolicy, Policy, ProjectSourcePolicy, SourcesPolicy
 from tooldir.signatures import parse_minisign_public_key
 from tooldir.state import Approval, load_high_water, record_approval, record_seen_versions
 
@@ -204,7 +204,7 @@ def test_revoking_a_key_also_invalidates_approvals_that_recorded_it(
 ) -> None:
     signed_tool(project, key)
     pub = key.public.read_text().splitlines()[0].rsplit(" ", 1)[-1]  # the key id as minisign prints it
-    only_approval = SourcesPolicy(project=SourcePolicy(require=("approval",), max_risk="write"))
+    only_approval = SourcesPolicy(project=ProjectSourcePolicy(require=("approval",), max_risk="write"))
     approve(
         state, load_one(project, state, Policy(sources=only_approval)), key=parse_minisign_public_key(key.line).ident
     )
