@@ -75,6 +75,19 @@ def load(builtins: tuple[BuiltinSpec, ...]) -> Snapshot:
 def apply_step(
     step: Step, arena: Arena, builtins: tuple[BuiltinSpec, ...], where: str, runtime: Runtime | None
 ) -> None:
+    """One step; a path it needs that is not there is a scenario error naming the step."""
+    try:
+        _apply_step(step, arena, builtins, where, runtime)
+    except OSError as exc:
+        target = step.path or step.tool or step.into or ""
+        raise ScenarioError(
+            f"{where}: {target}: {exc.strerror or exc} (does the scenario plant it?)", path=arena.scenario
+        ) from None
+
+
+def _apply_step(
+    step: Step, arena: Arena, builtins: tuple[BuiltinSpec, ...], where: str, runtime: Runtime | None
+) -> None:
     do = step.do
     if do == "reload":
         if runtime is None:

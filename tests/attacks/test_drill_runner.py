@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 
 from tooldir._cli import main
-from tooldir._drill_checks import check_canary, check_state
-from tooldir._drill_plant import fingerprint, make_arena
+from tooldir._data import SCENARIOS
+from tooldir._drill_checks import check_canary, check_planted, check_state
+from tooldir._drill_plant import apply_plant, fingerprint, make_arena, record
 from tooldir._drill_storm import whole
-from tooldir.drill import ScenarioError, load_scenario, run_drill
+from tooldir.drill import Plant, ScenarioError, load_scenario, load_scenarios, run_drill
+
+REPO = Path(__file__).resolve().parents[2]
 
 HOSTILE = {
     "name": "evil_new",
@@ -165,8 +168,10 @@ def test_cli_drill_json_reports_each_drill_and_exits_1_when_one_fails(
         ("trust:unapproved/wrong", "trust-unapproved--wrong", False),
     ]
     first = report["drills"][0]
-    assert set(first) == {"id", "scenario", "expected", "observed", "passed", "details"}
-    assert {d["check"] for d in first["details"]} == {"outcome", "canary", "control", "state"}
+    assert set(first) == {"id", "scenario", "expected", "observed", "status", "reason", "passed", "details"}
+    assert [(d["status"], d["reason"] is None) for d in report["drills"]] == [("passed", True), ("failed", False)]
+    assert report["drills"][1]["reason"].startswith("outcome: ")
+    assert {d["check"] for d in first["details"]} == {"planted", "outcome", "canary", "control", "state"}
     assert "project:evil_new=pending" in first["observed"]
 
 
@@ -286,3 +291,145 @@ def test_a_call_refused_with_another_code_than_expected_fails_and_names_both(tmp
     checks = {c.name: c for c in result.checks}
     assert "call evil_new should fail with timeout but got not-active" in checks["outcome"].message
     assert checks["audit"].passed
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 12, item 8: relative scenario folders, missing content, the planted check
+
+
+def drill_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, object]]:
+    code = main(["drill", *argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("where", ["repo-root", "other-cwd"])
+def test_a_relative_scenario_folder_plants_the_hostile_tree_and_passes_for_real(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cwd = REPO if where == "repo-root" else tmp_path
+    monkeypatch.chdir(cwd)
+    relative = os.path.relpath(REPO / "fixtures" / "poisoned", cwd)
+    assert not Path(relative).is_absolute()
+    code, report = drill_json(capsys, relative, "--only", "fs:prefix")
+    assert code == 0
+    [drill] = report["drills"]  # type: ignore[misc]
+    assert drill["status"] == "passed"
+    planted = next(d for d in drill["details"] if d["check"] == "planted")
+    assert planted["passed"] is True
+    tree_files = [p for p in (SCENARIOS / "fs-prefix" / "tree").rglob("*") if p.is_file()]
+    assert len(tree_files) == 4
+    assert int(planted["message"].split()[0]) >= len(tree_files)
+
+
+def test_a_scenario_loaded_by_a_relative_path_records_its_absolute_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    scenario = load_scenario("fixtures/poisoned/fs-prefix")
+    assert Path(scenario.folder).is_absolute()
+    assert Path(scenario.folder) == (SCENARIOS / "fs-prefix").resolve()
+
+
+def copy_without_tree(name: str, dest: Path) -> Path:
+    folder = dest / name
+    folder.mkdir(parents=True)
+    (folder / "scenario.toml").write_bytes((SCENARIOS / name / "scenario.toml").read_bytes())
+    return folder
+
+
+def test_a_scenario_whose_tree_is_missing_is_a_scenario_error_not_a_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = copy_without_tree("fs-prefix", tmp_path)
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(folder)
+    assert info.value.message.startswith("expect.status.evil_sibling: names the tool 'evil_sibling'")
+    assert main(["drill", str(tmp_path), "--only", "fs:prefix"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "invalid scenario" in err and "Traceback" not in err
+
+
+def test_no_bundled_scenario_passes_once_its_tree_is_missing(tmp_path: Path) -> None:
+    with_tree = [s.name for s in load_scenarios(SCENARIOS) if (Path(s.folder) / "tree").is_dir()]
+    assert len(with_tree) > 40
+    outcomes: dict[str, str] = {}
+    for name in with_tree:
+        try:
+            scenario = load_scenario(copy_without_tree(name, tmp_path))
+        except ScenarioError:
+            outcomes[name] = "invalid scenario"
+            continue
+        result = run_drill(scenario)
+        outcomes[name] = result.status if result.status != "failed" else result.checks[0].name
+    assert {name: how for name, how in outcomes.items() if how == "passed"} == {}
+    assert sum(how == "invalid scenario" for how in outcomes.values()) > len(with_tree) // 2
+
+
+def test_an_empty_tree_folder_is_a_scenario_error(tmp_path: Path) -> None:
+    folder = write_scenario(tmp_path / "trust-unapproved", HEADER)
+    (folder / "tree" / "project" / ".tooldir").mkdir(parents=True)
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(folder)
+    assert info.value.message.startswith("tree/ holds no files")
+
+
+def test_a_call_naming_a_tool_nothing_plants_is_a_scenario_error(tmp_path: Path) -> None:
+    folder = write_scenario(tmp_path / "trust-unapproved", HEADER + '[[calls]]\ntool = "ghost_tool"\n')
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(folder)
+    assert info.value.message.startswith("calls.0.tool: names the tool 'ghost_tool'")
+
+
+def test_a_tool_written_by_a_step_counts_as_provided(tmp_path: Path) -> None:
+    folder = write_scenario(
+        tmp_path / "trust-unapproved",
+        HEADER
+        + '[[steps]]\ndo = "write"\npath = "project/.tooldir/tools/made_by_step/schema.json"\ntext = "{}"\n'
+        + '[expect]\nstatus = { made_by_step = "rejected" }\n',
+    )
+    assert load_scenario(folder).expect.status == {"made_by_step": "rejected"}
+
+
+def test_a_step_on_a_path_that_was_never_planted_is_a_scenario_error_naming_the_step(tmp_path: Path) -> None:
+    folder = write_scenario(
+        tmp_path / "trust-unapproved",
+        HEADER + '[[steps]]\ndo = "delete-line"\npath = "project/.tooldir/tools/nothing/run.py"\nline = 1\n',
+    )
+    result = run_drill(load_scenario(folder))
+    assert result.status == "failed"
+    assert [c.name for c in result.checks] == ["runnable"]
+    assert "steps[0] (delete-line): project/.tooldir/tools/nothing/run.py: No such file" in result.checks[0].message
+
+
+def test_the_planted_check_fails_when_a_plant_is_not_in_the_arena_as_planted(tmp_path: Path) -> None:
+    arena = make_arena(tmp_path, "s")
+    planted: dict[Path, object] = {}
+    for kind, path in [("fifo", "project/a"), ("file", "project/b"), ("symlink", "project/c")]:
+        plant = Plant(
+            kind=kind, path=path, text="x" if kind == "file" else None, target="t" if kind == "symlink" else None
+        )  # type: ignore[arg-type]
+        record(planted, apply_plant(plant, arena))  # type: ignore[arg-type]
+    assert check_planted(arena, planted).passed  # type: ignore[arg-type]
+    (arena.project / "a").unlink()
+    (arena.project / "a").write_text("")
+    (arena.project / "b").write_text("changed")
+    (arena.project / "c").unlink()
+    check = check_planted(arena, planted)  # type: ignore[arg-type]
+    assert not check.passed
+    assert "project/a should be a fifo but is a file" in check.message
+    assert "project/b does not hold the planted content" in check.message
+    assert "project/c is missing" in check.message
+
+
+def test_a_later_plant_replaces_the_expectation_of_what_it_replaced(tmp_path: Path) -> None:
+    arena = make_arena(tmp_path, "s")
+    planted: dict[Path, object] = {}
+    record(planted, apply_plant(Plant(kind="file", path="project/x/f", text="a"), arena))  # type: ignore[arg-type]
+    record(planted, apply_plant(Plant(kind="symlink", path="project/x", target="/nowhere"), arena))  # type: ignore[arg-type]
+    record(planted, apply_plant(Plant(kind="mode", path="project", mode="0777"), arena))  # type: ignore[arg-type]
+    assert sorted(str(p.relative_to(tmp_path)) for p in planted) == ["project", "project/x"]
+    assert check_planted(arena, planted).passed  # type: ignore[arg-type]
+    arena.project.chmod(0o755)
+    check = check_planted(arena, planted)  # type: ignore[arg-type]
+    assert not check.passed
+    assert "project has mode 0755, planted 0777" in check.message
