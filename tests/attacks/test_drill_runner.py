@@ -433,3 +433,103 @@ def test_a_later_plant_replaces_the_expectation_of_what_it_replaced(tmp_path: Pa
     check = check_planted(arena, planted)  # type: ignore[arg-type]
     assert not check.passed
     assert "project has mode 0755, planted 0777" in check.message
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 12, item 10: drills this machine cannot run are not failures
+
+
+ROOT_ONLY = HEADER.replace('"trust:unapproved"', '"fs:perms"\nvariant = "owner"').replace(
+    'expected = "e"', 'expected = "e"\nrequires = ["root"]'
+)
+
+
+def two_drills(tmp_path: Path) -> Path:
+    write_scenario(
+        tmp_path / "trust-unapproved", HEADER + '[expect]\nstatus = { evil_new = "pending" }\n', {"evil_new": HOSTILE}
+    )
+    write_scenario(tmp_path / "fs-perms--owner", ROOT_ONLY)
+    return tmp_path
+
+
+@pytest.fixture
+def not_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+
+
+@pytest.mark.usefixtures("not_root")
+def test_a_drill_needing_root_is_not_runnable_here_and_the_run_still_exits_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, report = drill_json(capsys, str(two_drills(tmp_path)))
+    assert code == 0
+    by_id = {d["id"]: d for d in report["drills"]}  # type: ignore[attr-defined]
+    assert by_id["trust:unapproved"]["status"] == "passed"
+    owner = by_id["fs:perms/owner"]
+    assert (owner["status"], owner["passed"]) == ("not-runnable", False)
+    assert owner["reason"].startswith("not runnable here (needs root")
+    assert report["counts"] == {"passed": 1, "failed": 0, "not-runnable": 1}
+    assert report["passed"] is True and report["require_all"] is False
+
+
+@pytest.mark.usefixtures("not_root")
+def test_require_all_fails_the_run_when_a_drill_could_not_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, report = drill_json(capsys, str(two_drills(tmp_path)), "--require-all")
+    assert code == 1
+    assert report["passed"] is False and report["counts"]["failed"] == 0  # type: ignore[index]
+
+
+@pytest.mark.usefixtures("not_root")
+def test_a_run_in_which_no_drill_could_run_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    two_drills(tmp_path)
+    code, report = drill_json(capsys, str(tmp_path), "--only", "fs:perms")
+    assert code == 1
+    assert report["counts"] == {"passed": 0, "failed": 0, "not-runnable": 1}
+
+
+@pytest.mark.usefixtures("not_root")
+def test_the_table_shows_not_runnable_drills_apart_from_failures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["drill", str(two_drills(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "fs:perms/owner" in line)
+    assert "not run" in row and "FAIL" not in row
+    assert "not runnable here (needs root" in out
+    assert "2 drills: 1 passed, 0 failed, 1 not runnable here (needs root" in " ".join(out.split())
+
+
+def test_a_drill_whose_tooldir_machinery_is_missing_counts_as_failed_not_as_not_runnable(tmp_path: Path) -> None:
+    folder = write_scenario(tmp_path / "trust-unapproved", 'needs = ["teleport.Beam"]\n' + HEADER)
+    result = run_drill(load_scenario(folder))
+    assert result.status == "failed"
+    assert result.to_json()["status"] == "failed"
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 12, item 9: --list
+
+
+def test_drill_list_json_names_every_bundled_drill_with_its_threat_title_and_requirements(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["drill", "--list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["drills"]
+    bundled = load_scenarios(SCENARIOS)
+    assert [r["id"] for r in rows] == [s.drill_id for s in bundled]
+    assert set(rows[0]) == {"id", "threat", "title", "requires", "scenario"}
+    owner = next(r for r in rows if r["id"] == "fs:perms/owner")
+    assert (owner["threat"], owner["requires"]) == ("fs:perms", ["root"])
+
+
+def test_drill_list_runs_nothing_and_honours_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = write_scenario(
+        tmp_path / "trust-unapproved", HEADER + '[expect]\nstatus = { evil_new = "active" }\n', {"evil_new": HOSTILE}
+    )
+    write_scenario(tmp_path / "other", HEADER.replace('"trust:unapproved"', '"fs:symlink"'), {"evil_new": HOSTILE})
+    assert main(["drill", str(tmp_path), "--list", "--only", "trust:*"]) == 0  # the drill would fail if run
+    out = capsys.readouterr().out
+    assert "trust:unapproved" in out and "fs:symlink" not in out and "1 drills" in out
+    assert folder.is_dir()
