@@ -4,8 +4,8 @@ control tools, user state and the audit record of each call. Pure functions of w
 from __future__ import annotations
 
 import hashlib
-import json
 import os
+import re
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import _drill_exec as ex
-from ._drill_plant import Arena, Planted
+from ._drill_plant import DRILL_ENV_PREFIX, Arena, Planted
 from ._drill_storm import StormReport
 from .model import Status
 from .snapshot import Snapshot
@@ -156,7 +156,7 @@ def call_problems(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> list[str]
         elif spec.error is not None and (o.ok or o.code != spec.error):
             got = "ok" if o.ok else f"{o.code}: {o.message}"
             problems.append(f"call {spec.tool} should fail with {spec.error} but got {got}")
-        shown = json.dumps(o.content, ensure_ascii=False) + " " + (o.message or "")
+        shown = o.shown()
         for text in spec.content_includes if o.ok else ():
             if arena.substitute(text) not in shown:
                 problems.append(f"call {spec.tool}: output lacks {text!r}")
@@ -173,6 +173,34 @@ def call_problems(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> list[str]
         if o.connections:
             problems.append(f"call {spec.tool}: the host loopback listener accepted {o.connections} connection(s)")
     return problems
+
+
+SECRET_NAME = re.compile(r"(?i)secret|token|passw|credential|private|api_?key|access_?key|auth|session|cookie")
+"""Names of the caller's environment variables whose values must never reach a drill's tool."""
+
+
+def caller_secrets(caller: Mapping[str, str]) -> dict[str, str]:
+    """The caller's secret-looking variables (name matches :data:`SECRET_NAME`, value of 8+ chars),
+    except the drill's own token (the ``{secret}`` every scenario already checks)."""
+    return {
+        name: value
+        for name, value in caller.items()
+        if SECRET_NAME.search(name) and len(value) >= 8 and not name.startswith(DRILL_ENV_PREFIX)
+    }
+
+
+def check_isolation(caller: Mapping[str, str], outcomes: Sequence[ex.CallOutcome], taken_back: Sequence[str]) -> Check:
+    """drill:isolation: nothing of the caller's environment reached a tool's output, and the
+    scenario's policy did not loosen the drill's ceiling (what it tried is named)."""
+    secrets = caller_secrets(caller)
+    leaked = sorted({name for o in outcomes for name, value in secrets.items() if value in o.shown()})
+    ceiling = f"; the drill's ceiling took back {', '.join(taken_back)}" if taken_back else ""
+    if leaked:
+        return Check("isolation", False, f"the caller's {', '.join(leaked)} reached a tool's output{ceiling}")
+    names = f" ({', '.join(sorted(secrets))})" if secrets else ""
+    return Check(
+        "isolation", True, f"{len(secrets)} secret-named variable(s) of the caller{names} reached no tool{ceiling}"
+    )
 
 
 def check_audit(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> Check:

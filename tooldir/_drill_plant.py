@@ -16,7 +16,7 @@ import secrets
 import shutil
 import socket
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -397,41 +397,45 @@ def fingerprint(arena: Arena) -> dict[str, str]:
     return result
 
 
+DRILL_ENV_PREFIX = "TOOLDIR_DRILL_"
+"""Environment variables the drill itself owns (its secret token); the only names a scenario's
+policy may pass to a tool (``sandbox.env_allow``)."""
+
+
+def drill_environment(arena: Arena, caller: Mapping[str, str]) -> dict[str, str]:
+    """The whole environment a drill runs with: the caller's PATH and LANG, the arena's HOME and
+    XDG folders and the drill's secret token. Nothing else of the caller's (their cloud keys,
+    tokens, ``TOOLDIR_STATE_DIR``) is visible to the drill, its steps or its tools."""
+    return {
+        "PATH": caller.get("PATH") or "/usr/local/bin:/usr/bin:/bin",
+        "LANG": caller.get("LANG") or "C.UTF-8",
+        "HOME": str(arena.home),
+        "XDG_CONFIG_HOME": str(arena.config),
+        "XDG_STATE_HOME": str(arena.home / ".local" / "state"),
+        "XDG_DATA_HOME": str(arena.home / ".local" / "share"),
+        "XDG_CACHE_HOME": str(arena.home / ".cache"),
+        SECRET_ENV: arena.secret,  # a secret in the user's environment; no tool may see it
+    }
+
+
 @contextlib.contextmanager
-def isolated(arena: Arena) -> Iterator[None]:
-    """HOME, XDG dirs, umask and working directory of the drill; restored afterwards."""
-    keys = (
-        "HOME",
-        "XDG_CONFIG_HOME",
-        "XDG_STATE_HOME",
-        "XDG_DATA_HOME",
-        "XDG_CACHE_HOME",
-        "TOOLDIR_STATE_DIR",
-        SECRET_ENV,
-    )
-    saved = {k: os.environ.get(k) for k in keys}
+def isolated(arena: Arena) -> Iterator[dict[str, str]]:
+    """The drill's environment (see :func:`drill_environment`; ``os.environ`` is replaced whole),
+    umask and working directory; all restored afterwards. Yields the caller's environment."""
+    caller = dict(os.environ)
     cwd = os.getcwd()
-    os.environ.update(
-        HOME=str(arena.home),
-        XDG_CONFIG_HOME=str(arena.config),
-        XDG_STATE_HOME=str(arena.home / ".local" / "state"),
-        XDG_DATA_HOME=str(arena.home / ".local" / "share"),
-        XDG_CACHE_HOME=str(arena.home / ".cache"),
-    )
-    os.environ[SECRET_ENV] = arena.secret  # a secret in the user's environment; no tool may see it
-    os.environ.pop("TOOLDIR_STATE_DIR", None)
+    env = drill_environment(arena, caller)
+    os.environ.clear()
+    os.environ.update(env)
     os.chdir(arena.project)
     umask = os.umask(0o022)  # folders the drill creates must not look group-writable
     try:
-        yield
+        yield caller
     finally:
         os.umask(umask)
         os.chdir(cwd)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        os.environ.clear()
+        os.environ.update(caller)
 
 
 def make_removable(base: Path) -> None:

@@ -519,8 +519,8 @@ def run_drill(scenario: Scenario) -> DrillResult:
     with tempfile.TemporaryDirectory(prefix="tooldir-drill-") as tmp:
         try:
             arena = make_arena(Path(tmp).resolve(), scenario.folder)
-            with isolated(arena):
-                return _run(scenario, arena, started)
+            with isolated(arena) as caller:
+                return _run(scenario, arena, started, caller)
         except UnavailableError as exc:
             return _failed(scenario, started, "runnable", f"not runnable here ({exc})", unavailable=str(exc))
         except NotRunnableError as exc:
@@ -539,7 +539,7 @@ def _failed(
     )
 
 
-def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
+def _run(scenario: Scenario, arena: Arena, started: float, caller: dict[str, str]) -> DrillResult:
     if "root" in scenario.requires and os.geteuid() != 0:
         raise UnavailableError("needs root: the scenario plants files with chown/mknod")
     for item in scenario.needs:
@@ -564,6 +564,7 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
     for i, step in enumerate(scenario.after_load):
         ex.apply_step(step, arena, builtins, f"after_load[{i}] ({step.do})", runtime)
     outcomes: list[ex.CallOutcome] = []
+    taken_back = ex.clamped(ex.raw_user_policy()) if scenario.calls else []
     if scenario.calls and "sandbox" in scenario.requires:
         problem = ex.sandbox_problem(ex.user_policy())
         if problem is not None:
@@ -597,6 +598,8 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
     ]
     if audit is not None:
         checks.append(audit)
+    if outcomes:
+        checks.append(ck.check_isolation(caller, outcomes, taken_back))
     observed = ck.observed(scenario, snapshot)
     if outcomes:
         observed = "; ".join([*(o.describe() for o in outcomes), observed])

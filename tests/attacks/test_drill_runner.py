@@ -6,15 +6,19 @@ import json
 import os
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tooldir import _drill_exec as ex
+from tooldir import _drill_plant as plant
 from tooldir._cli import main
 from tooldir._data import SCENARIOS
 from tooldir._drill_checks import check_canary, check_planted, check_state
 from tooldir._drill_plant import apply_plant, fingerprint, make_arena, record
 from tooldir._drill_storm import whole
-from tooldir.drill import Plant, ScenarioError, load_scenario, load_scenarios, run_drill
+from tooldir.drill import DrillResult, Plant, Scenario, ScenarioError, load_scenario, load_scenarios, run_drill, select
+from tooldir.policy import parse_policy
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -533,3 +537,124 @@ def test_drill_list_runs_nothing_and_honours_only(tmp_path: Path, capsys: pytest
     out = capsys.readouterr().out
     assert "trust:unapproved" in out and "fs:symlink" not in out and "1 drills" in out
     assert folder.is_dir()
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 12, item 11: a scenario cannot reach the caller's secrets or the network
+
+FAKE_KEY = "FAKE-aws-secret-" + "5f0c1e2d3b4a69788796a5b4c3d2e1f0"
+
+
+def isolation_drill() -> Scenario:
+    [scenario] = select(load_scenarios(SCENARIOS), ["drill:isolation"])
+    return scenario
+
+
+def run_capturing_calls(monkeypatch: pytest.MonkeyPatch) -> tuple[DrillResult, list[ex.CallOutcome]]:
+    seen: list[ex.CallOutcome] = []
+    real = ex.call
+
+    def call(*args: Any) -> ex.CallOutcome:
+        outcome = real(*args)
+        seen.append(outcome)
+        return outcome
+
+    monkeypatch.setattr(ex, "call", call)
+    result = run_drill(isolation_drill())
+    if result.unavailable is not None and not SANDBOX:
+        pytest.skip(f"no working sandbox on this machine: {result.unavailable}")
+    return result, seen
+
+
+def test_the_isolation_drill_keeps_the_callers_aws_key_out_of_the_tool_and_off_the_network(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE_KEY)
+    result, seen = run_capturing_calls(monkeypatch)
+    assert result.status == "passed", result.reason
+    [outcome] = seen
+    assert outcome.ok and "aws=<unset>" in outcome.shown() and "net=blocked" in outcome.shown()
+    assert FAKE_KEY not in outcome.shown()
+    assert outcome.connections == 0
+    isolation = next(c for c in result.checks if c.name == "isolation")
+    assert "(AWS_SECRET_ACCESS_KEY)" in isolation.message
+    assert "sandbox.network" in isolation.message and "sandbox.env_allow AWS_SECRET_ACCESS_KEY" in isolation.message
+    assert FAKE_KEY not in json.dumps(result.to_json())
+    assert os.environ["AWS_SECRET_ACCESS_KEY"] == FAKE_KEY  # the caller's environment is back
+
+
+def test_without_the_scrubbed_environment_and_the_ceiling_the_isolation_drill_fails_naming_the_leak(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE_KEY)
+    real_env = plant.drill_environment
+    monkeypatch.setattr(plant, "drill_environment", lambda arena, caller: {**caller, **real_env(arena, caller)})
+    monkeypatch.setattr(ex, "ceiling", lambda policy: policy)
+    result, seen = run_capturing_calls(monkeypatch)
+    assert result.status == "failed"
+    assert FAKE_KEY in seen[0].shown() and seen[0].connections == 1  # what the drill exists to prevent
+    checks = {c.name: c for c in result.checks}
+    assert checks["isolation"].message.startswith("the caller's AWS_SECRET_ACCESS_KEY reached a tool's output")
+    assert "the host loopback listener accepted 1 connection(s)" in checks["outcome"].message
+
+
+def test_without_the_ceiling_the_scenarios_network_grant_reaches_the_host_listener(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ex, "ceiling", lambda policy: policy)
+    result, _ = run_capturing_calls(monkeypatch)
+    assert result.status == "failed"
+    assert "listener accepted 1 connection(s)" in next(c for c in result.checks if c.name == "outcome").message
+
+
+def test_a_drill_runs_with_only_its_own_environment_and_restores_the_callers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE_KEY)
+    monkeypatch.setenv("TOOLDIR_STATE_DIR", str(tmp_path / "elsewhere"))
+    before = dict(os.environ)
+    arena = make_arena(tmp_path / "arena", "s")
+    with plant.isolated(arena) as caller:
+        inside = dict(os.environ)
+    assert caller == before
+    assert dict(os.environ) == before
+    assert sorted(inside) == sorted(
+        [
+            "PATH",
+            "LANG",
+            "HOME",
+            "XDG_CONFIG_HOME",
+            "XDG_STATE_HOME",
+            "XDG_DATA_HOME",
+            "XDG_CACHE_HOME",
+            plant.SECRET_ENV,
+        ]
+    )
+    assert inside["HOME"] == str(arena.home) and inside[plant.SECRET_ENV] == arena.secret
+
+
+def test_the_drill_ceiling_takes_back_network_unsandboxed_runs_and_foreign_variables() -> None:
+    granted = parse_policy(
+        "[sandbox]\nnetwork = true\nunsafe_allow_unsandboxed = true\ntimeout_s = 5\n"
+        'env_allow = ["AWS_SECRET_ACCESS_KEY", "TOOLDIR_DRILL_SECRET_TOKEN"]\n'
+    )
+    clamped = ex.ceiling(granted)
+    assert clamped.sandbox.network is False
+    assert clamped.sandbox.unsafe_allow_unsandboxed is False
+    assert clamped.sandbox.env_allow == ("TOOLDIR_DRILL_SECRET_TOKEN",)
+    assert clamped.sandbox.timeout_s == 5  # what the ceiling does not cover stays the scenario's
+    assert ex.clamped(granted) == [
+        "sandbox.network",
+        "sandbox.unsafe_allow_unsandboxed",
+        "sandbox.env_allow AWS_SECRET_ACCESS_KEY",
+    ]
+
+
+@pytest.mark.parametrize("command", ["run", "serve", "watch", "drill"])
+def test_a_tooldir_step_that_could_run_a_tool_is_a_scenario_error(tmp_path: Path, command: str) -> None:
+    folder = write_scenario(
+        tmp_path / "trust-unapproved", HEADER + f'[[steps]]\ndo = "tooldir"\nargs = ["{command}"]\n'
+    )
+    result = run_drill(load_scenario(folder))
+    assert result.status == "failed"
+    assert f"steps[0] (tooldir): 'tooldir {command}' may not run as a step" in result.checks[0].message
