@@ -1,21 +1,26 @@
 """Poisoned-directory drills: plant a hostile tool tree, run tooldir on it, prove nothing bad happened.
 
-A scenario is a folder with ``scenario.toml`` and an optional ``tree/`` (format: fixtures/poisoned/
-README.md). :func:`load_scenarios` parses a scenario directory; :func:`run_drill` materialises one
-scenario into a fresh temporary directory with an isolated HOME / XDG_CONFIG_HOME / XDG_STATE_HOME,
-applies the user's setup and the project's mutations in order, loads exactly as ``tooldir scan``
-would from inside the project (default user root, user policy and state), attempts any declared tool
-calls, and checks:
+A scenario is a folder with ``scenario.toml`` and an optional ``tree/`` (format: tooldir/_data/
+scenarios/README.md). :func:`load_scenarios` parses a scenario directory (resolved to an absolute
+path; a named tool that nothing provides is a :class:`ScenarioError`); :func:`run_drill`
+materialises one scenario into a fresh temporary directory with an isolated HOME / XDG dirs and a
+scrubbed environment, applies the user's setup and the project's mutations in order, loads exactly
+as ``tooldir scan`` would from inside the project (default user root, user policy and state),
+attempts any declared tool calls under the drill's ceiling (no network, no unsandboxed runs, no
+variable of the caller's), and checks:
 
+- ``planted``: before anything else, every file of tree/ and every plant is in the arena as planted;
 - ``outcome``: the expected diagnostic codes, tool statuses or refusal codes were observed;
 - ``canary``: no hostile script ran (the canary folder it would write into is still empty);
 - ``control``: the scenario's good tools, planted beside the hostile ones, are still active;
 - ``state``: the user's home, config and state, and everything outside the project, are byte-for-byte
   unchanged by the load (the audit log excepted: tooldir itself appends to it);
-- ``audit``: for execution drills, the audit log recorded each attempted call.
+- ``audit``: for execution drills, the audit log recorded each attempted call;
+- ``isolation``: for execution drills, no secret-named variable of the caller reached a tool.
 
 A drill whose machinery does not exist in this build fails with "not runnable yet: <what is
-missing>"; it never passes by default.
+missing>"; it never passes by default. A drill that needs what this machine lacks (root, a working
+sandbox) is ``not-runnable`` (:attr:`DrillResult.status`), which is neither a pass nor a failure.
 """
 
 from __future__ import annotations
