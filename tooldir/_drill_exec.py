@@ -285,7 +285,7 @@ def sign_ssh(arena: Arena, key: str, path: str, namespace: str, where: str) -> N
     """``ssh-keygen -Y sign`` (the user's OpenSSH tooling) -> ``<path>.sig``."""
     program = shutil.which("ssh-keygen")
     if program is None:
-        raise UnavailableError("ssh-keygen is not installed")
+        raise UnavailableError("needs ssh-keygen, which is not installed")
     key_path = arena.resolve(key)
     key_path.chmod(0o600)  # ssh-keygen refuses readable private keys
     target = arena.resolve(path)

@@ -573,7 +573,7 @@ def _run(scenario: Scenario, arena: Arena, started: float, caller: dict[str, str
     if scenario.calls and "sandbox" in scenario.requires:
         problem = ex.sandbox_problem(ex.user_policy())
         if problem is not None:
-            raise UnavailableError(f"no working sandbox: {problem}")
+            raise UnavailableError(f"needs a working sandbox: {problem}")
     for i, spec in enumerate(scenario.calls):
         for j, step in enumerate(spec.before):
             ex.apply_step(step, arena, builtins, f"calls[{i}].before[{j}] ({step.do})", runtime)

@@ -505,6 +505,22 @@ def test_the_table_shows_not_runnable_drills_apart_from_failures(
     assert "2 drills: 1 passed, 0 failed, 1 not runnable here (needs root" in " ".join(out.split())
 
 
+def test_a_call_drill_needing_a_sandbox_this_machine_lacks_is_not_runnable_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ex, "sandbox_problem", lambda policy: "bwrap: not found")
+    folder = write_scenario(
+        tmp_path / "sandbox-secrets",
+        HEADER.replace('"trust:unapproved"', '"sandbox:secrets"').replace(
+            'expected = "e"', 'expected = "e"\nrequires = ["sandbox"]'
+        )
+        + '[[calls]]\ntool = "good_user_tool"\ninput = { text = "x" }\n',
+    )
+    result = run_drill(load_scenario(folder))
+    assert result.status == "not-runnable"
+    assert result.reason == "not runnable here (needs a working sandbox: bwrap: not found)"
+
+
 def test_a_drill_whose_tooldir_machinery_is_missing_counts_as_failed_not_as_not_runnable(tmp_path: Path) -> None:
     folder = write_scenario(tmp_path / "trust-unapproved", 'needs = ["teleport.Beam"]\n' + HEADER)
     result = run_drill(load_scenario(folder))
