@@ -64,10 +64,12 @@ SCENARIO_FILE = "scenario.toml"
 TREE = "tree"
 GUARD_TOOLS = ("tool_search", "defer_execute_tool")
 """Tools a Session provides itself; a scenario may call them without planting them."""
-PROVIDING_STEPS: dict[str, tuple[str, ...]] = {"write": ("path", "text", "hex"), "copy": ("to",), "plant": ("plant",)}
+PROVIDING_STEPS: dict[str, tuple[str, ...]] = {"write": ("path", "text", "hex"), "copy": ("to",)}
 """Steps that create content, and the fields that say what: with tree/ and [[plant]], the only
 places a tool the scenario names may come from (a step that approves or edits a tool does not
-provide it)."""
+provide it). ``plant`` steps count like ``[[plant]]`` entries."""
+CHANGING_PLANTS = ("mode", "owner")
+"""Plants that change an entry that is already there instead of creating one."""
 
 __all__ = [
     "Check",
@@ -386,8 +388,7 @@ def load_scenario(folder: str | os.PathLike[str]) -> Scenario:
     ``expect.status``, ``expect.diagnostics`` or ``calls`` (other than its control tools, its
     builtins and the session's guard tools) is provided by its content (a path or a file of
     ``tree/``, a ``[[plant]]``, or a step that creates content, see ``PROVIDING_STEPS``): a
-    scenario whose hostile tree is missing is an
-    error, never a vacuous pass.
+    scenario whose hostile tree is missing is an error, never a vacuous pass.
 
     Raises:
         ScenarioError: missing, not TOML, not a valid scenario (the message names the key), or
@@ -454,9 +455,9 @@ def _check_declared_content(scenario: Scenario, tree: Path) -> None:
             raise ScenarioError(f"{TREE}/ holds no files: an empty or incomplete copy of the scenario?", path=str(tree))
     steps = [*scenario.steps, *scenario.after_load, *scenario.after_calls]
     steps += [step for call in scenario.calls for step in call.before]
-    sources: list[Any] = [plant.model_dump() for plant in scenario.plant if plant.kind not in ("mode", "owner")]
+    plants = [*scenario.plant, *(step.plant for step in steps if step.plant is not None)]
+    sources: list[Any] = [plant.model_dump() for plant in plants if plant.kind not in CHANGING_PLANTS]
     sources += [step.model_dump(include=set(PROVIDING_STEPS[step.do])) for step in steps if step.do in PROVIDING_STEPS]
-    sources = [s for s in sources if not (isinstance(s.get("plant"), dict) and s["plant"]["kind"] in ("mode", "owner"))]
     for text in _strings(sources):
         blobs.append(text.encode())
         with contextlib.suppress(ValueError):
