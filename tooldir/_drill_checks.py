@@ -3,13 +3,17 @@ control tools, user state and the audit record of each call. Pure functions of w
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+import hashlib
+import os
+import re
+import stat
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import _drill_exec as ex
-from ._drill_plant import Arena
+from ._drill_plant import DRILL_ENV_PREFIX, Arena, Planted
 from ._drill_storm import StormReport
 from .model import Status
 from .snapshot import Snapshot
@@ -20,12 +24,71 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    name: str  # "runnable" | "outcome" | "canary" | "control" | "state" | "audit"
+    name: str  # "runnable" | "planted" | "outcome" | "canary" | "control" | "state" | "audit"
     passed: bool
     message: str
 
     def to_json(self) -> dict[str, Any]:
         return {"check": self.name, "passed": self.passed, "message": self.message}
+
+
+_KINDS = {
+    "file": stat.S_ISREG,
+    "dir": stat.S_ISDIR,
+    "symlink": stat.S_ISLNK,
+    "fifo": stat.S_ISFIFO,
+    "socket": stat.S_ISSOCK,
+    "device": stat.S_ISCHR,
+}
+
+
+def _kind_of(mode: int) -> str:
+    return next((kind for kind, test in _KINDS.items() if test(mode)), "something else")
+
+
+def planted_problem(item: Planted, base: Path) -> str | None:
+    """Why the arena does not hold ``item`` as planted, or None."""
+    where = str(item.path.relative_to(base))
+    try:
+        st = item.path.lstat()
+    except OSError as exc:
+        return f"{where} is missing ({exc.strerror})"
+    if item.kind and not _KINDS[item.kind](st.st_mode):
+        return f"{where} should be a {item.kind} but is a {_kind_of(st.st_mode)}"
+    if item.mode is not None and stat.S_IMODE(st.st_mode) != item.mode:
+        return f"{where} has mode {stat.S_IMODE(st.st_mode):04o}, planted {item.mode:04o}"
+    if item.uid is not None and st.st_uid != item.uid:
+        return f"{where} is owned by uid {st.st_uid}, planted {item.uid}"
+    if item.size is not None and st.st_size != item.size:
+        return f"{where} holds {st.st_size} bytes, planted {item.size}"
+    if item.target is not None and os.readlink(item.path) != item.target:
+        return f"{where} points to {os.readlink(item.path)!r}, planted {item.target!r}"
+    inside = item.target is not None and os.path.isabs(item.target) and base in Path(item.target).parents
+    if inside and item.target is not None and not os.path.lexists(item.target):  # into the arena: must be planted
+        return f"{where} points to {Path(item.target).relative_to(base)}, which nothing planted"
+    if item.same_as is not None:
+        other = item.same_as.lstat()
+        if (st.st_dev, st.st_ino) != (other.st_dev, other.st_ino):
+            return f"{where} is not a hard link of {item.same_as.relative_to(base)}"
+    if item.sha256 is not None and hashlib.sha256(item.path.read_bytes()).hexdigest() != item.sha256:
+        return f"{where} does not hold the planted content"
+    if item.entries is not None:
+        with os.scandir(item.path) as entries:
+            count = sum(1 for _ in entries)
+        if count < item.entries:
+            return f"{where} holds {count} entries, planted {item.entries}"
+    return None
+
+
+def check_planted(arena: Arena, planted: Mapping[Path, Planted]) -> Check:
+    """Everything the scenario's tree/ and plants put into the arena is there, as planted."""
+    problems = [p for item in planted.values() if (p := planted_problem(item, arena.base)) is not None]
+    if not planted:
+        return Check("planted", True, "the scenario plants nothing but its control tools")
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        return Check("planted", False, "the hostile tree was not planted: " + "; ".join(problems[:3]) + more)
+    return Check("planted", True, f"{len(planted)} planted entries in place")
 
 
 def check_outcome(
@@ -93,7 +156,7 @@ def call_problems(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> list[str]
         elif spec.error is not None and (o.ok or o.code != spec.error):
             got = "ok" if o.ok else f"{o.code}: {o.message}"
             problems.append(f"call {spec.tool} should fail with {spec.error} but got {got}")
-        shown = json.dumps(o.content, ensure_ascii=False) + " " + (o.message or "")
+        shown = o.shown()
         for text in spec.content_includes if o.ok else ():
             if arena.substitute(text) not in shown:
                 problems.append(f"call {spec.tool}: output lacks {text!r}")
@@ -110,6 +173,34 @@ def call_problems(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> list[str]
         if o.connections:
             problems.append(f"call {spec.tool}: the host loopback listener accepted {o.connections} connection(s)")
     return problems
+
+
+SECRET_NAME = re.compile(r"(?i)secret|token|passw|credential|private|api_?key|access_?key|auth|session|cookie")
+"""Names of the caller's environment variables whose values must never reach a drill's tool."""
+
+
+def caller_secrets(caller: Mapping[str, str]) -> dict[str, str]:
+    """The caller's secret-looking variables (name matches :data:`SECRET_NAME`, value of 8+ chars),
+    except the drill's own token (the ``{secret}`` every scenario already checks)."""
+    return {
+        name: value
+        for name, value in caller.items()
+        if SECRET_NAME.search(name) and len(value) >= 8 and not name.startswith(DRILL_ENV_PREFIX)
+    }
+
+
+def check_isolation(caller: Mapping[str, str], outcomes: Sequence[ex.CallOutcome], taken_back: Sequence[str]) -> Check:
+    """drill:isolation: nothing of the caller's environment reached a tool's output, and the
+    scenario's policy did not loosen the drill's ceiling (what it tried is named)."""
+    secrets = caller_secrets(caller)
+    leaked = sorted({name for o in outcomes for name, value in secrets.items() if value in o.shown()})
+    ceiling = f"; the drill's ceiling took back {', '.join(taken_back)}" if taken_back else ""
+    if leaked:
+        return Check("isolation", False, f"the caller's {', '.join(leaked)} reached a tool's output{ceiling}")
+    names = f" ({', '.join(sorted(secrets))})" if secrets else ""
+    return Check(
+        "isolation", True, f"{len(secrets)} secret-named variable(s) of the caller{names} reached no tool{ceiling}"
+    )
 
 
 def check_audit(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> Check:

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._drill_plant import Arena, NotRunnableError, ScenarioError, UnavailableError, apply_plant
+from ._drill_plant import DRILL_ENV_PREFIX, Arena, NotRunnableError, ScenarioError, UnavailableError, apply_plant
 from .loader import Loader, make_config
 from .model import BuiltinSpec
 from .policy import Policy, load_policy
@@ -56,9 +56,40 @@ def need(module: str, attribute: str) -> Any:
 # Loading
 
 
-def user_policy() -> Policy:
+def raw_user_policy() -> Policy:
+    """The user's policy.toml of the arena as written (by the scenario)."""
     policy, _ = load_policy(None)
     return policy
+
+
+def user_policy() -> Policy:
+    """The user's policy as the drill applies it: under the drill's ceiling (:func:`ceiling`)."""
+    return ceiling(raw_user_policy())
+
+
+def ceiling(policy: Policy) -> Policy:
+    """Clamp what a scenario's policy may grant its tools: no network, no unsandboxed runs, and
+    only the drill's own environment variables. A scenario is downloaded content; its policy
+    never loosens the drill's own limits."""
+    sandbox = policy.sandbox.model_copy(
+        update={
+            "network": False,
+            "unsafe_allow_unsandboxed": False,
+            "env_allow": tuple(name for name in policy.sandbox.env_allow if name.startswith(DRILL_ENV_PREFIX)),
+        }
+    )
+    return policy.model_copy(update={"sandbox": sandbox})
+
+
+def clamped(policy: Policy) -> list[str]:
+    """The keys of ``policy`` that :func:`ceiling` takes back (for the drill's report)."""
+    keys = []
+    if policy.sandbox.network:
+        keys.append("sandbox.network")
+    if policy.sandbox.unsafe_allow_unsandboxed:
+        keys.append("sandbox.unsafe_allow_unsandboxed")
+    keys += [f"sandbox.env_allow {name}" for name in policy.sandbox.env_allow if not name.startswith(DRILL_ENV_PREFIX)]
+    return keys
 
 
 def load(builtins: tuple[BuiltinSpec, ...]) -> Snapshot:
@@ -73,6 +104,19 @@ def load(builtins: tuple[BuiltinSpec, ...]) -> Snapshot:
 
 
 def apply_step(
+    step: Step, arena: Arena, builtins: tuple[BuiltinSpec, ...], where: str, runtime: Runtime | None
+) -> None:
+    """One step; a path it needs that is not there is a scenario error naming the step."""
+    try:
+        _apply_step(step, arena, builtins, where, runtime)
+    except OSError as exc:
+        target = step.path or step.tool or step.into or ""
+        raise ScenarioError(
+            f"{where}: {target}: {exc.strerror or exc} (does the scenario plant it?)", path=arena.scenario
+        ) from None
+
+
+def _apply_step(
     step: Step, arena: Arena, builtins: tuple[BuiltinSpec, ...], where: str, runtime: Runtime | None
 ) -> None:
     do = step.do
@@ -180,9 +224,45 @@ def approve(arena: Arena, package: Path, builtins: tuple[BuiltinSpec, ...], stat
     save_approvals(target, approvals)
 
 
+CLI_STEPS = frozenset(
+    {
+        "scan",
+        "list",
+        "show",
+        "allow",
+        "revoke",
+        "lock",
+        "keygen",
+        "sign",
+        "verify",
+        "audit",
+        "search",
+        "catalog",
+        "eval",
+        "policy",
+    }
+)
+"""The ``tooldir`` commands a step may run: none runs a tool (``run``, ``serve``, ``watch`` would
+use the scenario's policy outside the drill's ceiling; a tool runs only through ``[[calls]]``)."""
+
+
 def run_cli(arena: Arena, args: list[str], expected_exit: int, where: str) -> str:
     """Run one ``tooldir`` command in-process (the public CLI); returns its stdout."""
-    from ._cli import main
+    import argparse
+
+    from ._cli import build_parser, main
+
+    commands = {
+        name for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices
+    }
+    if args[0] not in commands:
+        raise NotRunnableError(f"'tooldir {args[0]}' does not exist in this build")
+    if args[0] not in CLI_STEPS:
+        raise ScenarioError(
+            f"{where}: 'tooldir {args[0]}' may not run as a step (allowed: {', '.join(sorted(CLI_STEPS))}); "
+            "tools run only through [[calls]], under the drill's ceiling",
+            path=arena.scenario,
+        )
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -205,7 +285,7 @@ def sign_ssh(arena: Arena, key: str, path: str, namespace: str, where: str) -> N
     """``ssh-keygen -Y sign`` (the user's OpenSSH tooling) -> ``<path>.sig``."""
     program = shutil.which("ssh-keygen")
     if program is None:
-        raise UnavailableError("ssh-keygen is not installed")
+        raise UnavailableError("needs ssh-keygen, which is not installed")
     key_path = arena.resolve(key)
     key_path.chmod(0o600)  # ssh-keygen refuses readable private keys
     target = arena.resolve(path)
@@ -238,6 +318,10 @@ class CallOutcome:
     leftovers: tuple[str, ...] = ()
     connections: int = 0
     seconds: float = 0.0
+
+    def shown(self) -> str:
+        """Everything the call showed its caller: the content and the error message."""
+        return json.dumps(self.content, ensure_ascii=False) + " " + (self.message or "")
 
     def describe(self) -> str:
         if self.ok:

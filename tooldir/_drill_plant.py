@@ -16,8 +16,8 @@ import secrets
 import shutil
 import socket
 import stat
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -47,6 +47,40 @@ class ScenarioError(ConfigError):
 
     def diagnostics(self) -> str:
         return f"invalid scenario {self.path}: {self.message}"
+
+
+PlantedKind = str  # "file" | "dir" | "symlink" | "fifo" | "socket" | "device" | "" (any type: a mode/owner plant)
+
+
+@dataclass(frozen=True, slots=True)
+class Planted:
+    """What materialisation put at one arena path; the ``planted`` check compares it with the disk."""
+
+    path: Path
+    kind: PlantedKind
+    sha256: str | None = None  # a file's content
+    size: int | None = None  # a (sparse) big file's size
+    target: str | None = None  # a symlink's text
+    same_as: Path | None = None  # a hardlink: the file whose inode it shares
+    mode: int | None = None  # permission bits a mode plant set
+    uid: int | None = None  # the owner an owner plant set
+    entries: int | None = None  # a many-entries folder holds at least this many entries
+
+
+def record(planted: dict[Path, Planted], item: Planted) -> None:
+    """Add ``item`` to what a drill planted: a later plant replaces what was at its path (and,
+    unless it is a folder, everything below it); mode and owner plants refine the entry there."""
+    before = planted.get(item.path)
+    if item.kind == "" and before is not None:
+        item = replace(
+            before,
+            mode=item.mode if item.mode is not None else before.mode,
+            uid=item.uid if item.uid is not None else before.uid,
+        )
+    elif item.kind not in ("", "dir"):  # anything else replaced what was there, folder contents included
+        for path in [p for p in planted if item.path in p.parents]:
+            del planted[path]
+    planted[item.path] = item
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +138,13 @@ class Arena:
             return self.user_root.joinpath(*parts[1:])
         return self.base.joinpath(*parts)
 
+    def package_of(self, path: Path) -> Path | None:
+        """The tool package folder ``path`` lies inside (below a tool root), or None."""
+        for root in (self.project / ".tooldir" / "tools", self.user_root):
+            if root in path.parents and path.parent != root:
+                return root / path.relative_to(root).parts[0]
+        return None
+
     def substitute(self, text: str) -> str:
         tokens = {
             "{canary}": str(self.canary),
@@ -128,9 +169,11 @@ class Arena:
         except ValueError:
             raise ScenarioError(f"hex content {hex_text!r} is not hexadecimal", path=self.scenario) from None
 
-    def copy_tree(self, tree: Path) -> None:
+    def copy_tree(self, tree: Path) -> list[Planted]:
         """Copy ``tree/<namespace>/...`` into the arena: regular files and folders only, with
-        placeholders substituted in UTF-8 files and safe modes (0755 folders, 0644/0755 files)."""
+        placeholders substituted in UTF-8 files and safe modes (0755 folders, 0644/0755 files).
+        Returns what it planted."""
+        planted: list[Planted] = []
         for top in sorted(tree.iterdir()):
             if top.name not in NAMESPACES or not top.is_dir() or top.is_symlink():
                 raise ScenarioError(
@@ -142,6 +185,7 @@ class Arena:
                 dest_dir = dest_top / src_dir.relative_to(top)
                 dest_dir.mkdir(parents=True, exist_ok=True)
                 dest_dir.chmod(0o755)
+                planted.append(Planted(dest_dir, "dir"))
                 for name in dirnames + filenames:
                     src = src_dir / name
                     st = src.lstat()
@@ -158,6 +202,8 @@ class Arena:
                     target = dest_dir / name
                     target.write_bytes(data)
                     target.chmod(0o755 if st.st_mode & stat.S_IXUSR else 0o644)
+                    planted.append(Planted(target, "file", sha256=hashlib.sha256(data).hexdigest()))
+        return planted
 
 
 def make_arena(base: Path, scenario: str) -> Arena:
@@ -205,50 +251,79 @@ def write_control(folder: Path, name: str) -> None:
         path.chmod(0o644)
 
 
-def apply_plant(plant: Plant, arena: Arena) -> None:
+def apply_plant(plant: Plant, arena: Arena) -> Planted:
+    """Create one plant; returns what the ``planted`` check must find there.
+
+    Missing folders on the way are created, except a tool package's own folder: a plant inside
+    a tool root (``project/.tooldir/tools/<pkg>/...``, ``user/<pkg>/...``) needs ``<pkg>`` to
+    exist already (from tree/ or an earlier plant), so a scenario whose tree/ is missing fails
+    instead of planting a lone manifest into a package that is not there.
+    """
     path = arena.resolve(plant.path)
+    package = arena.package_of(path)
+    if package is not None and not os.path.lexists(package):
+        raise ScenarioError(
+            f"{plant.kind} plant at {plant.path}: its tool folder {package.relative_to(arena.base)} does not "
+            "exist; tree/ (or an earlier plant) must create it",
+            path=arena.scenario,
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     kind = plant.kind
     try:
         if kind == "symlink":
             _replace(path)
-            os.symlink(arena.substitute(plant.target or ""), path)
-        elif kind == "fifo":
+            text = arena.substitute(plant.target or "")
+            os.symlink(text, path)
+            return Planted(path, "symlink", target=text)
+        if kind == "fifo":
             _replace(path)
             os.mkfifo(path, 0o644)
-        elif kind == "socket":
+            return Planted(path, "fifo")
+        if kind == "socket":
             _replace(path)
             _bind_socket(path)
-        elif kind == "device":
+            return Planted(path, "socket")
+        if kind == "device":
             _replace(path)
             os.mknod(path, stat.S_IFCHR | 0o644, os.makedev(1, 3))  # like /dev/null
-        elif kind == "hardlink":
+            return Planted(path, "device")
+        if kind == "hardlink":
             _replace(path)
-            os.link(arena.resolve(plant.target or ""), path)
-        elif kind == "mode":
-            path.chmod(int(plant.mode or "0", 8))
-        elif kind == "owner":
+            source = arena.resolve(plant.target or "")
+            os.link(source, path)
+            return Planted(path, "file", same_as=source)
+        if kind == "mode":
+            mode = int(plant.mode or "0", 8)
+            path.chmod(mode)
+            return Planted(path, "", mode=stat.S_IMODE(mode))
+        if kind == "owner":
             os.lchown(path, plant.uid if plant.uid is not None else -1, -1)
-        elif kind == "file":
+            return Planted(path, "", uid=plant.uid)
+        if kind == "file":
             _replace(path)
-            path.write_bytes(arena.payload(plant.text, plant.hex))
+            data = arena.payload(plant.text, plant.hex)
+            path.write_bytes(data)
             path.chmod(0o644)
-        elif kind == "big-file":
+            return Planted(path, "file", sha256=hashlib.sha256(data).hexdigest())
+        if kind == "big-file":
             _replace(path)
             with path.open("wb") as fh:
                 fh.truncate(plant.size or 0)  # sparse: costs no disk
             path.chmod(0o644)
-        elif kind == "many-entries":
+            return Planted(path, "file", size=plant.size or 0)
+        if kind == "many-entries":
             _many_entries(path, plant.count or 0, plant.entry)
-        elif kind == "deep-json":
-            depth = plant.depth or 0
-            nest = "[" * depth + "]" * depth if plant.shape == "array" else '{"a":' * depth + "1" + "}" * depth
-            _replace(path)
-            path.write_bytes(arena.substitute(plant.template or "").replace("{deep}", nest).encode("utf-8"))
-            path.chmod(0o644)
+            return Planted(path, "dir", entries=plant.count or 0)
+        depth = plant.depth or 0  # deep-json
+        nest = "[" * depth + "]" * depth if plant.shape == "array" else '{"a":' * depth + "1" + "}" * depth
+        _replace(path)
+        data = arena.substitute(plant.template or "").replace("{deep}", nest).encode("utf-8")
+        path.write_bytes(data)
+        path.chmod(0o644)
+        return Planted(path, "file", sha256=hashlib.sha256(data).hexdigest())
     except PermissionError as exc:
         raise UnavailableError(
-            f"{kind} plant at {plant.path} needs a privilege this process lacks ({exc.strerror})"
+            f"needs a privilege this process lacks: {kind} plant at {plant.path} ({exc.strerror})"
         ) from None
     except OSError as exc:
         raise ScenarioError(
@@ -322,41 +397,45 @@ def fingerprint(arena: Arena) -> dict[str, str]:
     return result
 
 
+DRILL_ENV_PREFIX = "TOOLDIR_DRILL_"
+"""Environment variables the drill itself owns (its secret token); the only names a scenario's
+policy may pass to a tool (``sandbox.env_allow``)."""
+
+
+def drill_environment(arena: Arena, caller: Mapping[str, str]) -> dict[str, str]:
+    """The whole environment a drill runs with: the caller's PATH and LANG, the arena's HOME and
+    XDG folders and the drill's secret token. Nothing else of the caller's (their cloud keys,
+    tokens, ``TOOLDIR_STATE_DIR``) is visible to the drill, its steps or its tools."""
+    return {
+        "PATH": caller.get("PATH") or "/usr/local/bin:/usr/bin:/bin",
+        "LANG": caller.get("LANG") or "C.UTF-8",
+        "HOME": str(arena.home),
+        "XDG_CONFIG_HOME": str(arena.config),
+        "XDG_STATE_HOME": str(arena.home / ".local" / "state"),
+        "XDG_DATA_HOME": str(arena.home / ".local" / "share"),
+        "XDG_CACHE_HOME": str(arena.home / ".cache"),
+        SECRET_ENV: arena.secret,  # a secret in the user's environment; no tool may see it
+    }
+
+
 @contextlib.contextmanager
-def isolated(arena: Arena) -> Iterator[None]:
-    """HOME, XDG dirs, umask and working directory of the drill; restored afterwards."""
-    keys = (
-        "HOME",
-        "XDG_CONFIG_HOME",
-        "XDG_STATE_HOME",
-        "XDG_DATA_HOME",
-        "XDG_CACHE_HOME",
-        "TOOLDIR_STATE_DIR",
-        SECRET_ENV,
-    )
-    saved = {k: os.environ.get(k) for k in keys}
+def isolated(arena: Arena) -> Iterator[dict[str, str]]:
+    """The drill's environment (see :func:`drill_environment`; ``os.environ`` is replaced whole),
+    umask and working directory; all restored afterwards. Yields the caller's environment."""
+    caller = dict(os.environ)
     cwd = os.getcwd()
-    os.environ.update(
-        HOME=str(arena.home),
-        XDG_CONFIG_HOME=str(arena.config),
-        XDG_STATE_HOME=str(arena.home / ".local" / "state"),
-        XDG_DATA_HOME=str(arena.home / ".local" / "share"),
-        XDG_CACHE_HOME=str(arena.home / ".cache"),
-    )
-    os.environ[SECRET_ENV] = arena.secret  # a secret in the user's environment; no tool may see it
-    os.environ.pop("TOOLDIR_STATE_DIR", None)
+    env = drill_environment(arena, caller)
+    os.environ.clear()
+    os.environ.update(env)
     os.chdir(arena.project)
     umask = os.umask(0o022)  # folders the drill creates must not look group-writable
     try:
-        yield
+        yield caller
     finally:
         os.umask(umask)
         os.chdir(cwd)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        os.environ.clear()
+        os.environ.update(caller)
 
 
 def make_removable(base: Path) -> None:

@@ -46,10 +46,14 @@ class StormReport:
         )
 
 
+def storm_name(i: int) -> str:
+    return f"{STORM_PREFIX}{i:03d}"
+
+
 def plant_storm(arena: Arena, packages: int) -> None:
     root = arena.resolve("project/.tooldir/tools")
     for i in range(packages):
-        write_control(root / f"{STORM_PREFIX}{i:03d}", f"{STORM_PREFIX}{i:03d}")
+        write_control(root / storm_name(i), storm_name(i))
 
 
 def whole(snapshot: Snapshot) -> str | None:

@@ -1,36 +1,43 @@
 """Poisoned-directory drills: plant a hostile tool tree, run tooldir on it, prove nothing bad happened.
 
-A scenario is a folder with ``scenario.toml`` and an optional ``tree/`` (format: fixtures/poisoned/
-README.md). :func:`load_scenarios` parses a scenario directory; :func:`run_drill` materialises one
-scenario into a fresh temporary directory with an isolated HOME / XDG_CONFIG_HOME / XDG_STATE_HOME,
-applies the user's setup and the project's mutations in order, loads exactly as ``tooldir scan``
-would from inside the project (default user root, user policy and state), attempts any declared tool
-calls, and checks:
+A scenario is a folder with ``scenario.toml`` and an optional ``tree/`` (format: tooldir/_data/
+scenarios/README.md). :func:`load_scenarios` parses a scenario directory (resolved to an absolute
+path; a named tool that nothing provides is a :class:`ScenarioError`); :func:`run_drill`
+materialises one scenario into a fresh temporary directory with an isolated HOME / XDG dirs and a
+scrubbed environment, applies the user's setup and the project's mutations in order, loads exactly
+as ``tooldir scan`` would from inside the project (default user root, user policy and state),
+attempts any declared tool calls under the drill's ceiling (no network, no unsandboxed runs, no
+variable of the caller's), and checks:
 
+- ``planted``: before anything else, every file of tree/ and every plant is in the arena as planted;
 - ``outcome``: the expected diagnostic codes, tool statuses or refusal codes were observed;
 - ``canary``: no hostile script ran (the canary folder it would write into is still empty);
 - ``control``: the scenario's good tools, planted beside the hostile ones, are still active;
 - ``state``: the user's home, config and state, and everything outside the project, are byte-for-byte
   unchanged by the load (the audit log excepted: tooldir itself appends to it);
-- ``audit``: for execution drills, the audit log recorded each attempted call.
+- ``audit``: for execution drills, the audit log recorded each attempted call;
+- ``isolation``: for execution drills, no secret-named variable of the caller reached a tool.
 
 A drill whose machinery does not exist in this build fails with "not runnable yet: <what is
-missing>"; it never passes by default.
+missing>"; it never passes by default. A drill that needs what this machine lacks (root, a working
+sandbox) is ``not-runnable`` (:attr:`DrillResult.status`), which is neither a pass nor a failure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import json
 import os
 import tempfile
 import time
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from . import _drill_checks as ck
 from . import _drill_exec as ex
@@ -38,6 +45,7 @@ from ._drill_checks import Check
 from ._drill_plant import (
     Arena,
     NotRunnableError,
+    Planted,
     ScenarioError,
     UnavailableError,
     apply_plant,
@@ -45,18 +53,28 @@ from ._drill_plant import (
     isolated,
     make_arena,
     make_removable,
+    record,
     write_control,
 )
-from ._drill_storm import plant_storm, run_storm
+from ._drill_storm import plant_storm, run_storm, storm_name
 from .errors import ConfigError
 from .model import BuiltinSpec, Risk
 
 SCENARIO_FILE = "scenario.toml"
 TREE = "tree"
+GUARD_TOOLS = ("tool_search", "defer_execute_tool")
+"""Tools a Session provides itself; a scenario may call them without planting them."""
+PROVIDING_STEPS: dict[str, tuple[str, ...]] = {"write": ("path", "text", "hex"), "copy": ("to",)}
+"""Steps that create content, and the fields that say what: with tree/ and [[plant]], the only
+places a tool the scenario names may come from (a step that approves or edits a tool does not
+provide it). ``plant`` steps count like ``[[plant]]`` entries."""
+CHANGING_PLANTS = ("mode", "owner")
+"""Plants that change an entry that is already there instead of creating one."""
 
 __all__ = [
     "Check",
     "DrillResult",
+    "DrillStatus",
     "Scenario",
     "ScenarioError",
     "load_scenario",
@@ -64,6 +82,7 @@ __all__ = [
     "run_drill",
     "run_drills",
     "select",
+    "verdict",
 ]
 
 
@@ -282,6 +301,12 @@ class Scenario(_Frozen):
     expect: Expect = Field(default_factory=Expect)
     folder: str = ""
 
+    @field_validator("folder")
+    @classmethod
+    def _absolute_folder(cls, folder: str) -> str:
+        # resolved once, here: the drill later runs with the arena as its working directory
+        return str(Path(folder).resolve()) if folder else folder
+
     @model_validator(mode="after")
     def _has_a_control(self) -> Scenario:
         if not (self.control.user or self.control.project):
@@ -297,6 +322,9 @@ class Scenario(_Frozen):
         return Path(self.folder).name
 
 
+DrillStatus = Literal["passed", "failed", "not-runnable"]
+
+
 @dataclass(frozen=True, slots=True)
 class DrillResult:
     scenario: Scenario
@@ -307,7 +335,23 @@ class DrillResult:
 
     @property
     def passed(self) -> bool:
-        return bool(self.checks) and all(c.passed for c in self.checks)
+        return self.unavailable is None and bool(self.checks) and all(c.passed for c in self.checks)
+
+    @property
+    def status(self) -> DrillStatus:
+        """``not-runnable``: this machine lacks what the drill needs (root, a sandbox), which is
+        not a failure of tooldir; a drill whose tooldir machinery is missing is ``failed``."""
+        if self.unavailable is not None:
+            return "not-runnable"
+        return "passed" if self.passed else "failed"
+
+    @property
+    def reason(self) -> str | None:
+        """Why the drill did not pass: what it needs (not-runnable) or the failed checks."""
+        if self.unavailable is not None:
+            return f"not runnable here ({self.unavailable})"
+        failed = [f"{c.name}: {c.message}" for c in self.checks if not c.passed]
+        return "; ".join(failed) if failed else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -315,9 +359,20 @@ class DrillResult:
             "scenario": self.scenario.name,
             "expected": self.scenario.expected,
             "observed": self.observed,
+            "status": self.status,
+            "reason": self.reason,
             "passed": self.passed,
             "details": [c.to_json() for c in self.checks],
         }
+
+
+def verdict(results: Sequence[DrillResult], *, require_all: bool = False) -> bool:
+    """Whether a run counts as passed: every drill that could run here passed (and, with
+    ``require_all``, every drill could run). A run in which no drill could run never passes."""
+    ran = [r for r in results if r.status != "not-runnable"]
+    if not ran or (require_all and len(ran) != len(results)):
+        return False
+    return all(r.passed for r in ran)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,10 +382,20 @@ class DrillResult:
 def load_scenario(folder: str | os.PathLike[str]) -> Scenario:
     """Parse ``folder/scenario.toml``.
 
+    The folder is resolved to an absolute path first (a drill runs in its arena, not the caller's
+    working directory). Besides the format, the scenario's declared content must exist: a
+    ``tree/`` that is present holds at least one file, and every tool the scenario names in
+    ``expect.status``, ``expect.diagnostics`` or ``calls`` (other than its control tools, its
+    builtins and the session's guard tools) is provided by its content (a path or a file of
+    ``tree/``, a ``[[plant]]``, or a step that creates content, see ``PROVIDING_STEPS``): a
+    scenario whose hostile tree is missing is an error, never a vacuous pass.
+
     Raises:
-        ScenarioError: missing, not TOML, or not a valid scenario (the message names the key).
+        ScenarioError: missing, not TOML, not a valid scenario (the message names the key), or
+            its declared content is missing.
     """
-    path = Path(folder) / SCENARIO_FILE
+    folder = Path(folder).resolve()
+    path = folder / SCENARIO_FILE
     try:
         data = tomllib.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
@@ -345,10 +410,67 @@ def load_scenario(folder: str | os.PathLike[str]) -> Scenario:
         first = exc.errors()[0]
         key = ".".join(str(part) for part in first["loc"]) or "(top)"
         raise ScenarioError(f"{key}: {first['msg']}", path=str(path)) from None
-    tree = Path(folder) / TREE
+    tree = folder / TREE
     if tree.exists() and not tree.is_dir():
         raise ScenarioError(f"{TREE} must be a folder", path=str(tree))
+    _check_declared_content(scenario, tree)
     return scenario
+
+
+def _named_tools(scenario: Scenario) -> list[tuple[str, str]]:
+    """(key, tool name) of every tool the scenario expects something of or calls."""
+    named = [(f"expect.status.{key}", key.rpartition(":")[2]) for key in scenario.expect.status]
+    named += [(f"expect.diagnostics.{i}", d.tool) for i, d in enumerate(scenario.expect.diagnostics) if d.tool]
+    named += [(f"calls.{i}.tool", c.tool) for i, c in enumerate(scenario.calls)]
+    provided = {*scenario.control.user, *scenario.control.project, *(b.name for b in scenario.builtins), *GUARD_TOOLS}
+    if scenario.storm is not None:
+        provided |= {storm_name(i) for i in range(scenario.storm.packages)}
+    return [(key, name) for key, name in named if name not in provided]
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+
+
+def _check_declared_content(scenario: Scenario, tree: Path) -> None:
+    """The rule of :func:`load_scenario`: a present tree/ is not empty, and every named tool is
+    provided by the tree, a plant or a step (raw, or JSON-escaped as a manifest may spell it)."""
+    blobs: list[bytes] = []
+    if tree.is_dir():
+        for dirpath, _, filenames in os.walk(tree):
+            here = Path(dirpath)
+            blobs.append(str(here.relative_to(tree)).encode())
+            for name in filenames:
+                blobs.append(name.encode())
+                with contextlib.suppress(OSError):  # unreadable files are copy_tree's to report
+                    blobs.append((here / name).read_bytes())
+        if not any(files for _, _, files in os.walk(tree)):
+            raise ScenarioError(f"{TREE}/ holds no files: an empty or incomplete copy of the scenario?", path=str(tree))
+    steps = [*scenario.steps, *scenario.after_load, *scenario.after_calls]
+    steps += [step for call in scenario.calls for step in call.before]
+    plants = [*scenario.plant, *(step.plant for step in steps if step.plant is not None)]
+    sources: list[Any] = [plant.model_dump() for plant in plants if plant.kind not in CHANGING_PLANTS]
+    sources += [step.model_dump(include=set(PROVIDING_STEPS[step.do])) for step in steps if step.do in PROVIDING_STEPS]
+    for text in _strings(sources):
+        blobs.append(text.encode())
+        with contextlib.suppress(ValueError):
+            blobs.append(bytes.fromhex(text))
+    content = b"\0".join(blobs)
+    for key, name in _named_tools(scenario):
+        forms = {name.encode(), json.dumps(name).strip('"').encode()}
+        if not any(form in content for form in forms):
+            raise ScenarioError(
+                f"{key}: names the tool {name!r}, but neither {TREE}/ nor any plant or step provides it "
+                f"(is {TREE}/ missing?)",
+                path=scenario.folder,
+            )
 
 
 def load_scenarios(directory: str | os.PathLike[str]) -> list[Scenario]:
@@ -403,10 +525,10 @@ def run_drill(scenario: Scenario) -> DrillResult:
     with tempfile.TemporaryDirectory(prefix="tooldir-drill-") as tmp:
         try:
             arena = make_arena(Path(tmp).resolve(), scenario.folder)
-            with isolated(arena):
-                return _run(scenario, arena, started)
+            with isolated(arena) as caller:
+                return _run(scenario, arena, started, caller)
         except UnavailableError as exc:
-            return _failed(scenario, started, "runnable", f"unavailable on this machine: {exc}", unavailable=str(exc))
+            return _failed(scenario, started, "runnable", f"not runnable here ({exc})", unavailable=str(exc))
         except NotRunnableError as exc:
             return _failed(scenario, started, "runnable", f"not runnable yet: {exc}")
         except ScenarioError as exc:
@@ -423,13 +545,15 @@ def _failed(
     )
 
 
-def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
+def _run(scenario: Scenario, arena: Arena, started: float, caller: dict[str, str]) -> DrillResult:
     if "root" in scenario.requires and os.geteuid() != 0:
-        raise UnavailableError("this scenario needs root (chown/mknod)")
+        raise UnavailableError("needs root: the scenario plants files with chown/mknod")
     for item in scenario.needs:
         module, _, attribute = item.rpartition(".")
         ex.need(module, attribute)
-    _materialise(scenario, arena)
+    planted = ck.check_planted(arena, _materialise(scenario, arena))
+    if not planted.passed:  # the drill would test nothing: stop before the load
+        return DrillResult(scenario, planted.message, (planted,), time.monotonic() - started)
     builtins = tuple(BuiltinSpec(b.name, b.description, {"type": "object"}, b.risk) for b in scenario.builtins)
     for name in scenario.control.project:
         ex.approve(arena, arena.resolve(f"project/.tooldir/tools/{name}"), builtins)
@@ -446,10 +570,11 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
     for i, step in enumerate(scenario.after_load):
         ex.apply_step(step, arena, builtins, f"after_load[{i}] ({step.do})", runtime)
     outcomes: list[ex.CallOutcome] = []
+    taken_back = ex.clamped(ex.raw_user_policy()) if scenario.calls else []
     if scenario.calls and "sandbox" in scenario.requires:
         problem = ex.sandbox_problem(ex.user_policy())
         if problem is not None:
-            raise UnavailableError(f"no working sandbox: {problem}")
+            raise UnavailableError(f"needs a working sandbox: {problem}")
     for i, spec in enumerate(scenario.calls):
         for j, step in enumerate(spec.before):
             ex.apply_step(step, arena, builtins, f"calls[{i}].before[{j}] ({step.do})", runtime)
@@ -471,6 +596,7 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
     after = fingerprint(arena)
 
     checks = [
+        planted,
         ck.check_outcome(scenario, arena, snapshot, elapsed, outcomes, storm=storm),
         ck.check_canary(arena),
         ck.check_controls(scenario, snapshot),
@@ -478,6 +604,8 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
     ]
     if audit is not None:
         checks.append(audit)
+    if outcomes:
+        checks.append(ck.check_isolation(caller, outcomes, taken_back))
     observed = ck.observed(scenario, snapshot)
     if outcomes:
         observed = "; ".join([*(o.describe() for o in outcomes), observed])
@@ -486,10 +614,14 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
     return DrillResult(scenario, observed, tuple(checks), time.monotonic() - started)
 
 
-def _materialise(scenario: Scenario, arena: Arena) -> None:
+def _materialise(scenario: Scenario, arena: Arena) -> dict[Path, Planted]:
+    """tree/, control tools, the user's policy, storm packages and plants; returns what the
+    tree and the plants put where (for the ``planted`` check)."""
+    planted: dict[Path, Planted] = {}
     tree = Path(scenario.folder) / TREE
     if tree.is_dir():
-        arena.copy_tree(tree)
+        for item in arena.copy_tree(tree):
+            record(planted, item)
     for name in scenario.control.user:
         write_control(arena.resolve(f"user/{name}"), name)
     for name in scenario.control.project:
@@ -499,4 +631,5 @@ def _materialise(scenario: Scenario, arena: Arena) -> None:
     if scenario.storm is not None:
         plant_storm(arena, scenario.storm.packages)
     for plant in scenario.plant:
-        apply_plant(plant, arena)
+        record(planted, apply_plant(plant, arena))
+    return planted

@@ -1,7 +1,8 @@
 """Every poisoned-directory scenario, as one test per drill (ids are the drill ids).
 
 Each drill asserts the three things of STYLE §6 — the exact outcome code, state unchanged with no
-canary written, and the other tools still loading — plus the audit record for execution drills.
+canary written, and the other tools still loading — after proving its hostile tree was planted, plus
+the audit record and the caller's isolation for execution drills.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ def test_poisoned_directory_ends_in_its_code_without_running_anything_while_good
         pytest.skip(f"system facility missing on this machine: {result.unavailable}")
     checks = {c.name: c for c in result.checks}
     assert "runnable" not in checks, checks["runnable"].message
-    for name in ("outcome", "canary", "control", "state"):
+    for name in ("planted", "outcome", "canary", "control", "state"):
         assert checks[name].passed, f"{name}: {checks[name].message} (observed: {result.observed})"
-    if scenario.calls:  # execution drills: every attempt is in the audit log
+    if scenario.calls:  # execution drills: every attempt is in the audit log, nothing of the caller's leaked
         assert checks["audit"].passed, checks["audit"].message
-    assert result.passed
+        assert checks["isolation"].passed, checks["isolation"].message
+    assert result.passed and result.status == "passed"

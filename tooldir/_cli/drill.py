@@ -1,15 +1,16 @@
-"""``tooldir drill [DIR] [--only ID...]``: rehearse poisoned-directory incidents."""
+"""``tooldir drill [DIR] [--only ID...] [--list] [--require-all]``: rehearse poisoned-directory incidents."""
 
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
 from .._data import SCENARIOS
-from ..drill import DrillResult, load_scenarios, run_drill, run_drills, select
+from ..drill import DrillResult, Scenario, load_scenarios, run_drill, run_drills, select, verdict
 from .common import EXIT_FOUND_ERRORS, EXIT_OK, CommandError, console, print_json, safe
 
 
@@ -18,7 +19,8 @@ def register(sub: Any) -> None:
         "drill",
         help="plant poisoned tool directories in a temporary home and prove nothing bad happens",
         description="Run every scenario of DIR (default: the scenarios bundled with tooldir) in an isolated "
-        "temporary home and state dir; exit 0 only if every drill passes.",
+        "temporary home and state dir. Exit 0 when every drill that can run on this machine passed; drills that "
+        "need what this machine lacks (root, a working sandbox) are reported as not runnable here.",
     )
     p.add_argument(
         "dir", nargs="?", metavar="DIR", help="a folder of scenario folders (see fixtures/poisoned/README.md)"
@@ -31,6 +33,12 @@ def register(sub: Any) -> None:
         metavar="ID",
         help="run only these threat ids, drill ids or scenario folders (globs allowed, e.g. 'fs:*')",
     )
+    p.add_argument("--list", action="store_true", help="list the drills (id, threat, title, requires); run nothing")
+    p.add_argument(
+        "--require-all",
+        action="store_true",
+        help="also fail (exit 1) when a drill cannot run on this machine (e.g. needs root)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document for machines")
     p.set_defaults(handler=cmd_drill)
 
@@ -41,7 +49,7 @@ def bundled_scenarios() -> Path | None:
 
 
 def cmd_drill(args: argparse.Namespace) -> int:
-    directory = Path(args.dir) if args.dir else bundled_scenarios()
+    directory = Path(args.dir).resolve() if args.dir else bundled_scenarios()
     if directory is None:
         raise CommandError("no bundled scenarios next to this installation; pass a scenario DIR")
     scenarios = load_scenarios(directory)
@@ -51,6 +59,8 @@ def cmd_drill(args: argparse.Namespace) -> int:
         chosen = select(scenarios, args.only)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
+    if args.list:
+        return list_drills(chosen, as_json=args.json)
     results: list[DrillResult] = []
     if args.json:
         results = run_drills(chosen)
@@ -59,31 +69,67 @@ def cmd_drill(args: argparse.Namespace) -> int:
             for s in chosen:
                 status.update(safe(f"drill {s.drill_id}"))
                 results.append(run_drill(s))
-    passed = all(r.passed for r in results)
+    passed = verdict(results, require_all=args.require_all)
     if args.json:
-        print_json({"drills": [r.to_json() for r in results], "passed": passed})
+        counts = Counter(r.status for r in results)
+        print_json(
+            {
+                "drills": [r.to_json() for r in results],
+                "counts": {status: counts.get(status, 0) for status in ("passed", "failed", "not-runnable")},
+                "require_all": args.require_all,
+                "passed": passed,
+            }
+        )
     else:
-        print_results(results)
+        print_results(results, passed=passed, require_all=args.require_all)
     return EXIT_OK if passed else EXIT_FOUND_ERRORS
 
 
-def print_results(results: list[DrillResult]) -> None:
-    table = Table("id", "expectation", "result", "pass", title="tooldir drill")
-    for r in results:
-        failures = [c for c in r.checks if not c.passed]
-        result = safe(r.observed)
-        for c in failures:
-            result.append("\n")
-            result.append_text(safe(f"{c.name}: {c.message}", "red"))
-        table.add_row(
-            safe(r.scenario.drill_id, "bold"),
-            safe(r.scenario.expected),
-            result,
-            safe("pass", "green") if r.passed else safe("FAIL", "bold red"),
-        )
+def list_drills(scenarios: list[Scenario], *, as_json: bool) -> int:
+    rows = [
+        {"id": s.drill_id, "threat": s.threat, "title": s.title, "requires": list(s.requires), "scenario": s.name}
+        for s in scenarios
+    ]
+    if as_json:
+        print_json({"drills": rows})
+        return EXIT_OK
+    table = Table("id", "threat", "title", "requires", title="tooldir drills")
+    for s in scenarios:
+        table.add_row(safe(s.drill_id, "bold"), safe(s.threat), safe(s.title), safe(", ".join(s.requires) or "-"))
     out = console()
     out.print(table)
-    failed = sum(not r.passed for r in results)
+    out.print(safe(f"{len(scenarios)} drills"))
+    return EXIT_OK
+
+
+_VERDICT = {"passed": ("pass", "green"), "failed": ("FAIL", "bold red"), "not-runnable": ("not run", "yellow")}
+
+
+def print_results(results: list[DrillResult], *, passed: bool, require_all: bool) -> None:
+    table = Table("id", "expectation", "result", "status", title="tooldir drill")
+    for r in results:
+        if r.status == "not-runnable":
+            result = safe(r.reason or "", "yellow")
+        else:
+            result = safe(r.observed)
+            for c in r.checks:
+                if not c.passed and c.message != r.observed:
+                    result.append("\n")
+                    result.append_text(safe(f"{c.name}: {c.message}", "red"))
+        label, style = _VERDICT[r.status]
+        table.add_row(safe(r.scenario.drill_id, "bold"), safe(r.scenario.expected), result, safe(label, style))
+    out = console()
+    out.print(table)
+    counts = Counter(r.status for r in results)
     seconds = sum(r.seconds for r in results)
-    verdict = "all passed" if not failed else f"{failed} failed"
-    out.print(safe(f"{len(results)} drills, {verdict} ({seconds:.1f} s)"))
+    if counts["passed"] == len(results):
+        summary = f"{len(results)} drills, all passed"
+    else:
+        parts = [f"{counts['passed']} passed", f"{counts['failed']} failed"]
+        if counts["not-runnable"]:
+            needs = sorted({r.unavailable or "" for r in results if r.status == "not-runnable"})
+            parts.append(f"{counts['not-runnable']} not runnable here ({'; '.join(needs)})")
+        summary = f"{len(results)} drills: " + ", ".join(parts)
+    if not passed and not counts["failed"]:
+        summary += " — exit 1: " + ("--require-all is set" if require_all and counts["passed"] else "no drill ran")
+    out.print(safe(f"{summary} ({seconds:.1f} s)"))
