@@ -242,8 +242,25 @@ CLI_STEPS = frozenset(
         "policy",
     }
 )
-"""The ``tooldir`` commands a step may run: none runs a tool (``run``, ``serve``, ``watch`` would
-use the scenario's policy outside the drill's ceiling; a tool runs only through ``[[calls]]``)."""
+"""The ``tooldir`` commands a step may run freely: none runs a tool (``serve``, ``watch`` would
+use the scenario's policy outside the drill's ceiling; a tool runs through ``[[calls]]``)."""
+
+RUN_STEP = "run"
+"""``tooldir run`` as a step (e.g. a version used only through ``run``, for ``trust:rollback``):
+allowed only with the user's own policy file, and only when that policy grants nothing the
+drill's ceiling would take back, so the CLI's own policy load cannot loosen the drill."""
+
+
+def _check_run_step(arena: Arena, args: list[str], where: str) -> None:
+    if any(a == "--policy" or a.startswith("--policy=") for a in args):
+        raise ScenarioError(f"{where}: a 'tooldir run' step may not pass --policy", path=arena.scenario)
+    taken_back = clamped(raw_user_policy())
+    if taken_back:
+        raise ScenarioError(
+            f"{where}: a 'tooldir run' step needs a policy within the drill's ceiling; "
+            f"it grants {', '.join(taken_back)}",
+            path=arena.scenario,
+        )
 
 
 def run_cli(arena: Arena, args: list[str], expected_exit: int, where: str) -> str:
@@ -257,7 +274,9 @@ def run_cli(arena: Arena, args: list[str], expected_exit: int, where: str) -> st
     }
     if args[0] not in commands:
         raise NotRunnableError(f"'tooldir {args[0]}' does not exist in this build")
-    if args[0] not in CLI_STEPS:
+    if args[0] == RUN_STEP:
+        _check_run_step(arena, args, where)
+    elif args[0] not in CLI_STEPS:
         raise ScenarioError(
             f"{where}: 'tooldir {args[0]}' may not run as a step (allowed: {', '.join(sorted(CLI_STEPS))}); "
             "tools run only through [[calls]], under the drill's ceiling",

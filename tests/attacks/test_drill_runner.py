@@ -666,7 +666,7 @@ def test_the_drill_ceiling_takes_back_network_unsandboxed_runs_and_foreign_varia
     ]
 
 
-@pytest.mark.parametrize("command", ["run", "serve", "watch", "drill"])
+@pytest.mark.parametrize("command", ["serve", "watch", "drill"])
 def test_a_tooldir_step_that_could_run_a_tool_is_a_scenario_error(tmp_path: Path, command: str) -> None:
     folder = write_scenario(
         tmp_path / "trust-unapproved", HEADER + f'[[steps]]\ndo = "tooldir"\nargs = ["{command}"]\n'
@@ -674,3 +674,21 @@ def test_a_tooldir_step_that_could_run_a_tool_is_a_scenario_error(tmp_path: Path
     result = run_drill(load_scenario(folder))
     assert result.status == "failed"
     assert f"steps[0] (tooldir): 'tooldir {command}' may not run as a step" in result.checks[0].message
+
+
+@pytest.mark.parametrize(
+    ("policy", "args", "refusal"),
+    [
+        ('policy = """\n[sandbox]\nnetwork = true\n"""\n', '["run", "good_user_tool"]', "grants sandbox.network"),
+        ("", '["run", "good_user_tool", "--policy", "{project}/loose.toml"]', "may not pass --policy"),
+    ],
+)
+def test_a_run_step_that_could_loosen_the_drill_ceiling_is_a_scenario_error(
+    tmp_path: Path, policy: str, args: str, refusal: str
+) -> None:
+    header = HEADER.replace("[control]", policy + "[control]", 1) if policy else HEADER
+    folder = write_scenario(tmp_path / "trust-unapproved", header + f'[[steps]]\ndo = "tooldir"\nargs = {args}\n')
+    result = run_drill(load_scenario(folder))
+    assert result.status == "failed"
+    assert "steps[0] (tooldir): a 'tooldir run' step" in result.checks[0].message
+    assert refusal in result.checks[0].message
