@@ -39,6 +39,7 @@ class RunResult:
     timed_out: bool
     duration_ms: float
     started: bool = True  # False when the sandbox never started the tool (set-up failed)
+    memory_exceeded: bool = False  # the run's cgroup memory limit made the kernel kill it
 
 
 class Sandbox(Protocol):
