@@ -1,0 +1,258 @@
+"""The memory bound (cgroup v2, or RLIMIT_AS + seccomp), common runtimes under the default policy,
+the seccomp opt-out on an untabulated arch, and the cgroup hand-over before any tool code runs."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from toolkit import make_tool
+
+from tooldir.loader import Loader, make_config
+from tooldir.policy import Policy
+from tooldir.registry import Registry
+from tooldir.sandbox import BubblewrapSandbox, bubblewrap, cgroup, seccomp
+from tooldir.sandbox.process import TRUSTED_PATH
+from tooldir.snapshot import SnapshotStore
+
+pytestmark = pytest.mark.usefixtures("sandbox_ready")
+
+LIMITS = """\
+import json, os, sys
+json.load(sys.stdin)
+limits = {}
+for line in open("/proc/self/limits").read().splitlines()[1:]:
+    name = line[:26].strip()
+    limits[name] = line[26:47].strip()
+try:
+    os.close(os.memfd_create("probe"))
+    memfd = "created"
+except OSError as exc:
+    memfd = f"refused: {exc.errno}"
+print(json.dumps({"ok": True, "content": {"as": limits["Max address space"],
+    "msgqueue": limits["Max msgqueue size"], "memfd": memfd}}))
+"""
+
+NODE_TOOL = """\
+let input = "";
+process.stdin.on("data", (chunk) => { input += chunk; });
+process.stdin.on("end", () => {
+  const request = JSON.parse(input);
+  console.log(JSON.stringify({ ok: true, content: "node says " + request.input.text }));
+});
+"""
+
+
+def registry_with(tmp_path: Path, policy: Policy, sandbox: Any = None, **tool: Any) -> Registry:
+    user = tmp_path / "user"
+    make_tool(user, "probe_tool", **tool)
+    state = tmp_path / "state"
+    config = make_config(project=None, user_dirs=[user], policy=policy, state_dir=state)
+    return Registry(SnapshotStore(Loader(config).load()), policy=policy, state_dir=state, sandbox=sandbox)
+
+
+def expected_memory_bound() -> str:
+    return "cgroup" if cgroup.find_parent(None)[0] is not None else "rlimit+seccomp"
+
+
+# --------------------------------------------------------------------------- runtimes, default policy
+
+
+@pytest.mark.skipif(shutil.which("node", path=TRUSTED_PATH) is None, reason="node is not installed here")
+def test_a_trivial_node_tool_runs_under_the_default_policy(tmp_path: Path) -> None:
+    execute = {"command": ["node", "run.js"]}
+    registry = registry_with(tmp_path, Policy(), extra_files={"run.js": NODE_TOOL}, execute=execute)
+    result = registry.call("probe_tool", {"text": "hi"})
+    assert result.ok, result.error
+    assert result.content == "node says hi"
+
+
+def test_a_trivial_python_tool_runs_under_the_default_policy(tmp_path: Path) -> None:
+    registry = registry_with(tmp_path, Policy())
+    result = registry.call("probe_tool", {"text": "hi"})
+    assert result.ok, result.error
+
+
+# --------------------------------------------------------------------------- the fallback bound
+
+
+def test_without_a_cgroup_rlimit_as_is_memory_mb_plus_the_slack_and_memfds_are_refused(tmp_path: Path) -> None:
+    policy = Policy.model_validate({"sandbox": {"memory_mb": 128, "memory_bound": "rlimit+seccomp"}})
+    registry = registry_with(tmp_path, policy, script=LIMITS)
+    result = registry.call("probe_tool", {"text": "x"})
+    assert result.ok, result.error
+    assert result.content["as"] == str((128 + 512) * 1024 * 1024)
+    assert result.content["msgqueue"] == "0"
+    assert result.content["memfd"] == "refused: 1"  # EPERM
+    box = registry.sandbox()
+    assert box is not None and box.memory_bound == "rlimit+seccomp"  # type: ignore[attr-defined]
+
+
+def test_a_zero_slack_makes_rlimit_as_exactly_memory_mb(tmp_path: Path) -> None:
+    policy = Policy.model_validate(
+        {"sandbox": {"memory_mb": 256, "address_space_slack_mb": 0, "memory_bound": "rlimit+seccomp"}}
+    )
+    result = registry_with(tmp_path, policy, script=LIMITS).call("probe_tool", {"text": "x"})
+    assert result.ok, result.error
+    assert result.content["as"] == str(256 * 1024 * 1024)
+
+
+def test_memory_bound_cgroup_refuses_to_run_where_no_cgroup_can_be_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bubblewrap, "find_parent", lambda configured: (None, "no delegated cgroup here"))
+    policy = Policy.model_validate({"sandbox": {"memory_bound": "cgroup"}})
+    result = registry_with(tmp_path, policy).call("probe_tool", {"text": "x"})
+    assert result.error is not None and result.error.code == "sandbox-unavailable"
+    assert "no delegated cgroup here" in result.error.message
+
+
+def test_a_configured_cgroup_parent_that_is_not_a_cgroup_is_reported_with_its_path(tmp_path: Path) -> None:
+    policy = Policy.model_validate({"sandbox": {"memory_bound": "cgroup", "cgroup_parent": str(tmp_path / "nope")}})
+    result = registry_with(tmp_path, policy).call("probe_tool", {"text": "x"})
+    assert result.error is not None and result.error.code == "sandbox-unavailable"
+    assert "sandbox.cgroup_parent" in result.error.message and str(tmp_path / "nope") in result.error.message
+
+
+# --------------------------------------------------------------------------- the cgroup hand-over
+
+
+class RecordingCgroup:
+    """Stands in for a cgroup: records each pid moved in and what that process was doing then."""
+
+    made: ClassVar[list[RecordingCgroup]] = []
+    fail_add: ClassVar[bool] = False
+
+    def __init__(self, path: Path, memory_bytes: int, max_processes: int) -> None:
+        self.path = path
+        self.memory_bytes = memory_bytes
+        self.max_processes = max_processes
+        self.added: list[tuple[int, str, str]] = []  # pid, cmdline, children at the time
+        self.closed = False
+
+    @classmethod
+    def create(cls, parent: Path, *, memory_bytes: int, max_processes: int) -> RecordingCgroup:
+        group = cls(parent / "run", memory_bytes, max_processes)
+        cls.made.append(group)
+        return group
+
+    def add(self, pid: int) -> None:
+        if self.fail_add:
+            raise PermissionError(13, "Permission denied")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().strip()
+        self.added.append((pid, cmdline, children))
+
+    def oom_killed(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def recording(monkeypatch: pytest.MonkeyPatch) -> type[RecordingCgroup]:
+    RecordingCgroup.made = []
+    RecordingCgroup.fail_add = False
+    monkeypatch.setattr(bubblewrap, "RunCgroup", RecordingCgroup)
+    return RecordingCgroup
+
+
+def test_with_a_cgroup_both_bubblewrap_processes_are_moved_in_before_the_tool_starts(
+    tmp_path: Path, recording: type[RecordingCgroup]
+) -> None:
+    policy = Policy.model_validate({"sandbox": {"memory_mb": 128, "max_processes": 10}})
+    box = BubblewrapSandbox(policy.sandbox, tmp_path / "state", cgroup_parent=tmp_path / "parent")
+    assert box.memory_bound == "cgroup"
+    result = registry_with(tmp_path, policy, sandbox=box, script=LIMITS).call("probe_tool", {"text": "x"})
+    assert result.ok, result.error
+    [group] = recording.made
+    assert (group.memory_bytes, group.max_processes) == (128 * 1024 * 1024, 10 + 2)
+    assert group.closed
+    launcher, init = group.added
+    assert os.path.basename(launcher[1]) == "bwrap" and os.path.basename(init[1]) == "bwrap"
+    assert launcher[2] == str(init[0])  # the launcher's one child is the sandbox's init ...
+    assert init[2] == ""  # ... which had not forked the tool yet
+    # the cgroup bounds memory, so the address space is not limited and memfds are allowed
+    assert result.content["as"] == "unlimited"
+    assert result.content["memfd"] == "created"
+
+
+def test_a_cgroup_that_cannot_take_the_sandbox_fails_the_run_before_the_tool_starts(
+    tmp_path: Path, recording: type[RecordingCgroup]
+) -> None:
+    recording.fail_add = True
+    policy = Policy()
+    box = BubblewrapSandbox(policy.sandbox, tmp_path / "state", cgroup_parent=tmp_path / "parent")
+    canary = tmp_path / "ran"
+    script = f"import json, sys\njson.load(sys.stdin)\nopen({str(canary)!r}, 'w')\n"
+    registry = registry_with(tmp_path, Policy(), sandbox=box, script=script)
+    result = registry.call("probe_tool", {"text": "x"})
+    assert result.error is not None and result.error.code == "sandbox-failed"
+    assert "cgroup" in result.error.message
+    assert recording.made[0].closed
+    assert bubblewrap_processes_left(tmp_path) == []
+
+
+def bubblewrap_processes_left(tmp_path: Path) -> list[int]:
+    marker = str(tmp_path).encode()
+    left = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if marker in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    left.append(int(entry))
+            except OSError:
+                continue
+    return left
+
+
+# --------------------------------------------------------------------------- no filter for this arch
+
+
+def test_on_an_arch_without_a_seccomp_filter_runs_are_refused_unless_the_policy_opts_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(seccomp.platform, "machine", lambda: "riscv64")
+    refused = registry_with(tmp_path / "a", Policy()).call("probe_tool", {"text": "x"})
+    assert refused.error is not None and refused.error.code == "sandbox-unavailable"
+    assert "unsafe_allow_no_seccomp" in refused.error.message
+    policy = Policy.model_validate({"sandbox": {"unsafe_allow_no_seccomp": True}})
+    with caplog.at_level(logging.WARNING, logger="tooldir"):
+        ran = registry_with(tmp_path / "b", policy).call("probe_tool", {"text": "x"})
+    assert ran.ok, ran.error
+    assert any("WITHOUT a seccomp filter" in r.getMessage() for r in caplog.records)
+
+
+# --------------------------------------------------------------------------- cgroup discovery (pure)
+
+
+def test_the_cgroup2_mount_and_own_cgroup_are_read_from_proc_text() -> None:
+    mountinfo = (
+        "30 23 0:26 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory\n"
+        "35 23 0:31 / /sys/fs/cgroup/unified rw,relatime shared:14 - cgroup2 cgroup2 rw\n"
+    )
+    assert cgroup.cgroup2_mount(mountinfo) == "/sys/fs/cgroup/unified"
+    assert cgroup.cgroup2_mount("30 23 0:26 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n") is None
+    assert cgroup.own_cgroup("4:memory:/a\n0::/user.slice/u.service\n") == "/user.slice/u.service"
+    assert cgroup.own_cgroup("4:memory:/a\n") is None
+
+
+def test_a_cgroup_parent_needs_memory_and_pids_enabled_for_its_children(tmp_path: Path) -> None:
+    assert "not a cgroup v2 directory" in (cgroup.unusable(tmp_path) or "")
+    (tmp_path / "cgroup.subtree_control").write_text("cpu memory\n")
+    assert "pids" in (cgroup.unusable(tmp_path) or "")
+    (tmp_path / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    assert cgroup.unusable(tmp_path) is None
+
+
+def test_an_oom_kill_is_read_from_memory_events(tmp_path: Path) -> None:
+    group = cgroup.RunCgroup(tmp_path)
+    (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 0\n")
+    assert group.oom_killed() is False
+    (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 9\noom 2\noom_kill 1\n")
+    assert group.oom_killed() is True
