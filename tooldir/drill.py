@@ -132,6 +132,7 @@ StepKind = Literal[
     "tooldir",
     "sign-ssh",
     "reload",
+    "add-key",
 ]
 
 _STEP_NEEDS: dict[str, tuple[str, ...]] = {
@@ -149,6 +150,7 @@ _STEP_NEEDS: dict[str, tuple[str, ...]] = {
     "tooldir": (),
     "sign-ssh": ("key", "path"),
     "reload": (),
+    "add-key": ("text",),
 }
 
 
