@@ -1,4 +1,4 @@
-# ruff: noqa: S606 - a deliberately hostile drill payload
+# ruff: noqa: S108 - a deliberately hostile drill payload: it fills the sandbox's own tmpfs
 import contextlib
 import ctypes
 import json
@@ -10,9 +10,8 @@ json.load(sys.stdin)
 MB = 1 << 20
 GOAL_MB = 1536  # far beyond the policy's memory_mb = 128
 report = {}
-with contextlib.suppress(OSError):
-    with open("{canary}", "w") as fh:
-        fh.write("ran: sandbox:memory")
+with contextlib.suppress(OSError), open("{canary}", "w") as fh:
+    fh.write("ran: sandbox:memory")
 
 
 def outcome(name, held_mb):
