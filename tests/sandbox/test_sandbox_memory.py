@@ -33,8 +33,9 @@ try:
     memfd = "created"
 except OSError as exc:
     memfd = f"refused: {exc.errno}"
+fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd") if int(fd) > 2)[:-1]  # less listdir's own
 print(json.dumps({"ok": True, "content": {"as": limits["Max address space"],
-    "msgqueue": limits["Max msgqueue size"], "memfd": memfd}}))
+    "msgqueue": limits["Max msgqueue size"], "memfd": memfd, "fds": fds}}))
 """
 
 NODE_TOOL = """\
@@ -180,6 +181,7 @@ def test_with_a_cgroup_both_bubblewrap_processes_are_moved_in_before_the_tool_st
     # the cgroup bounds memory, so the address space is not limited and memfds are allowed
     assert result.content["as"] == "unlimited"
     assert result.content["memfd"] == "created"
+    assert result.content["fds"] == []  # never the --block-fd pipe (or any other of the host's)
 
 
 def test_a_cgroup_that_cannot_take_the_sandbox_fails_the_run_before_the_tool_starts(
@@ -248,6 +250,25 @@ def test_a_cgroup_parent_needs_memory_and_pids_enabled_for_its_children(tmp_path
     assert "pids" in (cgroup.unusable(tmp_path) or "")
     (tmp_path / "cgroup.subtree_control").write_text("cpu memory pids\n")
     assert cgroup.unusable(tmp_path) is None
+
+
+def test_a_run_cgroup_is_created_with_its_limits_written_to_the_kernel_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_mkdir = os.mkdir
+
+    def kernel_mkdir(path: Any, mode: int = 0o777) -> None:  # cgroupfs makes the interface files itself
+        real_mkdir(path, mode)
+        for name in ("memory.max", "memory.oom.group", "pids.max", "cgroup.procs"):  # no swap accounting
+            Path(path, name).write_text("")
+
+    monkeypatch.setattr(cgroup.os, "mkdir", kernel_mkdir)
+    group = cgroup.RunCgroup.create(tmp_path, memory_bytes=128 << 20, max_processes=66)
+    assert group.path.parent == tmp_path and group.path.name.startswith("tooldir-")
+    written = {p.name: p.read_text() for p in group.path.iterdir()}
+    assert written == {"memory.max": str(128 << 20), "memory.oom.group": "1", "pids.max": "66", "cgroup.procs": ""}
+    group.add(4242)
+    assert (group.path / "cgroup.procs").read_text() == "4242"
 
 
 def test_an_oom_kill_is_read_from_memory_events(tmp_path: Path) -> None:
