@@ -277,3 +277,35 @@ def test_an_oom_kill_is_read_from_memory_events(tmp_path: Path) -> None:
     assert group.oom_killed() is False
     (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 9\noom 2\noom_kill 1\n")
     assert group.oom_killed() is True
+
+
+# --------------------------------------------------------------------------- socket families, network granted
+
+FAMILIES = """\
+import json, socket, sys
+json.load(sys.stdin)
+seen = {}
+for name, family, kind in [("inet", 2, socket.SOCK_DGRAM), ("inet6", 10, socket.SOCK_DGRAM),
+                           ("unix", 1, socket.SOCK_STREAM), ("vsock", 40, socket.SOCK_STREAM),
+                           ("netlink", 16, socket.SOCK_RAW)]:
+    try:
+        socket.socket(family, kind).close()
+        seen[name] = "opened"
+    except OSError as exc:
+        seen[name] = exc.errno
+print(json.dumps({"ok": True, "content": seen}))
+"""
+
+
+def test_a_tool_granted_the_network_gets_inet_and_inet6_but_still_no_vsock(tmp_path: Path) -> None:
+    policy = Policy.model_validate({"sandbox": {"network": True}})
+    execute = {"command": ["python3", "run.py"], "network": True}
+    result = registry_with(tmp_path, policy, script=FAMILIES, execute=execute).call("probe_tool", {"text": "x"})
+    assert result.ok, result.error
+    assert result.content == {"inet": "opened", "inet6": "opened", "unix": "opened", "vsock": 97, "netlink": 97}
+
+
+def test_a_tool_without_network_gets_only_unix_sockets(tmp_path: Path) -> None:
+    result = registry_with(tmp_path, Policy(), script=FAMILIES).call("probe_tool", {"text": "x"})
+    assert result.ok, result.error
+    assert result.content == {"inet": 97, "inet6": 97, "unix": "opened", "vsock": 97, "netlink": 97}
