@@ -4,6 +4,8 @@ each arch it is built for (no machine of that arch needed)."""
 from __future__ import annotations
 
 import errno
+import re
+from pathlib import Path
 
 import bpf_interp
 import pytest
@@ -122,3 +124,19 @@ def test_the_interpreter_rejects_a_program_that_falls_off_the_end() -> None:
     program = seccomp._insn(seccomp.BPF_LD_W_ABS, 0, 0, 0)
     with pytest.raises(bpf_interp.BPFError):
         bpf_interp.run(program, bpf_interp.seccomp_data(0, 0))
+
+
+HEADERS = {
+    "x86_64": Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
+    "aarch64": Path("/usr/include/asm-generic/unistd.h"),
+}
+
+
+@pytest.mark.parametrize("arch", ARCHES, ids=lambda a: a.name)
+def test_the_syscall_tables_match_the_kernel_headers(arch: Arch) -> None:
+    header = HEADERS[arch.name]
+    if not header.exists():
+        pytest.skip(f"{header} (linux-libc-dev) is not installed: nothing to cross-check against")
+    numbers = {m[1]: int(m[2]) for m in re.finditer(r"#define __NR(?:3264)?_(\w+)\s+(\d+)", header.read_text())}
+    assert {name: numbers.get(name) for name in arch.syscalls} == dict(arch.syscalls)
+    assert "socketcall" not in numbers  # neither native ABI has it: socket() is the only way in
