@@ -41,7 +41,7 @@ print(json.dumps({"ok": True, "content": "sent"}))
 
 
 def expected_memory_bound() -> str:
-    return "cgroup" if tooldir.sandbox.cgroup.find_parent(None)[0] is not None else "rlimit+seccomp"
+    return tooldir.sandbox.bubblewrap.choose_bound(Policy().sandbox).kind
 
 
 def registry_with(tmp_path: Path, policy: Policy, **tool: Any) -> Registry:

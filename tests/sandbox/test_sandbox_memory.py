@@ -3,9 +3,12 @@ the seccomp opt-out on an untabulated arch, and the cgroup hand-over before any 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -15,7 +18,8 @@ from toolkit import make_tool
 from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy
 from tooldir.registry import Registry
-from tooldir.sandbox import BubblewrapSandbox, bubblewrap, cgroup, seccomp
+from tooldir.sandbox import BubblewrapSandbox, RunRequest, bubblewrap, cgroup, scope, seccomp
+from tooldir.sandbox.bubblewrap import Bound
 from tooldir.sandbox.process import TRUSTED_PATH
 from tooldir.snapshot import SnapshotStore
 
@@ -57,7 +61,7 @@ def registry_with(tmp_path: Path, policy: Policy, sandbox: Any = None, **tool: A
 
 
 def expected_memory_bound() -> str:
-    return "cgroup" if cgroup.find_parent(None)[0] is not None else "rlimit+seccomp"
+    return bubblewrap.choose_bound(Policy().sandbox).kind
 
 
 # --------------------------------------------------------------------------- runtimes, default policy
@@ -106,6 +110,7 @@ def test_memory_bound_cgroup_refuses_to_run_where_no_cgroup_can_be_made(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(bubblewrap, "find_parent", lambda configured: (None, "no delegated cgroup here"))
+    monkeypatch.setattr(scope, "unusable", lambda: "no systemd user manager here")
     policy = Policy.model_validate({"sandbox": {"memory_bound": "cgroup"}})
     result = registry_with(tmp_path, policy).call("probe_tool", {"text": "x"})
     assert result.error is not None and result.error.code == "sandbox-unavailable"
@@ -167,7 +172,7 @@ def test_with_a_cgroup_both_bubblewrap_processes_are_moved_in_before_the_tool_st
     tmp_path: Path, recording: type[RecordingCgroup]
 ) -> None:
     policy = Policy.model_validate({"sandbox": {"memory_mb": 128, "max_processes": 10}})
-    box = BubblewrapSandbox(policy.sandbox, tmp_path / "state", cgroup_parent=tmp_path / "parent")
+    box = BubblewrapSandbox(policy.sandbox, tmp_path / "state", bound=Bound("cgroup", tmp_path / "parent"))
     assert box.memory_bound == "cgroup"
     result = registry_with(tmp_path, policy, sandbox=box, script=LIMITS).call("probe_tool", {"text": "x"})
     assert result.ok, result.error
@@ -189,7 +194,7 @@ def test_a_cgroup_that_cannot_take_the_sandbox_fails_the_run_before_the_tool_sta
 ) -> None:
     recording.fail_add = True
     policy = Policy()
-    box = BubblewrapSandbox(policy.sandbox, tmp_path / "state", cgroup_parent=tmp_path / "parent")
+    box = BubblewrapSandbox(policy.sandbox, tmp_path / "state", bound=Bound("cgroup", tmp_path / "parent"))
     canary = tmp_path / "ran"
     script = f"import json, sys\njson.load(sys.stdin)\nopen({str(canary)!r}, 'w')\n"
     registry = registry_with(tmp_path, Policy(), sandbox=box, script=script)
@@ -309,3 +314,73 @@ def test_a_tool_without_network_gets_only_unix_sockets(tmp_path: Path) -> None:
     result = registry_with(tmp_path, Policy(), script=FAMILIES).call("probe_tool", {"text": "x"})
     assert result.ok, result.error
     assert result.content == {"inet": 97, "inet6": 97, "unix": "opened", "vsock": 97, "netlink": 97}
+
+
+# --------------------------------------------------------------------------- systemd user scope
+
+FAKE_SYSTEMD_RUN = """#!/bin/sh
+# stands in for systemd-run: reports its options on stderr, then runs the command after "--"
+while [ "$1" != "--" ]; do printf '%s\\n' "$1" >&2; shift; done
+shift
+exec "$@"
+"""
+
+
+@pytest.fixture
+def fake_systemd_run(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    folder = Path(tempfile.mkdtemp(prefix="tooldir-fake-systemd-", dir="/tmp"))
+    try:
+        os.chmod(folder, 0o755)  # noqa: S103 - the sandbox may start as run_as_uid: it must run the fake
+        fake = folder / "systemd-run"
+        fake.write_text(FAKE_SYSTEMD_RUN)
+        fake.chmod(0o755)
+        monkeypatch.setattr(scope, "find_systemd_run", lambda: str(fake))
+        yield str(fake)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_scope_prefix_sets_memory_swap_and_task_limits() -> None:
+    argv = scope.scope_prefix("/usr/bin/systemd-run", memory_bytes=128 << 20, max_tasks=66)
+    assert argv[:5] == ["/usr/bin/systemd-run", "--user", "--scope", "--quiet", "--collect"]
+    assert argv[-1] == "--"
+    properties = {argv[i + 1] for i, a in enumerate(argv) if a == "-p"}
+    assert properties == {f"MemoryMax={128 << 20}", "MemorySwapMax=0", "TasksMax=66"}
+
+
+def test_with_a_systemd_scope_the_whole_sandbox_runs_inside_it_with_the_policy_limits(
+    tmp_path: Path, fake_systemd_run: str
+) -> None:
+    policy = Policy.model_validate({"sandbox": {"memory_mb": 200, "max_processes": 20}})
+    box = BubblewrapSandbox(policy.sandbox, tmp_path / "state", bound=Bound("systemd-scope"))
+    assert box.memory_bound == "systemd-scope"
+    registry = registry_with(tmp_path, policy, sandbox=box, script=LIMITS)
+    record = registry.store.current.get("probe_tool")
+    assert record is not None
+    request = RunRequest(record, b'{"version": 1, "input": {"text": "x"}, "context": {}}', 10.0, {}, False)
+    result = box.run(request)
+    assert result.exit_code == 0, result.stderr
+    told = result.stderr.decode().split()
+    assert f"MemoryMax={200 << 20}" in told and "MemorySwapMax=0" in told and "TasksMax=22" in told
+    content = json.loads(result.stdout)["content"]
+    assert content["as"] == "unlimited" and content["memfd"] == "created"
+
+
+def test_the_scope_probe_trusts_only_a_memory_limit_it_can_read_back(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake = tmp_path / "systemd-run"
+    monkeypatch.setattr(scope, "find_systemd_run", lambda: str(fake))
+    fake.write_text(f"#!/bin/sh\necho {64 * 1024 * 1024}\n")
+    fake.chmod(0o755)
+    assert scope._probe.__wrapped__(os.getuid()) is None
+    fake.write_text("#!/bin/sh\necho max\n")  # a scope without the memory controller
+    assert "no memory limit" in (scope._probe.__wrapped__(os.getuid()) or "")
+    fake.write_text("#!/bin/sh\necho 'Failed to connect to bus' >&2\nexit 1\n")
+    assert "Failed to connect to bus" in (scope._probe.__wrapped__(os.getuid()) or "")
+
+
+def test_root_never_uses_a_systemd_user_scope() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root can show this")
+    assert scope.unusable() == "systemd-run --user is not used as root"

@@ -22,9 +22,10 @@ What a tool gets (see README "Sandbox guarantees"):
 - ``/proc/keys`` and ``/proc/key-users`` masked by empty files (and the keyring calls denied);
 - a memory bound (:attr:`BubblewrapSandbox.memory_bound`): ``cgroup`` -- a per-run cgroup v2 with
   ``memory.max = memory_mb`` counting everything the tool holds (RLIMIT_AS is then lifted, so
-  runtimes that reserve address space such as node work) -- or ``rlimit+seccomp`` -- RLIMIT_AS =
-  ``memory_mb + address_space_slack_mb`` per process and the calls that hold memory outside it
-  (memfd_create, memfd_secret, shmget, mq_open) denied.
+  runtimes that reserve address space such as node work); ``systemd-scope`` -- the same limit
+  through ``systemd-run --user --scope`` for an unprivileged user; or ``rlimit+seccomp`` --
+  RLIMIT_AS = ``memory_mb + address_space_slack_mb`` per process and the calls that hold memory
+  outside it (memfd_create, memfd_secret, shmget, mq_open) denied.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import os
 import platform
 import shutil
 import subprocess
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -42,7 +43,7 @@ from typing import Literal
 from ..errors import SandboxError
 from ..model import ToolRecord
 from ..policy import SandboxPolicy
-from . import RunRequest, RunResult
+from . import RunRequest, RunResult, scope
 from .cgroup import RunCgroup, find_parent
 from .process import TRUSTED_PATH, Identity, identity_for, limits_prefix, spawn_and_collect
 from .seccomp import build_filter
@@ -65,7 +66,7 @@ TOOL_DIR = "/tool"
 MASKED_PROC = ("/proc/keys", "/proc/key-users")  # the caller's keys, by description and by owner
 BWRAP_PROCESSES = 2  # bubblewrap's launcher and the sandbox's init, counted in the cgroup's pids.max
 
-MemoryBound = Literal["cgroup", "rlimit+seccomp"]
+MemoryBound = Literal["cgroup", "systemd-scope", "rlimit+seccomp"]
 log = logging.getLogger("tooldir")
 
 
@@ -168,47 +169,59 @@ def sandbox_env(extra: dict[str, str] | None = None) -> list[str]:
     return args
 
 
-def memory_bound_for(policy: SandboxPolicy) -> tuple[Path | None, str]:
-    """The cgroup parent runs get their cgroups under (None: the rlimit+seccomp fallback), and why
-    there is none."""
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """How a sandbox's memory is bounded: ``parent`` for per-run cgroups; ``why`` no cgroup limit."""
+
+    kind: MemoryBound
+    parent: Path | None = None
+    why: str = ""
+
+
+def choose_bound(policy: SandboxPolicy) -> Bound:
+    """A cgroup limit where one can be had -- per-run cgroups under a usable parent, else (no
+    ``cgroup_parent`` configured) a systemd user scope -- else rlimit+seccomp."""
     if policy.memory_bound == "rlimit+seccomp":
-        return None, "the policy sets sandbox.memory_bound = 'rlimit+seccomp'"
-    return find_parent(policy.cgroup_parent)
+        return Bound("rlimit+seccomp", why="the policy sets sandbox.memory_bound = 'rlimit+seccomp'")
+    parent, why = find_parent(policy.cgroup_parent)
+    if parent is not None:
+        return Bound("cgroup", parent)
+    if policy.cgroup_parent is None:
+        scope_why = scope.unusable()
+        if scope_why is None:
+            return Bound("systemd-scope")
+        why = f"{why}; {scope_why}"
+    return Bound("rlimit+seccomp", why=why)
 
 
 class BubblewrapSandbox:
     name = "bubblewrap"
 
-    def __init__(
-        self, policy: SandboxPolicy, state_dir: Path, *, cgroup_parent: Path | Literal["auto"] | None = "auto"
-    ) -> None:
-        """``cgroup_parent``: "auto" finds one as the policy says; None forces the rlimit+seccomp bound."""
+    def __init__(self, policy: SandboxPolicy, state_dir: Path, *, bound: Bound | None = None) -> None:
+        """``bound`` (default: :func:`choose_bound`) says how memory is bounded."""
         self.policy = policy
         self.store_dir = Path(state_dir) / "sandbox" / "packages"
         self.identity: Identity = identity_for(policy)
-        self.no_cgroup_reason = "none was given"
-        if cgroup_parent == "auto":
-            cgroup_parent, self.no_cgroup_reason = memory_bound_for(policy)
-        self.cgroup_parent: Path | None = cgroup_parent
-        self.memory_bound: MemoryBound = "cgroup" if self.cgroup_parent is not None else "rlimit+seccomp"
+        self.bound = bound or choose_bound(policy)
+        self.memory_bound: MemoryBound = self.bound.kind
 
     def _cgroup(self) -> RunCgroup | None:
-        if self.cgroup_parent is None:
-            if self.policy.memory_bound == "cgroup":
-                raise SandboxError(
-                    f"sandbox.memory_bound = 'cgroup' but no cgroup can be made: {self.no_cgroup_reason}",
-                    code="sandbox-unavailable",
-                )
+        if self.bound.kind == "rlimit+seccomp" and self.policy.memory_bound == "cgroup":
+            raise SandboxError(
+                f"sandbox.memory_bound = 'cgroup' but no cgroup limit can be had: {self.bound.why}",
+                code="sandbox-unavailable",
+            )
+        if self.bound.parent is None:
             return None
         try:
             return RunCgroup.create(
-                self.cgroup_parent,
+                self.bound.parent,
                 memory_bytes=self.policy.memory_mb * 1024 * 1024,
                 max_processes=self.policy.max_processes + BWRAP_PROCESSES,
             )
         except OSError as exc:  # fail closed: never run unbounded when a cgroup was promised
             raise SandboxError(
-                f"cannot create the run's cgroup under {self.cgroup_parent}: {exc}", code="sandbox-failed"
+                f"cannot create the run's cgroup under {self.bound.parent}: {exc}", code="sandbox-failed"
             ) from None
 
     def run(self, request: RunRequest) -> RunResult:
@@ -218,9 +231,19 @@ class BubblewrapSandbox:
         fds: list[int] = []
         group = self._cgroup()
         release: int | None = None
+        bounded = self.bound.kind != "rlimit+seccomp"
+        wrapper: list[str] = []
+        if self.bound.kind == "systemd-scope":
+            systemd_run = scope.find_systemd_run()
+            if systemd_run is None:
+                raise SandboxError("systemd-run is no longer installed", code="sandbox-failed")
+            memory = self.policy.memory_mb * 1024 * 1024
+            wrapper = scope.scope_prefix(
+                systemd_run, memory_bytes=memory, max_tasks=self.policy.max_processes + BWRAP_PROCESSES
+            )
         try:
             args += seccomp_args(
-                fds, self.policy, network=request.network, deny_shared_memory=group is None, tool=request.record.name
+                fds, self.policy, network=request.network, deny_shared_memory=not bounded, tool=request.record.name
             )
             args += masked_proc_args(fds)
             if group is not None:
@@ -239,7 +262,7 @@ class BubblewrapSandbox:
             result = spawn_and_collect(
                 args,
                 stdin=request.stdin,
-                env={},
+                env=scope.scope_env() if wrapper else {},
                 timeout_s=request.timeout_s,
                 cap=self.policy.max_output_bytes,
                 policy=self.policy,
@@ -248,9 +271,10 @@ class BubblewrapSandbox:
                 cwd="/",
                 info_fd=info_read,
                 close_after_spawn=(info_write,),
-                address_space=None if group is not None else -1,
+                address_space=None if bounded else -1,
                 cgroup=group,
                 release_fd=release,
+                wrapper=wrapper,
             )
             if group is not None and group.oom_killed():
                 result = replace(result, memory_exceeded=True)
@@ -340,9 +364,9 @@ def probe(policy: SandboxPolicy) -> str | None:
     if build_filter() is None and not policy.unsafe_allow_no_seccomp:
         return no_seccomp_problem()
     if policy.memory_bound == "cgroup":
-        parent, why = memory_bound_for(policy)
-        if parent is None:
-            return f"sandbox.memory_bound = 'cgroup' but no cgroup can be made: {why}"
+        bound = choose_bound(policy)
+        if bound.kind == "rlimit+seccomp":
+            return f"sandbox.memory_bound = 'cgroup' but no cgroup limit can be had: {bound.why}"
     return _probe(policy.run_as_uid if os.geteuid() == 0 else None, policy.scratch_mb, policy.unsafe_allow_no_seccomp)
 
 

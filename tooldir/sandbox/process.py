@@ -136,6 +136,7 @@ def spawn_and_collect(
     address_space: int | None = -1,
     cgroup: RunCgroup | None = None,
     release_fd: int | None = None,
+    wrapper: Sequence[str] = (),
 ) -> RunResult:
     """Run ``argv`` in its own process group, feed ``stdin``, read both outputs up to ``cap`` bytes
     each. On timeout or an overflowing output the whole group is killed.
@@ -146,7 +147,7 @@ def spawn_and_collect(
     With ``cgroup``, bubblewrap must have been given ``--block-fd`` whose write end is
     ``release_fd``: the launcher and the sandbox's init are moved into ``cgroup`` first, and only
     then is the block released, so the tool never runs outside it. ``address_space`` is passed to
-    :func:`limits_prefix`.
+    :func:`limits_prefix`; ``wrapper`` (e.g. ``systemd-run --user --scope ... --``) comes first.
 
     Raises:
         SandboxError: ``sandbox-failed`` when the process cannot be started.
@@ -155,7 +156,7 @@ def spawn_and_collect(
     try:
         prefix = limits_prefix(policy, identity.effective_uid, extra_fds=len(pass_fds), address_space=address_space)
         proc = subprocess.Popen(
-            [*prefix, *argv],
+            [*wrapper, *prefix, *argv],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
