@@ -175,8 +175,9 @@ class SandboxPolicy(_Frozen):
     """Largest tool input (as compact JSON) the registry accepts."""
     memory_bound: Literal["auto", "cgroup", "rlimit+seccomp"] = "auto"
     """How ``memory_mb`` is enforced: ``cgroup`` (a cgroup v2 memory limit on everything the run
-    holds; refuse to run without one), ``rlimit+seccomp`` (per-process RLIMIT_AS, memfd/SysV/POSIX
-    shared memory denied), ``auto`` (a cgroup where one can be made, else rlimit+seccomp)."""
+    holds -- per-run cgroups, or a ``systemd-run --user`` scope; refuse to run without one),
+    ``rlimit+seccomp`` (per-process RLIMIT_AS, memfd/SysV/POSIX shared memory denied), ``auto``
+    (a cgroup limit where one can be had, else rlimit+seccomp)."""
     cgroup_parent: str | None = None
     """A cgroup v2 directory delegated to this user (``memory`` and ``pids`` in its
     cgroup.subtree_control) under which each run gets its own cgroup; default: the caller's cgroup."""
