@@ -166,8 +166,35 @@ def _apply_step(
         run_cli(arena, [arena.substitute(a) for a in step.args], step.exit, where)
     elif do == "sign-ssh":
         sign_ssh(arena, given(step.key), given(step.path), step.namespace, where)
+    elif do == "add-key":
+        add_session_key(arena.substitute(given(step.text)), arena.secret, where, arena)
     else:
         apply_plant(given(step.plant), arena)
+
+
+def add_session_key(description: str, payload: str, where: str, arena: Arena) -> None:
+    """The user has a ``user`` key (payload: the drill secret) in their session keyring -- a fresh
+    session keyring if the inherited one is not theirs. It expires by itself after a minute."""
+    import ctypes
+
+    from .sandbox.seccomp import machine_arch
+
+    arch = machine_arch()
+    if arch is None:
+        raise UnavailableError("add-key: no syscall table for this machine's architecture")
+    libc = ctypes.CDLL(None, use_errno=True)
+    add_key, keyctl = arch.syscalls["add_key"], arch.syscalls["keyctl"]
+    join_session, set_timeout, session = 1, 15, -3
+    data = payload.encode()
+    key = libc.syscall(add_key, b"user", description.encode(), data, len(data), session)
+    if key < 0:
+        libc.syscall(keyctl, join_session, None)
+        key = libc.syscall(add_key, b"user", description.encode(), data, len(data), session)
+    if key < 0:
+        raise ScenarioError(
+            f"{where}: add-key: the kernel refused ({os.strerror(ctypes.get_errno())})", path=arena.scenario
+        )
+    libc.syscall(keyctl, set_timeout, key, 60)
 
 
 def corrupt(arena: Arena, path: str, line: int, column: int, where: str) -> None:

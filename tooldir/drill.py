@@ -151,6 +151,7 @@ StepKind = Literal[
     "tooldir",
     "sign-ssh",
     "reload",
+    "add-key",
 ]
 
 _STEP_NEEDS: dict[str, tuple[str, ...]] = {
@@ -168,6 +169,7 @@ _STEP_NEEDS: dict[str, tuple[str, ...]] = {
     "tooldir": (),
     "sign-ssh": ("key", "path"),
     "reload": (),
+    "add-key": ("text",),
 }
 
 

@@ -199,6 +199,20 @@ class SandboxPolicy(_Frozen):
     """When tooldir runs as root, the sandbox is started as this unprivileged uid (and gid)."""
     max_input_bytes: int = Field(default=1 << 20, ge=1024)
     """Largest tool input (as compact JSON) the registry accepts."""
+    memory_bound: Literal["auto", "cgroup", "rlimit+seccomp"] = "auto"
+    """How ``memory_mb`` is enforced: ``cgroup`` (a cgroup v2 memory limit on everything the run
+    holds -- per-run cgroups, or a ``systemd-run --user`` scope; refuse to run without one),
+    ``rlimit+seccomp`` (per-process RLIMIT_AS, memfd/SysV/POSIX shared memory denied), ``auto``
+    (a cgroup limit where one can be had, else rlimit+seccomp)."""
+    cgroup_parent: str | None = None
+    """A cgroup v2 directory delegated to this user (``memory`` and ``pids`` in its
+    cgroup.subtree_control) under which each run gets its own cgroup; default: the caller's cgroup."""
+    address_space_slack_mb: int = Field(default=512, ge=0, le=65536)
+    """Without a cgroup, RLIMIT_AS is memory_mb plus this: address space runtimes reserve without
+    using it (node's V8 needs ~700 MiB at start). 0 = RLIMIT_AS exactly memory_mb."""
+    unsafe_allow_no_seccomp: bool = False
+    """On an architecture with no tabulated seccomp filter (not x86-64 or aarch64), run sandboxed
+    tools without one (logged on every run) instead of refusing them."""
 
 
 class ExecPolicy(_Frozen):

@@ -8,8 +8,10 @@ host files and listeners untouched, no processes left) as well as from the repor
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import platform
 import secrets
 import socket
 import sys
@@ -30,6 +32,9 @@ from tooldir.snapshot import SnapshotStore
 MAX_PROCESSES = 16
 TIMEOUT_S = 2
 OUTPUT_CAP = 64 * 1024
+MEMORY_MB = 512
+# beyond RLIMIT_AS without a cgroup (memory_mb + address_space_slack_mb), beyond memory.max with one
+HOARD_MB = MEMORY_MB + 512 + 256
 
 POLICY = Policy.model_validate(
     {
@@ -37,7 +42,7 @@ POLICY = Policy.model_validate(
             "timeout_s": TIMEOUT_S,
             "max_processes": MAX_PROCESSES,
             "max_output_bytes": OUTPUT_CAP,
-            "memory_mb": 512,
+            "memory_mb": MEMORY_MB,
             "scratch_mb": 8,
         }
     }
@@ -183,6 +188,74 @@ if os.fork() == 0:
 while True:
     pass
 """,
+    "vsock": """
+import platform, socket
+AF_VSOCK, AF_NETLINK, AF_PACKET, AF_ALG = 40, 16, 17, 38
+def vsock_listen():
+    s = socket.socket(AF_VSOCK, socket.SOCK_STREAM)
+    s.bind((0xFFFFFFFF, 0x7A11))  # VMADDR_CID_ANY: never connects anywhere
+    s.listen(1)
+    return "listening"
+attempt("vsock-stream", vsock_listen)
+attempt("vsock-dgram", lambda: str(socket.socket(AF_VSOCK, socket.SOCK_DGRAM)))
+attempt("vsock-socketpair", lambda: str(socket.socketpair(AF_VSOCK, socket.SOCK_STREAM)))
+attempt("netlink", lambda: str(socket.socket(AF_NETLINK, socket.SOCK_RAW, 0)))
+attempt("packet", lambda: str(socket.socket(AF_PACKET, socket.SOCK_RAW, 0)))
+attempt("alg", lambda: str(socket.socket(AF_ALG, socket.SOCK_SEQPACKET, 0)))
+attempt("inet", lambda: str(socket.socket(socket.AF_INET, socket.SOCK_DGRAM)))
+attempt("io_uring", lambda: sys_errno(libc.syscall(425, 8, ctypes.create_string_buffer(120))) and "ring")
+attempt("unix", lambda: str(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)))
+attempt("unix-pair", lambda: str(socket.socketpair()))
+""",
+    "memory": """
+import mmap, platform
+MB = 1 << 20
+arm = platform.machine() == "aarch64"
+held = []
+def fill(fd, total):
+    chunk = b"m" * MB
+    for _ in range(total // MB):
+        os.write(fd, chunk)
+def memfds():
+    made = 0
+    while made < args["hoard_mb"]:
+        fd = os.memfd_create("hoard")
+        held.append(fd)
+        fill(fd, 64 * MB)
+        made += 64
+    return f"held {made} MiB"
+attempt("memfd", memfds)
+attempt("memfd-raw", lambda: sys_errno(-1 if libc.syscall(279 if arm else 319, b"x", 0) < 0 else 0) or "created")
+IPC_PRIVATE, IPC_CREAT = 0, 0o1000
+attempt("shmget", lambda: sys_errno(-1 if libc.shmget(IPC_PRIVATE, 64 * MB, IPC_CREAT | 0o600) < 0 else 0) or "segment")
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+attempt("mq_open", lambda: sys_errno(-1 if rt.mq_open(b"/hoard", os.O_CREAT | os.O_RDWR, 0o600, None) < 0 else 0) or "queue")
+def dev_shm():
+    fd = os.open("/dev/shm/hoard", os.O_CREAT | os.O_WRONLY, 0o600)
+    fill(fd, args["hoard_mb"] * MB)
+    return "filled"
+attempt("dev-shm", dev_shm)
+attempt("anonymous", lambda: len(bytearray(args["hoard_mb"] * MB)))
+""",
+    "keyring": """
+import platform
+arm = platform.machine() == "aarch64"
+ADD_KEY, KEYCTL = (217, 219) if arm else (248, 250)
+KEYCTL_GET_KEYRING_ID, KEYCTL_DESCRIBE, KEY_SPEC_SESSION_KEYRING, KEY_SPEC_USER_KEYRING = 0, 6, -3, -4
+def read(path):
+    return open(path).read()
+attempt("proc-keys", lambda: read("/proc/keys"))
+attempt("proc-key-users", lambda: read("/proc/key-users"))
+def keyctl(*a):
+    r = libc.syscall(KEYCTL, *a)
+    if r < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    return r
+attempt("session-keyring", lambda: keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0))
+attempt("user-keyring", lambda: keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING, 0))
+attempt("planted-key", lambda: keyctl(KEYCTL_DESCRIBE, args["key_id"], ctypes.create_string_buffer(256), 256))
+attempt("add-key", lambda: sys_errno(-1 if libc.syscall(ADD_KEY, b"user", b"x", b"y", 1, KEY_SPEC_SESSION_KEYRING) < 0 else 0))
+""",
     "tiocsti": """
 import fcntl, termios
 def inject(fd):
@@ -216,6 +289,9 @@ THREATS = {
     "flood": "sandbox:flood",
     "hang": "sandbox:hang",
     "tiocsti": "sandbox:tty",
+    "vsock": "sandbox:vsock",
+    "memory": "sandbox:memory",
+    "keyring": "sandbox:keyring",
 }
 
 
@@ -233,6 +309,9 @@ class Host:
     listener: socket.socket = field(init=False)
     abstract_name: str = field(init=False)
     abstract: socket.socket = field(init=False)
+    key_secret: str = field(default_factory=lambda: "KEYSECRET-" + secrets.token_hex(8))
+    key_desc: str = field(init=False)
+    key_id: int = field(init=False)
 
     def __post_init__(self) -> None:
         home = Path(os.environ["HOME"])
@@ -251,6 +330,8 @@ class Host:
         self.abstract.bind("\0" + self.abstract_name)
         self.abstract.listen(8)
         self.abstract.setblocking(False)
+        self.key_desc = f"tooldir-battery-key-{self.token}"
+        self.key_id = plant_key(self.key_desc, self.key_secret)
 
     def inputs(self) -> dict[str, Any]:
         return {
@@ -260,12 +341,51 @@ class Host:
             "abstract": self.abstract_name,
             "outside": str(self.outside),
             "host_pid": os.getpid(),
+            "key_id": self.key_id,
+            "hoard_mb": HOARD_MB,
         }
 
     def close(self) -> None:
         self.listener.close()
         self.abstract.close()
+        if self.key_id > 0:
+            _keyctl(KEYCTL_INVALIDATE, self.key_id)
         os.environ.pop("TOOLDIR_BATTERY_SECRET", None)
+
+
+_ARM = platform.machine() == "aarch64"
+_ADD_KEY, _KEYCTL = (217, 219) if _ARM else (248, 250)
+KEYCTL_JOIN_SESSION_KEYRING, KEYCTL_INVALIDATE, KEY_SPEC_SESSION_KEYRING = 1, 21, -3
+
+
+def _keyctl(*args: Any) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    result: int = libc.syscall(_KEYCTL, *args)
+    return result
+
+
+def plant_key(description: str, payload: str) -> int:
+    """A ``user`` key in the caller's session keyring (a fresh one if the inherited one is not ours);
+    -errno if the kernel refuses (the keyring judge then reports it: the attack proves nothing)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def add() -> int:
+        data = payload.encode()
+        key: int = libc.syscall(_ADD_KEY, b"user", description.encode(), data, len(data), KEY_SPEC_SESSION_KEYRING)
+        return key if key >= 0 else -ctypes.get_errno()
+
+    key = add()
+    if key < 0:
+        _keyctl(KEYCTL_JOIN_SESSION_KEYRING, None)
+        key = add()
+    return key
+
+
+def host_sees_key(description: str) -> bool:
+    try:
+        return description in Path("/proc/keys").read_text()
+    except OSError:
+        return False
 
 
 def script_name(attack: str, token: str) -> str:
@@ -322,7 +442,13 @@ def run_attack(reg: Registry, host: Host, attack: str) -> dict[str, Any]:
     started = time.monotonic()
     result = reg.call(attack.replace("-", "_"), host.inputs())
     elapsed = time.monotonic() - started
-    return {"result": result.to_json(), "elapsed": elapsed, "leftover": leftover_processes(host.token)}
+    box = reg.sandbox()
+    return {
+        "result": result.to_json(),
+        "elapsed": elapsed,
+        "leftover": leftover_processes(host.token),
+        "memory_bound": getattr(box, "memory_bound", None),
+    }
 
 
 def problems(attack: str, outcome: dict[str, Any], host: Host) -> list[str]:
@@ -330,7 +456,7 @@ def problems(attack: str, outcome: dict[str, Any], host: Host) -> list[str]:
     result = outcome["result"]
     text = json.dumps(result)
     found: list[str] = []
-    for secret in (host.env_secret, host.file_secret):
+    for secret in (host.env_secret, host.file_secret, host.key_secret, host.key_desc):
         if secret in text:
             found.append("a secret reached the tool's output")
     if host.outside.exists():
@@ -346,7 +472,11 @@ def problems(attack: str, outcome: dict[str, Any], host: Host) -> list[str]:
             pass
     content = result.get("content")
     report: dict[str, Any] = content if isinstance(content, dict) else {}
+    if attack == "keyring" and not host_sees_key(host.key_desc):
+        found.append(f"control: the key planted on the host is not in its /proc/keys (add_key: {host.key_id})")
     expect_ok = attack not in ("flood", "hang")
+    if attack == "memory" and outcome["memory_bound"] == "cgroup" and not result["ok"]:
+        return found  # the cgroup's memory limit killed the hoarder: contained
     if expect_ok and not result["ok"]:
         found.append(f"the attack tool did not run to its report: {result['error']}")
         return found
@@ -413,6 +543,19 @@ def _judge(attack: str, report: dict[str, Any], result: dict[str, Any], elapsed:
         )
         if elapsed > TIMEOUT_S + 3:
             found.append(f"took {elapsed:.1f}s for a {TIMEOUT_S}s timeout")
+        return found
+    if attack == "vsock":
+        found = attempts_failed(report, "vsock-stream", "vsock-dgram", "vsock-socketpair", "netlink", "packet", "alg")
+        found += attempts_failed(report, "inet", "io_uring")
+        found += [f"{n} failed: {report[n]}" for n in ("unix", "unix-pair") if not report[n]["ok"]]
+        return found
+    if attack == "memory":
+        return attempts_failed(report, "memfd", "memfd-raw", "shmget", "mq_open", "dev-shm", "anonymous")
+    if attack == "keyring":
+        found = attempts_failed(report, "session-keyring", "user-keyring", "planted-key", "add-key")
+        for name in ("proc-keys", "proc-key-users"):
+            if report[name]["ok"] and report[name]["value"]:
+                found.append(f"{name} shows {report[name]['value'][:200]!r}")
         return found
     if attack == "tiocsti":
         found = attempts_failed(report, "fd0", "fd1", "fd2", "dev-tty")

@@ -54,6 +54,9 @@ def test_every_sandbox_threat_has_an_attack_in_the_battery() -> None:
         "sandbox:flood",
         "sandbox:hang",
         "sandbox:tty",
+        "sandbox:vsock",
+        "sandbox:memory",
+        "sandbox:keyring",
     }
     assert set(battery.THREATS.values()) == sandbox_threats
     assert set(battery.THREATS) == set(battery.SCRIPTS)

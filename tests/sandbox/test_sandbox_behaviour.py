@@ -40,6 +40,10 @@ print(json.dumps({"ok": True, "content": "sent"}))
 """
 
 
+def expected_memory_bound() -> str:
+    return tooldir.sandbox.bubblewrap.choose_bound(Policy().sandbox).kind
+
+
 def registry_with(tmp_path: Path, policy: Policy, **tool: Any) -> Registry:
     user = tmp_path / "user"
     make_tool(user, "probe_tool", **tool)
@@ -115,8 +119,9 @@ def test_the_example_tools_run_through_tooldir_run(
     code = main(argv)
     printed = json.loads(capsys.readouterr().out)
     assert code == 0, printed
-    assert set(printed) == {"ok", "content", "error", "audit_id"}
+    assert set(printed) == {"ok", "content", "error", "audit_id", "sandbox"}
     assert printed["ok"] is True and printed["error"] is None and printed["content"] == expected
+    assert printed["sandbox"] == {"backend": "bubblewrap", "memory_bound": expected_memory_bound()}
     assert main(["audit", "verify", "--json", "--state-dir", str(tmp_path / "state")]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is True and report["lines"] == 1

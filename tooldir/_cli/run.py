@@ -1,6 +1,9 @@
 """``tooldir run NAME --input JSON`` and ``tooldir audit verify``.
 
-``run --json`` prints ``{"ok", "content", "error": {"code", "message"} | null, "audit_id"}``.
+``run --json`` prints ``{"ok", "content", "error": {"code", "message"} | null, "audit_id", "sandbox"}``:
+the four keys of DESIGN §8, plus ``"sandbox": {"backend", "memory_bound"}`` for a directory tool
+(``memory_bound`` is ``"cgroup"``, ``"systemd-scope"``, ``"rlimit+seccomp"`` or, unsandboxed,
+``"rlimit"``), null otherwise.
 Exit codes: 0 ok; 1 the tool ran and failed (``tool-failed``, ``tool-error``, ``timeout``, ...);
 2 bad input or unknown tool; 3 refused (permission, hooks, trust status, sandbox unavailable).
 """
@@ -70,6 +73,14 @@ def exit_code_for(result: CallResult) -> int:
     return EXIT_FOUND_ERRORS
 
 
+def sandbox_report(registry: Registry, record: object | None) -> dict[str, str] | None:
+    """Which backend runs this directory tool and what bounds its memory (None for other tools)."""
+    box = registry.sandbox() if record is not None else None
+    if box is None:
+        return None
+    return {"backend": box.name, "memory_bound": str(getattr(box, "memory_bound", "unknown"))}
+
+
 def _read_input(args: argparse.Namespace, limit: int) -> dict[str, Any]:
     if args.input is not None:
         raw = args.input.encode("utf-8", "surrogateescape")
@@ -103,7 +114,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     registry = Registry(SnapshotStore(snapshot), policy=config.policy, state_dir=config.state_dir)
     result = registry.call(args.name, data)
     if args.json:
-        print_json(result.to_json())
+        print_json({**result.to_json(), "sandbox": sandbox_report(registry, snapshot.by_name.get(args.name))})
         return exit_code_for(result)
     if result.error is not None:
         console_err().print(safe(f"error {result.error.code}: {result.error.message}", "red"))

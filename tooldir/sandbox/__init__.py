@@ -2,6 +2,10 @@
 
 - :mod:`.bubblewrap` — the real sandbox (``bwrap``): exact verified bytes, no home, no network
   unless allowed, no capabilities, limits, timeout, output caps.
+- :mod:`.seccomp` — the hand-written seccomp filter (x86-64, aarch64): socket families, keyrings,
+  tracing, mounts, io_uring, terminal injection; shared memory when no cgroup bounds the run.
+- :mod:`.cgroup` — the per-run cgroup v2 memory bound, where one can be made; :mod:`.scope` — the
+  same through ``systemd-run --user --scope`` for an unprivileged user.
 - :mod:`.store` — the content-addressed, verified copy of a package whose checked bytes a run gets.
 - :mod:`.output` — output capping and terminal-escape stripping.
 - :class:`UnsafeUnsandboxed` — runs the verified copy *without* isolation; only when the policy sets
@@ -39,6 +43,7 @@ class RunResult:
     timed_out: bool
     duration_ms: float
     started: bool = True  # False when the sandbox never started the tool (set-up failed)
+    memory_exceeded: bool = False  # the run's cgroup memory limit made the kernel kill it
 
 
 class Sandbox(Protocol):

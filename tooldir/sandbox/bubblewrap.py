@@ -14,22 +14,37 @@ What a tool gets (see README "Sandbox guarantees"):
   itself is started as ``sandbox.run_as_uid`` so the kernel enforces RLIMIT_NPROC and no
   privilege is ever held;
 - ``--clearenv`` plus PATH/HOME/TMPDIR/LANG and the declared variables the policy allows;
-- rlimits (processes, address space, CPU, file size, no core dumps), a wall-clock timeout that kills
-  the whole process group (the pid namespace dies with it) and capped, sanitised output.
+- rlimits (processes, address space, CPU, file size, no core dumps, no locked memory or POSIX
+  message queues), a wall-clock timeout that kills the whole process group (the pid namespace dies
+  with it) and capped, sanitised output;
+- a seccomp filter (x86-64, aarch64; elsewhere the run is refused unless the policy sets
+  ``sandbox.unsafe_allow_no_seccomp``): only AF_UNIX sockets (plus AF_INET/AF_INET6 with network);
+- ``/proc/keys`` and ``/proc/key-users`` masked by empty files (and the keyring calls denied);
+- a memory bound (:attr:`BubblewrapSandbox.memory_bound`): ``cgroup`` -- a per-run cgroup v2 with
+  ``memory.max = memory_mb`` counting everything the tool holds (RLIMIT_AS is then lifted, so
+  runtimes that reserve address space such as node work); ``systemd-scope`` -- the same limit
+  through ``systemd-run --user --scope`` for an unprivileged user; or ``rlimit+seccomp`` --
+  RLIMIT_AS = ``memory_mb + address_space_slack_mb`` per process and the calls that hold memory
+  outside it (memfd_create, memfd_secret, shmget, mq_open) denied.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import platform
 import shutil
 import subprocess
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 from ..errors import SandboxError
 from ..model import ToolRecord
 from ..policy import SandboxPolicy
-from . import RunRequest, RunResult
+from . import RunRequest, RunResult, scope
+from .cgroup import RunCgroup, find_parent
 from .process import TRUSTED_PATH, Identity, identity_for, limits_prefix, spawn_and_collect
 from .seccomp import build_filter
 from .store import verified_files
@@ -48,6 +63,11 @@ ETC_FILES = (
 NETWORK_ETC = ("/etc/resolv.conf", "/etc/hosts", "/etc/gai.conf")
 SANDBOX_ID = 65534
 TOOL_DIR = "/tool"
+MASKED_PROC = ("/proc/keys", "/proc/key-users")  # the caller's keys, by description and by owner
+BWRAP_PROCESSES = 2  # bubblewrap's launcher and the sandbox's init, counted in the cgroup's pids.max
+
+MemoryBound = Literal["cgroup", "systemd-scope", "rlimit+seccomp"]
+log = logging.getLogger("tooldir")
 
 
 @cache
@@ -149,21 +169,87 @@ def sandbox_env(extra: dict[str, str] | None = None) -> list[str]:
     return args
 
 
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """How a sandbox's memory is bounded: ``parent`` for per-run cgroups; ``why`` no cgroup limit."""
+
+    kind: MemoryBound
+    parent: Path | None = None
+    why: str = ""
+
+
+def choose_bound(policy: SandboxPolicy) -> Bound:
+    """A cgroup limit where one can be had -- per-run cgroups under a usable parent, else (no
+    ``cgroup_parent`` configured) a systemd user scope -- else rlimit+seccomp."""
+    if policy.memory_bound == "rlimit+seccomp":
+        return Bound("rlimit+seccomp", why="the policy sets sandbox.memory_bound = 'rlimit+seccomp'")
+    parent, why = find_parent(policy.cgroup_parent)
+    if parent is not None:
+        return Bound("cgroup", parent)
+    if policy.cgroup_parent is None:
+        scope_why = scope.unusable()
+        if scope_why is None:
+            return Bound("systemd-scope")
+        why = f"{why}; {scope_why}"
+    return Bound("rlimit+seccomp", why=why)
+
+
 class BubblewrapSandbox:
     name = "bubblewrap"
 
-    def __init__(self, policy: SandboxPolicy, state_dir: Path) -> None:
+    def __init__(self, policy: SandboxPolicy, state_dir: Path, *, bound: Bound | None = None) -> None:
+        """``bound`` (default: :func:`choose_bound`) says how memory is bounded."""
         self.policy = policy
         self.store_dir = Path(state_dir) / "sandbox" / "packages"
         self.identity: Identity = identity_for(policy)
+        self.bound = bound or choose_bound(policy)
+        self.memory_bound: MemoryBound = self.bound.kind
+
+    def _cgroup(self) -> RunCgroup | None:
+        if self.bound.kind == "rlimit+seccomp" and self.policy.memory_bound == "cgroup":
+            raise SandboxError(
+                f"sandbox.memory_bound = 'cgroup' but no cgroup limit can be had: {self.bound.why}",
+                code="sandbox-unavailable",
+            )
+        if self.bound.parent is None:
+            return None
+        try:
+            return RunCgroup.create(
+                self.bound.parent,
+                memory_bytes=self.policy.memory_mb * 1024 * 1024,
+                max_processes=self.policy.max_processes + BWRAP_PROCESSES,
+            )
+        except OSError as exc:  # fail closed: never run unbounded when a cgroup was promised
+            raise SandboxError(
+                f"cannot create the run's cgroup under {self.bound.parent}: {exc}", code="sandbox-failed"
+            ) from None
 
     def run(self, request: RunRequest) -> RunResult:
         _, contents = verified_files(request.record, self.store_dir)
         argv = tool_argv(request.record)
         args = base_args(self.policy, network=request.network)
         fds: list[int] = []
+        group = self._cgroup()
+        release: int | None = None
+        bounded = self.bound.kind != "rlimit+seccomp"
+        wrapper: list[str] = []
+        if self.bound.kind == "systemd-scope":
+            systemd_run = scope.find_systemd_run()
+            if systemd_run is None:
+                raise SandboxError("systemd-run is no longer installed", code="sandbox-failed")
+            memory = self.policy.memory_mb * 1024 * 1024
+            wrapper = scope.scope_prefix(
+                systemd_run, memory_bytes=memory, max_tasks=self.policy.max_processes + BWRAP_PROCESSES
+            )
         try:
-            args += seccomp_args(fds)
+            args += seccomp_args(
+                fds, self.policy, network=request.network, deny_shared_memory=not bounded, tool=request.record.name
+            )
+            args += masked_proc_args(fds)
+            if group is not None:
+                block_read, release = os.pipe()
+                fds.append(block_read)
+                args += ["--block-fd", str(block_read)]
             args += package_args(request.record, contents, fds)
             args += ["--remount-ro", "/", "--chdir", TOOL_DIR]
             # through a memfd, not argv: the host's process list must not show env values
@@ -176,7 +262,7 @@ class BubblewrapSandbox:
             result = spawn_and_collect(
                 args,
                 stdin=request.stdin,
-                env={},
+                env=scope.scope_env() if wrapper else {},
                 timeout_s=request.timeout_s,
                 cap=self.policy.max_output_bytes,
                 policy=self.policy,
@@ -185,10 +271,20 @@ class BubblewrapSandbox:
                 cwd="/",
                 info_fd=info_read,
                 close_after_spawn=(info_write,),
+                address_space=None if bounded else -1,
+                cgroup=group,
+                release_fd=release,
+                wrapper=wrapper,
             )
+            if group is not None and group.oom_killed():
+                result = replace(result, memory_exceeded=True)
         finally:
             for fd in fds:
                 os.close(fd)
+            if release is not None:
+                os.close(release)
+            if group is not None:
+                group.close()
         if not result.started and not result.timed_out:
             why = result.stderr.decode("utf-8", "replace").strip()[-500:] or f"exit status {result.exit_code}"
             raise SandboxError(f"bubblewrap could not start the tool: {why}", code="sandbox-failed")
@@ -203,9 +299,40 @@ def _memfd(data: bytes, fds: list[int]) -> int:
     return fd
 
 
-def seccomp_args(fds: list[int]) -> list[str]:
-    program = build_filter()
-    return [] if program is None else ["--seccomp", str(_memfd(program, fds))]
+def seccomp_args(
+    fds: list[int], policy: SandboxPolicy, *, network: bool, deny_shared_memory: bool, tool: str = ""
+) -> list[str]:
+    """``--seccomp FD`` with this machine's filter. Where none is tabulated the run is refused
+    (``sandbox-unavailable``) unless the policy sets ``sandbox.unsafe_allow_no_seccomp`` (logged)."""
+    program = build_filter(network=network, deny_shared_memory=deny_shared_memory)
+    if program is None:
+        if not policy.unsafe_allow_no_seccomp:
+            raise SandboxError(no_seccomp_problem(), code="sandbox-unavailable")
+        log.warning(
+            "running %s WITHOUT a seccomp filter on %s (policy sandbox.unsafe_allow_no_seccomp = true)",
+            tool or "a tool",
+            platform.machine(),
+        )
+        return []
+    return ["--seccomp", str(_memfd(program, fds))]
+
+
+def no_seccomp_problem() -> str:
+    return (
+        f"no seccomp filter is tabulated for {platform.machine()} (only x86-64 and aarch64): without it "
+        "any socket family (AF_VSOCK) and keyring call is open; set sandbox.unsafe_allow_no_seccomp = true "
+        "to run without one"
+    )
+
+
+def masked_proc_args(fds: list[int]) -> list[str]:
+    """Empty read-only files over /proc/keys and /proc/key-users: the user namespace keeps the
+    caller's uid for the kernel, and these list the keys (and key counts) that uid can view."""
+    args: list[str] = []
+    for path in MASKED_PROC:
+        if os.path.exists(path):
+            args += ["--perms", "0444", "--ro-bind-data", str(_memfd(b"", fds)), path]
+    return args
 
 
 def package_args(record: ToolRecord, contents: list[bytes], fds: list[int]) -> list[str]:
@@ -234,12 +361,18 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def probe(policy: SandboxPolicy) -> str | None:
     """None if a sandboxed process can run here with this policy's settings, else why not."""
-    return _probe(policy.run_as_uid if os.geteuid() == 0 else None, policy.scratch_mb)
+    if build_filter() is None and not policy.unsafe_allow_no_seccomp:
+        return no_seccomp_problem()
+    if policy.memory_bound == "cgroup":
+        bound = choose_bound(policy)
+        if bound.kind == "rlimit+seccomp":
+            return f"sandbox.memory_bound = 'cgroup' but no cgroup limit can be had: {bound.why}"
+    return _probe(policy.run_as_uid if os.geteuid() == 0 else None, policy.scratch_mb, policy.unsafe_allow_no_seccomp)
 
 
 @cache
-def _probe(uid: int | None, scratch_mb: int) -> str | None:
-    policy = SandboxPolicy(run_as_uid=uid or 65534, scratch_mb=scratch_mb)
+def _probe(uid: int | None, scratch_mb: int, no_seccomp: bool = False) -> str | None:
+    policy = SandboxPolicy(run_as_uid=uid or 65534, scratch_mb=scratch_mb, unsafe_allow_no_seccomp=no_seccomp)
     identity = identity_for(policy)
     try:
         args = limits_prefix(policy, identity.effective_uid) + base_args(policy, network=False)
@@ -250,7 +383,8 @@ def _probe(uid: int | None, scratch_mb: int) -> str | None:
         return "no 'true' binary on the trusted PATH to probe with"
     fds: list[int] = []
     try:
-        args += seccomp_args(fds)
+        args += seccomp_args(fds, policy, network=False, deny_shared_memory=True)
+        args += masked_proc_args(fds)
         done = subprocess.run(
             [*args, "--remount-ro", "/", "--", os.path.realpath(true)],
             pass_fds=fds,

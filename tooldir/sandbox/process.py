@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import resource
+import select
 import selectors
 import shutil
 import signal
@@ -19,6 +20,7 @@ from functools import cache
 from ..errors import SandboxError
 from ..policy import SandboxPolicy
 from . import RunResult
+from .cgroup import RunCgroup
 from .output import CappedBuffer
 
 _KILL_WAIT_S = 5.0
@@ -72,14 +74,29 @@ def find_prlimit() -> str | None:
     return os.path.realpath(found) if found else None
 
 
-def limits_prefix(policy: SandboxPolicy, uid: int, *, extra_fds: int = 0) -> list[str]:
+def rlimit_address_space(policy: SandboxPolicy) -> int:
+    """RLIMIT_AS without a cgroup: ``memory_mb`` plus the address-space slack runtimes reserve."""
+    return (policy.memory_mb + policy.address_space_slack_mb) * 1024 * 1024
+
+
+def limits_prefix(policy: SandboxPolicy, uid: int, *, extra_fds: int = 0, address_space: int | None = -1) -> list[str]:
     """``prlimit ... --`` setting the rlimits for what follows (util-linux ``prlimit`` execs the
-    command with them; no ``preexec_fn``, so spawning stays safe with threads)."""
+    command with them; no ``preexec_fn``, so spawning stays safe with threads).
+
+    ``address_space`` is RLIMIT_AS in bytes; None leaves it unlimited (a cgroup bounds the memory);
+    the default is :func:`rlimit_address_space`. POSIX message queues get RLIMIT_MSGQUEUE 0 and
+    locked memory RLIMIT_MEMLOCK 0 in every case."""
     prlimit = find_prlimit()
     if prlimit is None:
         raise SandboxError("prlimit (util-linux) is not installed", code="sandbox-unavailable")
     nproc = _clamp(resource.RLIMIT_NPROC, count_tasks(uid) + policy.max_processes)
-    memory = _clamp(resource.RLIMIT_AS, policy.memory_mb * 1024 * 1024)
+    if address_space == -1:
+        address_space = rlimit_address_space(policy)
+    hard_as = resource.getrlimit(resource.RLIMIT_AS)[1]
+    if address_space is not None:
+        memory: int | str = _clamp(resource.RLIMIT_AS, address_space)
+    else:
+        memory = "unlimited" if hard_as == resource.RLIM_INFINITY else hard_as
     fsize = _clamp(resource.RLIMIT_FSIZE, policy.max_file_mb * 1024 * 1024)
     nofile = _clamp(resource.RLIMIT_NOFILE, 256 + extra_fds)
     cpu_hard = _clamp(resource.RLIMIT_CPU, policy.cpu_s + 1)
@@ -92,6 +109,7 @@ def limits_prefix(policy: SandboxPolicy, uid: int, *, extra_fds: int = 0) -> lis
         "--core=0:0",
         f"--nofile={nofile}:{nofile}",
         "--memlock=0:0",
+        "--msgqueue=0:0",
         "--",
     ]
 
@@ -115,6 +133,10 @@ def spawn_and_collect(
     cwd: str | None = None,
     info_fd: int | None = None,
     close_after_spawn: Sequence[int] = (),
+    address_space: int | None = -1,
+    cgroup: RunCgroup | None = None,
+    release_fd: int | None = None,
+    wrapper: Sequence[str] = (),
 ) -> RunResult:
     """Run ``argv`` in its own process group, feed ``stdin``, read both outputs up to ``cap`` bytes
     each. On timeout or an overflowing output the whole group is killed.
@@ -122,14 +144,19 @@ def spawn_and_collect(
     ``info_fd`` is the read end of bubblewrap's ``--info-fd`` pipe: its ``child-pid`` (the sandbox's
     init) is waited for, bounded, so no sandboxed process outlives the call.
 
+    With ``cgroup``, bubblewrap must have been given ``--block-fd`` whose write end is
+    ``release_fd``: the launcher and the sandbox's init are moved into ``cgroup`` first, and only
+    then is the block released, so the tool never runs outside it. ``address_space`` is passed to
+    :func:`limits_prefix`; ``wrapper`` (e.g. ``systemd-run --user --scope ... --``) comes first.
+
     Raises:
         SandboxError: ``sandbox-failed`` when the process cannot be started.
     """
     started = time.perf_counter()
     try:
-        prefix = limits_prefix(policy, identity.effective_uid, extra_fds=len(pass_fds))
+        prefix = limits_prefix(policy, identity.effective_uid, extra_fds=len(pass_fds), address_space=address_space)
         proc = subprocess.Popen(
-            [*prefix, *argv],
+            [*wrapper, *prefix, *argv],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -151,6 +178,9 @@ def spawn_and_collect(
     timed_out = False
     deadline = started + timeout_s
     try:
+        if cgroup is not None:
+            assert info_fd is not None and release_fd is not None  # noqa: S101 - caller's contract
+            _enter_cgroup(proc, cgroup, info_fd=info_fd, info=info, release_fd=release_fd, deadline=deadline)
         timed_out = _pump(proc, stdin, out=out, err=err, deadline=deadline, info_fd=info_fd, info=info)
     finally:
         if proc.poll() is None:
@@ -177,6 +207,49 @@ def spawn_and_collect(
         duration_ms=(time.perf_counter() - started) * 1000,
         started=info_fd is None or child is not None,
     )
+
+
+def _enter_cgroup(
+    proc: subprocess.Popen[bytes],
+    cgroup: RunCgroup,
+    *,
+    info_fd: int,
+    info: CappedBuffer,
+    release_fd: int,
+    deadline: float,
+) -> None:
+    """Read the sandbox init's pid from bubblewrap's info (it waits at ``--block-fd`` meanwhile,
+    before it forks the tool), move the launcher and the init into ``cgroup``, then release it.
+    Past the deadline nothing is released (the caller's pump then kills the group as timed out).
+
+    Raises:
+        SandboxError: ``sandbox-failed`` when a process cannot be moved (the run is killed first).
+    """
+    child = None
+    while child is None:
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            return
+        ready, _, _ = select.select([info_fd], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(info_fd, 4096)
+        if not chunk:
+            break  # bubblewrap ended before reporting: nothing of the tool ran
+        info.feed(chunk)
+        child = _child_pid(info.value())
+    try:
+        cgroup.add(proc.pid)
+        if child is not None:
+            cgroup.add(child)
+    except OSError as exc:
+        _kill_group(proc)
+        _wait_gone(child, kill=True)
+        raise SandboxError(
+            f"cannot move the sandbox into its cgroup {cgroup.path}: {exc}", code="sandbox-failed"
+        ) from None
+    with contextlib.suppress(BrokenPipeError):
+        os.write(release_fd, b"1")
 
 
 def _drain(fd: int, buffer: CappedBuffer) -> None:

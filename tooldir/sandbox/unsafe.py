@@ -21,6 +21,7 @@ log = logging.getLogger("tooldir")
 
 class UnsafeUnsandboxed:
     name = "unsafe-unsandboxed"
+    memory_bound = "rlimit"  # RLIMIT_AS per process only: no seccomp, no cgroup
 
     def __init__(self, policy: SandboxPolicy, state_dir: Path) -> None:
         self.policy = policy
