@@ -531,6 +531,13 @@ def _risk_cap(value: Any, default: Any) -> str | None:
     return None
 
 
+def _memory_bound(value: Any, default: Any) -> str | None:
+    # "auto" takes a cgroup limit where one works; forcing the per-process fallback gives that up
+    if value == "rlimit+seccomp" and default != "rlimit+seccomp":
+        return "memory is bounded per process only, even where a cgroup limit would work"
+    return None
+
+
 _SOURCE_RULES: dict[str, _Rule] = {
     "require": _require,
     "max_risk": _higher_risk,
@@ -548,6 +555,8 @@ WEAKENING_RULES: Mapping[str, _Rule] = MappingProxyType(
         "permissions.max_risk": _risk_cap,
         "sandbox.network": _turned_on("a tool that declares network gets it"),
         "sandbox.unsafe_allow_unsandboxed": _turned_on("tools run WITHOUT a sandbox when none works"),
+        "sandbox.unsafe_allow_no_seccomp": _turned_on("tools run without a seccomp filter on this architecture"),
+        "sandbox.memory_bound": _memory_bound,
         "sandbox.env_allow": _adds("tools may receive these variables of your environment"),
         "exec.interpreters": _adds("more programs may be argv[0] of a tool"),
         **{
@@ -561,6 +570,7 @@ WEAKENING_RULES: Mapping[str, _Rule] = MappingProxyType(
                 "cpu_s",
                 "max_file_mb",
                 "max_input_bytes",
+                "address_space_slack_mb",
             )
         },
         **{f"limits.{key}": _higher(_LARGER) for key in Limits.model_fields},
@@ -570,7 +580,7 @@ WEAKENING_RULES: Mapping[str, _Rule] = MappingProxyType(
 #: granted, and it is always explicit), deferral budgets, and the sandbox uid (another unused uid
 #: is as good or better).
 NEUTRAL_KEYS: frozenset[str] = frozenset(
-    {"keys.minisign", "keys.allowed_signers", "pins", "sandbox.run_as_uid"}
+    {"keys.minisign", "keys.allowed_signers", "pins", "sandbox.run_as_uid", "sandbox.cgroup_parent"}
     | {f"defer.{key}" for key in DeferPolicy.model_fields}
 )
 

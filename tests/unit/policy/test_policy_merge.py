@@ -65,6 +65,10 @@ OTHER: dict[str, Any] = {
     "sandbox.max_file_mb": 8,
     "sandbox.run_as_uid": 64000,
     "sandbox.max_input_bytes": 2048,
+    "sandbox.memory_bound": "cgroup",
+    "sandbox.cgroup_parent": "/sys/fs/cgroup/tooldir",
+    "sandbox.address_space_slack_mb": 256,
+    "sandbox.unsafe_allow_no_seccomp": True,
     "exec.interpreters": ["python3"],
     "limits.max_manifest_bytes": 4096,
     "limits.max_file_bytes": 4096,
@@ -277,6 +281,9 @@ def weakened_keys(text: str) -> set[str]:
         ("[limits]\nmax_json_depth = 200\n", "limits.max_json_depth"),
         ('[exec]\ninterpreters = ["python3", "node", "bash", "sh", "env"]\n', "exec.interpreters"),
         ('[reserved]\nnames = ["read_file"]\n', "reserved.names"),
+        ('[sandbox]\nmemory_bound = "rlimit+seccomp"\n', "sandbox.memory_bound"),
+        ("[sandbox]\nunsafe_allow_no_seccomp = true\n", "sandbox.unsafe_allow_no_seccomp"),
+        ("[sandbox]\naddress_space_slack_mb = 4096\n", "sandbox.address_space_slack_mb"),
     ],
 )
 def test_a_value_looser_than_its_default_is_reported_as_weakening_that_key(text: str, key: str | None) -> None:
@@ -290,6 +297,7 @@ def test_a_value_looser_than_its_default_is_reported_as_weakening_that_key(text:
         '[sources.user]\nrequire = ["approval"]\nmax_risk = "write"\n',
         '[permissions]\nmode = "plan"\ndeny = ["x*"]\nmax_risk = "write"\n',
         "[sandbox]\ntimeout_s = 5\nmemory_mb = 64\nrun_as_uid = 64000\n",
+        '[sandbox]\nmemory_bound = "cgroup"\ncgroup_parent = "/sys/fs/cgroup/tooldir"\n',
         '[keys]\nminisign = ["' + MINISIGN + '"]\n',
         '[defer]\nmode = "off"\nmax_working_set = 500\n',
         "",
