@@ -205,7 +205,7 @@ class _Validation:
         # "$schema", "$id", "$ref", ... can only be present if the text has a "$" (or hides it in an escape);
         # a pattern only if it says "pattern".
         escaped = "\\" in raw and "\\u" in raw
-        has_keywords = "$" in raw or escaped
+        has_keywords = "$" in raw or escaped or "pattern" in raw
         if has_keywords:
             problems = remote_io_problems(schema, "/input_schema")
             for pointer, message in problems:
@@ -222,7 +222,7 @@ class _Validation:
                     "/input_schema" + where,
                 )
             return
-        if has_keywords or "pattern" in raw:  # references must resolve and patterns compile: only compiling tells
+        if has_keywords:  # references must resolve and patterns compile: only compiling tells
             try:
                 compile_input_schema(schema)
             except (ValueError, jsonschema_rs.ReferencingError) as exc:
