@@ -20,8 +20,11 @@ missing>"; it never passes by default.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import fnmatch
 import os
+import socket
 import tempfile
 import time
 import tomllib
@@ -279,6 +282,9 @@ class Scenario(_Frozen):
     calls: tuple[CallSpec, ...] = ()
     after_calls: tuple[Step, ...] = ()
     storm: Storm | None = None
+    listen: bool = False
+    """A 127.0.0.1 listener open from materialisation to the end: ``{port}`` in tree files, plants,
+    steps, the policy and call inputs; it must accept no connection (load, calls, everything)."""
     expect: Expect = Field(default_factory=Expect)
     folder: str = ""
 
@@ -403,8 +409,13 @@ def run_drill(scenario: Scenario) -> DrillResult:
     with tempfile.TemporaryDirectory(prefix="tooldir-drill-") as tmp:
         try:
             arena = make_arena(Path(tmp).resolve(), scenario.folder)
-            with isolated(arena):
-                return _run(scenario, arena, started)
+            with isolated(arena), contextlib.ExitStack() as stack:
+                listener = None
+                if scenario.listen:
+                    listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+                    listener.setblocking(False)
+                    arena = dataclasses.replace(arena, port=str(listener.getsockname()[1]))
+                return _run(scenario, arena, started, listener)
         except UnavailableError as exc:
             return _failed(scenario, started, "runnable", f"unavailable on this machine: {exc}", unavailable=str(exc))
         except NotRunnableError as exc:
@@ -423,7 +434,7 @@ def _failed(
     )
 
 
-def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
+def _run(scenario: Scenario, arena: Arena, started: float, listener: socket.socket | None = None) -> DrillResult:
     if "root" in scenario.requires and os.geteuid() != 0:
         raise UnavailableError("this scenario needs root (chown/mknod)")
     for item in scenario.needs:
@@ -469,9 +480,10 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
     for i, step in enumerate(scenario.after_calls):
         ex.apply_step(step, arena, builtins, f"after_calls[{i}] ({step.do})", runtime)
     after = fingerprint(arena)
+    connections = ex.accepted(listener) if listener is not None else 0
 
     checks = [
-        ck.check_outcome(scenario, arena, snapshot, elapsed, outcomes, storm=storm),
+        ck.check_outcome(scenario, arena, snapshot, elapsed, outcomes, storm=storm, connections=connections),
         ck.check_canary(arena),
         ck.check_controls(scenario, snapshot),
         ck.check_state(before, after),

@@ -286,3 +286,20 @@ def test_a_call_refused_with_another_code_than_expected_fails_and_names_both(tmp
     checks = {c.name: c for c in result.checks}
     assert "call evil_new should fail with timeout but got not-active" in checks["outcome"].message
     assert checks["audit"].passed
+
+
+def test_a_scenario_listener_gets_a_port_for_the_tree_and_any_connection_fails_the_outcome(tmp_path: Path) -> None:
+    import dataclasses
+
+    from tooldir import load
+    from tooldir._drill_checks import check_outcome
+
+    folder = write_scenario(tmp_path / "trust-unapproved", "listen = true\n" + HEADER, {"evil_new": HOSTILE})
+    scenario = load_scenario(folder)
+    assert scenario.listen
+    arena = dataclasses.replace(make_arena(tmp_path / "arena", str(folder)), port="4242")
+    assert arena.substitute("http://127.0.0.1:{port}/x") == "http://127.0.0.1:4242/x"
+    snapshot = load(project=None, user_dirs=[], state_dir=tmp_path / "state")
+    assert check_outcome(scenario, arena, snapshot, 0.1, [], connections=0).passed
+    failed = check_outcome(scenario, arena, snapshot, 0.1, [], connections=1)
+    assert not failed.passed and "listener accepted 1 connection" in failed.message
