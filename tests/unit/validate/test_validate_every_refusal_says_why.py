@@ -63,7 +63,7 @@ FIELDS = ["name", "description", "input_schema", "risk", "keywords", "execute"]
 BAD_INPUT_SCHEMAS: list[Any] = [
     {"type": "array"},
     {"type": "object", "properties": {"a": {"$schema": "http://127.0.0.1:9/x"}}},
-    {"type": "object", "properties": {"a": {"$ref": "file:///dev/zero"}}},
+    {"type": "object", "properties": {"a": {"$ref": "file:///nonexistent/tooldir-test.json"}}},
     {"type": "object", "$id": "http://127.0.0.1:9/"},
     {"type": "object", "properties": {"a": {"type": "string", "pattern": "(a+)+\\1"}}},
     {"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}},

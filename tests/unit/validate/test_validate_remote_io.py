@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,8 +78,6 @@ def hostile_schemas(url: str) -> dict[str, tuple[dict[str, Any], str]]:
             "/input_schema/properties/a/anyOf/1/$ref",
         ),
         "vocabulary": ({**obj(), "$vocabulary": {f"{url}/vocab": True}}, "/input_schema/$vocabulary"),
-        "dev_zero": (obj(a={"$schema": "file:///dev/zero"}), "/input_schema/properties/a/$schema"),
-        "dev_zero_ref": (obj(a={"$ref": "file:///dev/zero"}), "/input_schema/properties/a/$ref"),
     }
 
 
@@ -106,17 +106,47 @@ def test_no_hostile_input_schema_makes_the_scan_connect_and_each_is_invalid_inpu
     assert snap.records("fine_tool")[0].status is Status.ACTIVE
 
 
-def test_a_fifo_named_by_a_reference_never_blocks_the_scan(tmp_path: Path) -> None:
+# The scan runs in a child with an address-space cap and a timeout: were a file ever read, the
+# test would fail (killed or timed out) instead of eating the machine's memory or hanging.
+CHILD = """
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+import tooldir
+started = time.monotonic()
+snap = tooldir.load(project=None, user_dirs=[sys.argv[1]], state_dir=sys.argv[2])
+seconds = time.monotonic() - started
+print(json.dumps({"seconds": seconds, "diagnostics": [[d.tool, d.code, d.pointer] for d in snap.diagnostics]}))
+"""
+
+
+def test_file_uris_to_dev_zero_and_a_fifo_are_refused_without_opening_them(tmp_path: Path) -> None:
     fifo = tmp_path / "outside" / "pipe"
     fifo.parent.mkdir()
     os.mkfifo(fifo)
     root = tmp_path / "tools"
-    uri = fifo.as_uri()
-    make_tool(root, "fifo_ref", input_schema={"type": "object", "properties": {"a": {"$ref": uri}}})
-    make_tool(root, "fifo_schema", input_schema={"type": "object", "properties": {"a": {"$schema": uri}}})
-    snap, seconds = load_user(root)
-    assert seconds < BOUND_S
-    assert {d.code for d in snap.diagnostics if d.tool in ("fifo_ref", "fifo_schema")} == {"invalid-input-schema"}
+    local = {"$defs": {"s": {"type": "string"}}, "required": []}
+    cases = {
+        "fifo_ref": ({"a": {"$ref": fifo.as_uri()}}, "/input_schema/properties/a/$ref"),
+        "fifo_schema": ({"a": {"$schema": fifo.as_uri()}}, "/input_schema/properties/a/$schema"),
+        "zero_ref": ({"a": {"$ref": "file:///dev/zero"}}, "/input_schema/properties/a/$ref"),
+        "zero_schema": ({"a": {"$schema": "file:///dev/zero"}}, "/input_schema/properties/a/$schema"),
+    }
+    for name, (props, _) in cases.items():
+        schema = {"type": "object", **local, "properties": {"ok": {"$ref": "#/$defs/s"}, **props}}
+        make_tool(root, name, input_schema=schema)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(root), str(tmp_path / "state")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["seconds"] < BOUND_S
+    found = {tuple(d) for d in report["diagnostics"]}
+    for name, (_, pointer) in cases.items():
+        assert (name, "invalid-input-schema", pointer) in found
 
 
 def test_escaped_keywords_are_found_too(tmp_path: Path, listener: tuple[str, socket.socket]) -> None:
