@@ -170,9 +170,15 @@ class _Pool:
         for worker in idle:
             worker.close()
 
+    def forget(self) -> None:
+        """In a forked child: the workers (and their pipes) belong to the parent; start afresh."""
+        self._lock = threading.Lock()
+        self._idle = []
+
 
 POOL = _Pool()
 atexit.register(POOL.close)
+os.register_at_fork(after_in_child=POOL.forget)
 
 
 class BudgetedValidator:

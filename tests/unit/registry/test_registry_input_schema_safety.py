@@ -172,3 +172,26 @@ def test_error_messages_quote_a_long_input_only_in_part(tmp_path: Path) -> None:
     assert result.error is not None and result.error.code == "invalid-input"
     assert len(result.error.message) < 2_000
     assert json.dumps(result.to_json())  # plain JSON
+
+
+def test_a_forked_child_validates_with_its_own_worker_not_the_parents(tmp_path: Path) -> None:
+    import os
+
+    box = FakeSandbox()
+    setup = registry_for(tmp_path, user_dir=tool_with(tmp_path, "^a"), sandbox=box, audit=MemoryAudit())
+    assert setup.registry.call("regex_tool", {"text": "abc"}).ok  # the parent's worker is now idle in the pool
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        ok = (
+            setup.registry.call("regex_tool", {"text": "abc"}).ok
+            and not setup.registry.call("regex_tool", {"text": "b"}).ok
+        )
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1" and status == 0
+    os.close(read)
+    assert setup.registry.call("regex_tool", {"text": "abc"}).ok
+    assert not setup.registry.call("regex_tool", {"text": "b"}).ok
