@@ -22,8 +22,9 @@ import jsonschema_rs
 from ._internal.inputschema import (
     compile_error,
     compile_input_schema,
+    inspect_schema,
+    pattern_problem,
     refuse_retrieval,
-    remote_io_problems,
 )
 from ._internal.strictjson import (
     FrozenDict,
@@ -205,13 +206,11 @@ class _Validation:
         # "$schema", "$id", "$ref", ... can only be present if the text has a "$" (or hides it in an escape);
         # a pattern only if it says "pattern".
         escaped = "\\" in raw and "\\u" in raw
-        has_keywords = "$" in raw or escaped or "pattern" in raw
-        if has_keywords:
-            problems = remote_io_problems(schema, "/input_schema")
-            for pointer, message in problems:
+        facts = inspect_schema(schema, "/input_schema") if "$" in raw or escaped or "pattern" in raw else None
+        if facts is not None and facts.problems:
+            for pointer, message in facts.problems:
                 self.fail("invalid-input-schema", message, pointer)
-            if problems:
-                return
+            return
         meta = _input_schema_meta_validator()
         if not meta_checked and not meta.is_valid(schema):
             for exc in sorted(meta.iter_errors(schema), key=lambda e: [str(p) for p in e.instance_path])[:5]:
@@ -222,8 +221,14 @@ class _Validation:
                     "/input_schema" + where,
                 )
             return
-        if has_keywords:  # references must resolve and patterns compile: only compiling tells
-            try:
+        if facts is None:
+            return
+        for pointer, pattern in facts.patterns:  # each pattern as the registry's engine compiles it
+            reason = pattern_problem(pattern)
+            if reason is not None:
+                self.fail("invalid-input-schema", f"input_schema cannot be compiled: {reason}", pointer)
+        if facts.has_refs and not any(d.code == "invalid-input-schema" for d in self.diags):
+            try:  # references must resolve: only compiling the schema tells
                 compile_input_schema(schema)
             except (ValueError, jsonschema_rs.ReferencingError) as exc:
                 pointer, reason = compile_error(exc, "/input_schema")

@@ -17,6 +17,8 @@ validates against. Two threats shape it:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, NoReturn
 
 import jsonschema_rs
@@ -53,20 +55,37 @@ def regex_options() -> Any:
     return jsonschema_rs.RegexOptions(size_limit=REGEX_SIZE_LIMIT, dfa_size_limit=REGEX_DFA_SIZE_LIMIT)
 
 
+@dataclass(slots=True)
+class SchemaFacts:
+    """What one walk over an input schema found (see :func:`inspect_schema`)."""
+
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    """(JSON pointer, message): what could make a validator fetch, or too many patterns."""
+    patterns: list[tuple[str, str]] = field(default_factory=list)
+    """(JSON pointer, regex) of every ``pattern`` value and ``patternProperties`` key."""
+    has_refs: bool = False
+    """A (local) ``$ref``/``$dynamicRef`` is present: only compiling the schema tells if it resolves."""
+
+
 def remote_io_problems(schema: Any, pointer: str = "") -> list[tuple[str, str]]:
     """(JSON pointer, message) for everything in ``schema`` that could make a validator fetch a
     resource or change where references resolve, and for too many patterns. Pure.
+    (:func:`inspect_schema` has the details.)"""
+    return inspect_schema(schema, pointer).problems
+
+
+def inspect_schema(schema: Any, pointer: str = "") -> SchemaFacts:
+    """One walk over ``schema``: its remote-io problems, its patterns and whether it has references.
 
     Only the top level may carry ``$schema`` (and only draft 2020-12); ``$id`` and ``$vocabulary``
     are refused everywhere; ``$ref``/``$dynamicRef`` must start with ``#``. Property names are
     names, not keywords (``"properties": {"$id": ...}`` is a property called ``$id``), and
     ``const``/``enum``/``default``/``examples`` are data.
     """
-    problems: list[tuple[str, str]] = []
-    patterns = 0
+    facts = SchemaFacts()
+    problems = facts.problems
 
     def walk(node: Any, where: str, top: bool) -> None:
-        nonlocal patterns
         if isinstance(node, list):
             for index, item in enumerate(node):
                 walk(item, f"{where}/{index}", False)
@@ -87,24 +106,36 @@ def remote_io_problems(schema: Any, pointer: str = "") -> list[tuple[str, str]]:
             elif key == "$vocabulary":
                 problems.append((at, "$vocabulary is for meta-schemas, not tool input schemas"))
             elif key in _REFS:
+                facts.has_refs = True
                 if isinstance(value, str) and not value.startswith("#"):
                     problems.append((at, f"only local references ('#...') are allowed, not {value!r}"))
             elif key in _DATA:
                 continue
             elif key in _NAME_MAPS and isinstance(value, dict):
                 if key == "patternProperties":
-                    patterns += len(value)
+                    facts.patterns.extend((f"{at}/{escape_pointer(name)}", name) for name in value)
                 for name, sub in value.items():
                     walk(sub, f"{at}/{escape_pointer(name)}", False)
             else:
                 if key == "pattern" and isinstance(value, str):
-                    patterns += 1
+                    facts.patterns.append((at, value))
                 walk(value, at, False)
 
     walk(schema, pointer, True)
-    if patterns > MAX_PATTERNS:
-        problems.append((pointer, f"{patterns} patterns; an input schema may hold at most {MAX_PATTERNS}"))
-    return problems
+    if len(facts.patterns) > MAX_PATTERNS:
+        problems.append((pointer, f"{len(facts.patterns)} patterns; an input schema may hold at most {MAX_PATTERNS}"))
+    return facts
+
+
+@lru_cache(maxsize=4096)
+def pattern_problem(pattern: str) -> str | None:
+    """Why the linear-time engine refuses ``pattern`` (as tool input validation would compile
+    it), or None. Cached: most tools repeat a handful of patterns."""
+    try:
+        compile_input_schema({"pattern": pattern})
+    except (ValueError, jsonschema_rs.ReferencingError) as exc:
+        return compile_error(exc, "")[1]
+    return None
 
 
 def compile_input_schema(schema: Mapping[str, Any]) -> Any:
