@@ -150,3 +150,14 @@ def test_every_tool_that_is_not_active_has_a_diagnostic_naming_it(packages: list
             named = [d for d in snap.diagnostics if d.tool == record.name and d.source == record.source]
             assert named, f"{record.source}:{record.name} is {record.status} without a diagnostic"
             assert record.diagnostics, f"{record.source}:{record.name} carries no diagnostic"
+
+
+def test_every_other_name_check_refuses_a_trailing_newline_too() -> None:
+    from pydantic import ValidationError
+
+    from tooldir import Manifest
+    from tooldir.names import is_valid_name
+
+    assert not is_valid_name("abc\n")
+    with pytest.raises(ValidationError):
+        Manifest.model_validate(manifest("abc\n"))
