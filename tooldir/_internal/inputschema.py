@@ -27,11 +27,11 @@ from .strictjson import escape_pointer, thaw
 
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 #: Largest compiled program of one ``pattern`` (bytes, the regex crate's ``size_limit``).
-REGEX_SIZE_LIMIT = 256 * 1024
+REGEX_SIZE_LIMIT = 64 * 1024
 #: Lazy-DFA cache of one pattern (bytes); when it fills up the engine stays linear, only slower.
 REGEX_DFA_SIZE_LIMIT = 256 * 1024
 #: ``pattern`` values plus ``patternProperties`` keys allowed in one input schema.
-MAX_PATTERNS = 256
+MAX_PATTERNS = 128
 
 # Keywords whose value maps names (not keywords) to subschemas.
 _NAME_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
