@@ -587,13 +587,16 @@ def _check_builtin_schema(name: str, schema: Any) -> dict[str, Any]:
         raise ValueError(f"builtin {name!r}: input_schema must have type 'object', not {plain.get('type')!r}")
     try:
         json.dumps(plain, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"builtin {name!r}: input_schema is not plain JSON: {exc}") from None
+    for where, why in remote_io_problems(plain)[:1]:  # first: nothing below may see a foreign $schema
+        raise ValueError(f"builtin {name!r}: input_schema at {where or '/'}: {why}")
+    try:
         checked = dict(plain)
         checked.setdefault("$schema", DRAFT_2020_12)
         jsonschema_rs.meta.validate(checked)
-    except (TypeError, ValueError) as exc:
+    except (ValueError, jsonschema_rs.ReferencingError) as exc:
         raise ValueError(f"builtin {name!r}: input_schema is not a valid JSON Schema: {exc}") from None
-    for where, why in remote_io_problems(plain)[:1]:
-        raise ValueError(f"builtin {name!r}: input_schema at {where or '/'}: {why}")
     try:
         compile_input_schema(plain)
     except (ValueError, jsonschema_rs.ReferencingError) as exc:

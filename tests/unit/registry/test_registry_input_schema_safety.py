@@ -151,9 +151,10 @@ def test_format_is_an_annotation_on_tool_input_so_no_input_is_compiled_as_a_rege
         {"type": "object", "properties": {"a": {"$schema": "http://127.0.0.1:9/"}}},
         {"type": "object", "properties": {"a": {"$ref": "file:///dev/zero"}}},
         {"type": "object", "$id": "http://127.0.0.1:9/base"},
+        {"type": "object", "$schema": "http://127.0.0.1:9/other-dialect"},
         {"type": "object", "properties": {"a": {"type": "string", "pattern": "(?=a)"}}},
     ],
-    ids=["nested-schema", "file-ref", "id", "lookahead"],
+    ids=["nested-schema", "file-ref", "id", "top-level-foreign-schema", "lookahead"],
 )
 def test_a_builtin_schema_that_could_fetch_or_backtrack_is_refused_at_registration(
     tmp_path: Path, schema: dict[str, Any]
