@@ -18,6 +18,7 @@ from importlib import resources
 from typing import Any
 
 import jsonschema_rs
+from pydantic import ValidationError
 
 from ._internal.inputschema import (
     compile_error,
@@ -169,7 +170,20 @@ class _Validation:
         if any(d.severity is Severity.ERROR for d in self.diags):
             return None
         freeze_arrays_in_place(data["input_schema"])  # the only part kept as parsed (the rest becomes tuples)
-        return Manifest.model_validate(data)
+        return self._to_model(data)
+
+    def _to_model(self, data: dict[str, Any]) -> Manifest | None:
+        """The model of a manifest the schema accepted; should the model disagree, that is a
+        diagnostic on the tool, never an exception that stops the load."""
+        try:
+            return Manifest.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            pointer = "".join(f"/{escape_pointer(str(p))}" for p in first["loc"])
+            self.fail(
+                "schema-invalid", f"{first['msg']} (the manifest model refused what the schema accepted)", pointer
+            )
+            return None
 
     def _report_schema_errors(self, data: dict[str, Any]) -> None:
         """Every error of the manifest validator that rejected ``data`` (the same engine, so a
@@ -213,12 +227,17 @@ class _Validation:
             return
         meta = _input_schema_meta_validator()
         if not meta_checked and not meta.is_valid(schema):
+            before = len(self.diags)
             for exc in sorted(meta.iter_errors(schema), key=lambda e: [str(p) for p in e.instance_path])[:5]:
                 where = "".join(f"/{escape_pointer(str(p))}" for p in exc.instance_path)
                 self.fail(
                     "invalid-input-schema",
                     f"input_schema is not a valid JSON Schema: {exc.message}",
                     "/input_schema" + where,
+                )
+            if len(self.diags) == before:  # never a rejection without a reason
+                self.fail(
+                    "invalid-input-schema", "input_schema is not a valid JSON Schema (draft 2020-12)", "/input_schema"
                 )
             return
         if facts is None:

@@ -161,3 +161,22 @@ def test_every_other_name_check_refuses_a_trailing_newline_too() -> None:
     assert not is_valid_name("abc\n")
     with pytest.raises(ValidationError):
         Manifest.model_validate(manifest("abc\n"))
+
+
+def test_a_model_that_refuses_what_the_schema_accepted_is_a_diagnostic_not_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pydantic import BaseModel, ConfigDict, Field
+
+    from tooldir import validate
+
+    class Stricter(BaseModel):
+        model_config = ConfigDict(extra="ignore")
+        name: str = Field(max_length=2)
+
+    monkeypatch.setattr(validate, "Manifest", Stricter)
+    root = tmp_path / "tools"
+    make_tool(root, "abc")
+    snap = load_user(root)
+    assert snap.records("abc")[0].status is Status.REJECTED
+    assert ("schema-invalid", "/name") in {(d.code, d.pointer) for d in snap.diagnostics if d.tool == "abc"}
