@@ -196,3 +196,35 @@ def test_a_forked_child_validates_with_its_own_worker_not_the_parents(tmp_path: 
     os.close(read)
     assert setup.registry.call("regex_tool", {"text": "abc"}).ok
     assert not setup.registry.call("regex_tool", {"text": "b"}).ok
+
+
+def test_the_validation_worker_ends_with_the_process_that_started_it(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = tool_with(tmp_path, "^a")
+    child = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent)!r}); sys.path.insert(0, {str(Path(__file__).parents[2])!r})
+from pathlib import Path
+from regkit import FakeSandbox, MemoryAudit, registry_for
+from tooldir._internal import schema_worker
+setup = registry_for(Path({str(tmp_path / "child")!r}), user_dir=Path({str(root)!r}), sandbox=FakeSandbox(), audit=MemoryAudit())
+assert setup.registry.call("regex_tool", {{"text": "abc"}}).ok
+print(schema_worker.POOL._idle[0].proc.pid)
+"""
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    pid = int(done.stdout.split()[-1])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return
+        if state == "Z":
+            return  # exited; only waiting to be reaped by init
+        time.sleep(0.05)
+    os.kill(pid, 9)  # our own test's leftover, by its pid
+    raise AssertionError(f"validation worker {pid} outlived its parent")
