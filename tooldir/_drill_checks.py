@@ -99,9 +99,12 @@ def check_outcome(
     outcomes: Sequence[ex.CallOutcome],
     *,
     storm: StormReport | None = None,
+    connections: int = 0,
 ) -> Check:
     expect = scenario.expect
     problems: list[str] = []
+    if connections:
+        problems.append(f"the scenario's 127.0.0.1 listener accepted {connections} connection(s)")
     for want in expect.diagnostics:
         if not any(
             d.code == want.code

@@ -428,7 +428,8 @@ def call(runtime: Runtime, spec: CallSpec, arena: Arena) -> CallOutcome:
             listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
             listener.setblocking(False)
             port = str(listener.getsockname()[1])
-        text = arena.substitute(json.dumps(spec.input)).replace("{port}", port)
+        text = json.dumps(spec.input)
+        text = arena.substitute(text.replace("{port}", port) if listener is not None else text)
         target = runtime.session if spec.via == "session" else runtime.registry
         t0 = time.monotonic()
         result = target.call(spec.tool, json.loads(text))
@@ -450,6 +451,11 @@ def call(runtime: Runtime, spec: CallSpec, arena: Arena) -> CallOutcome:
         connections,
         seconds,
     )
+
+
+def accepted(listener: socket.socket) -> int:
+    """Connections the non-blocking ``listener`` has accepted so far (each is closed)."""
+    return _accepted(listener)
 
 
 def _accepted(listener: socket.socket) -> int:

@@ -88,6 +88,7 @@ class Arena:
     base: Path
     scenario: str  # the scenario folder, for messages
     secret: str  # a fresh token planted in the fake home; it must never show up in tool output
+    port: str = "0"  # the scenario's 127.0.0.1 listener ({port}), when it declares listen = true
 
     @property
     def marker(self) -> str:
@@ -156,6 +157,7 @@ class Arena:
             "{state}": str(self.state),
             "{secret}": self.secret,
             "{marker}": self.marker,
+            "{port}": self.port,
         }
         for token, value in tokens.items():
             text = text.replace(token, value)

@@ -26,9 +26,11 @@ sandbox) is ``not-runnable`` (:attr:`DrillResult.status`), which is neither a pa
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fnmatch
 import json
 import os
+import socket
 import tempfile
 import time
 import tomllib
@@ -300,6 +302,9 @@ class Scenario(_Frozen):
     calls: tuple[CallSpec, ...] = ()
     after_calls: tuple[Step, ...] = ()
     storm: Storm | None = None
+    listen: bool = False
+    """A 127.0.0.1 listener open from materialisation to the end: ``{port}`` in tree files, plants,
+    steps, the policy and call inputs; it must accept no connection (load, calls, everything)."""
     expect: Expect = Field(default_factory=Expect)
     folder: str = ""
 
@@ -527,8 +532,13 @@ def run_drill(scenario: Scenario) -> DrillResult:
     with tempfile.TemporaryDirectory(prefix="tooldir-drill-") as tmp:
         try:
             arena = make_arena(Path(tmp).resolve(), scenario.folder)
-            with isolated(arena) as caller:
-                return _run(scenario, arena, started, caller)
+            with isolated(arena) as caller, contextlib.ExitStack() as stack:
+                listener = None
+                if scenario.listen:
+                    listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+                    listener.setblocking(False)
+                    arena = dataclasses.replace(arena, port=str(listener.getsockname()[1]))
+                return _run(scenario, arena, started, caller, listener)
         except UnavailableError as exc:
             return _failed(scenario, started, "runnable", f"not runnable here ({exc})", unavailable=str(exc))
         except NotRunnableError as exc:
@@ -547,7 +557,9 @@ def _failed(
     )
 
 
-def _run(scenario: Scenario, arena: Arena, started: float, caller: dict[str, str]) -> DrillResult:
+def _run(
+    scenario: Scenario, arena: Arena, started: float, caller: dict[str, str], listener: socket.socket | None = None
+) -> DrillResult:
     if "root" in scenario.requires and os.geteuid() != 0:
         raise UnavailableError("needs root: the scenario plants files with chown/mknod")
     for item in scenario.needs:
@@ -596,10 +608,11 @@ def _run(scenario: Scenario, arena: Arena, started: float, caller: dict[str, str
     for i, step in enumerate(scenario.after_calls):
         ex.apply_step(step, arena, builtins, f"after_calls[{i}] ({step.do})", runtime)
     after = fingerprint(arena)
+    connections = ex.accepted(listener) if listener is not None else 0
 
     checks = [
         planted,
-        ck.check_outcome(scenario, arena, snapshot, elapsed, outcomes, storm=storm),
+        ck.check_outcome(scenario, arena, snapshot, elapsed, outcomes, storm=storm, connections=connections),
         ck.check_canary(arena),
         ck.check_controls(scenario, snapshot),
         ck.check_state(before, after),

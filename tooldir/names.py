@@ -13,6 +13,8 @@ import unicodedata
 from functools import lru_cache
 
 _RUNS = re.compile(r"_+")
+#: Use with ``fullmatch`` only: Python's ``$`` also matches before a final newline, so
+#: ``match``/``search`` would accept "abc\n" (the published schema avoids ``$`` for the same reason).
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 GUARD_TOOLS = frozenset({"tool_search", "defer_execute_tool"})
 
@@ -77,5 +79,12 @@ def explain_invalid(name: str) -> str:
     if len(name) > 64:
         return f"name is {len(name)} characters; at most 64 are allowed"
     bad = sorted({ch for ch in name if not (ch.isascii() and (ch.isalnum() or ch in "_-"))})
-    shown = ", ".join(f"U+{ord(ch):04X} {unicodedata.name(ch, '?')}" for ch in bad[:5])
+    shown = ", ".join(f"U+{ord(ch):04X} {_char_name(ch)}" for ch in bad[:5])
     return f"name may use only ASCII letters, digits, '_' and '-'; found {shown}"
+
+
+def _char_name(ch: str) -> str:
+    """The Unicode name, or what a nameless character is (control characters have no name)."""
+    return unicodedata.name(ch, "") or (
+        "control character" if unicodedata.category(ch) == "Cc" else "unnamed character"
+    )

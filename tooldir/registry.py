@@ -12,7 +12,8 @@ denials included, is one audit line. Error codes (``CallResult.error.code``) are
 ``unknown-tool``              no tool of that name in the current snapshot
 ``not-active``                the tool exists but is pending, shadowed or rejected (message says why)
 ``session-refused``           the session gate refused (the gate may supply its own code instead)
-``invalid-input``             input is not a JSON object, too large, or breaks the input schema
+``invalid-input``             input is not a JSON object, too large, breaks the input schema, or its
+                              validation overran the budget (``schema:redos``; nothing ran)
 ``invalid-schema``            the tool's input_schema cannot be compiled (nothing ran)
 ``permission-denied``         a policy rule, the plan mode or the risk cap refused the tool
 ``hook-denied``               a pre hook refused the call
@@ -46,7 +47,15 @@ from typing import Any, Protocol
 
 import jsonschema_rs
 
-from ._internal.strictjson import StrictJSONError, escape_pointer, freeze, loads, thaw
+from ._internal.inputschema import DRAFT_2020_12, compile_error, compile_input_schema, input_errors, remote_io_problems
+from ._internal.schema_worker import (
+    BUDGET_S,
+    BudgetedValidator,
+    BudgetExceededError,
+    SchemaCompileError,
+    WorkerFailedError,
+)
+from ._internal.strictjson import StrictJSONError, freeze, loads, thaw
 from .audit import AuditEvent, AuditSink, JsonlAudit, input_digest
 from .errors import ExecutionError, PermissionDeniedError
 from .hooks import Deny, HookCall, HookSet, PostHook, PreHook, Redact, Rewrite, make_hook
@@ -60,7 +69,6 @@ from .snapshot import Snapshot, SnapshotStore
 
 log = logging.getLogger("tooldir")
 
-_DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 _VALIDATOR_CACHE = 1024
 _MESSAGE_MAX = 500
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
@@ -207,7 +215,7 @@ class Registry:
             deferred=False,
             manifest=None,
         )
-        entry = _Builtin(spec, handler, record, _compile(schema))
+        entry = _Builtin(spec, handler, record, _InProcess(compile_input_schema(schema)))
         with self._register_lock:
             if name in self._builtins:
                 raise ValueError(f"a builtin named {name!r} is already registered")
@@ -351,10 +359,17 @@ class Registry:
             if found is not None:
                 self._validators.move_to_end(key)
                 return found
-        try:
-            validator = _compile(record.manifest.input_schema)
+        schema = record.manifest.input_schema
+        problems = remote_io_problems(schema, "/input_schema")
+        if problems:  # discovery refuses these; checked again so no validator can ever fetch anything
+            where, why = problems[0]
+            raise _Stop("invalid-schema", f"the tool's input_schema is refused at {where}: {why}")
+        try:  # compiled here once so a broken schema is reported as such, then checked in a worker
+            compile_input_schema(schema)
         except (ValueError, jsonschema_rs.ReferencingError) as exc:
-            raise _Stop("invalid-schema", f"the tool's input_schema cannot be compiled: {exc}") from None
+            where, why = compile_error(exc, "/input_schema")
+            raise _Stop("invalid-schema", f"the tool's input_schema cannot be compiled at {where}: {why}") from None
+        validator = _Budgeted(BudgetedValidator(key, thaw(schema)))
         with self._validators_lock:
             self._validators[key] = validator
             while len(self._validators) > _VALIDATOR_CACHE:
@@ -375,12 +390,18 @@ class Registry:
             data: dict[str, Any] = thaw(loads(text.encode(), max_depth=self._policy.limits.max_json_depth))
         except StrictJSONError as exc:
             raise _Stop("invalid-input", f"input rejected ({exc.code}): {exc.message}") from None
-        errors = []
-        for err in validator.iter_errors(data):
-            pointer = "".join(f"/{escape_pointer(str(p))}" for p in err.instance_path)
-            errors.append(f"{pointer or '/'}: {err.message}")
-            if len(errors) == 3:
-                break
+        try:
+            errors = validator.errors(text, data)
+        except BudgetExceededError:
+            raise _Stop(
+                "invalid-input",
+                f"validating the input against the tool's input_schema took longer than {BUDGET_S:g} s and was "
+                "stopped; the input is refused",
+            ) from None
+        except WorkerFailedError as exc:
+            raise _Stop("invalid-input", f"the input could not be validated: {exc}") from None
+        except SchemaCompileError as exc:
+            raise _Stop("invalid-schema", f"the tool's input_schema cannot be compiled: {exc}") from None
         if errors:
             raise _Stop("invalid-input", "input does not match the tool's input_schema: " + "; ".join(errors))
         return data
@@ -566,11 +587,21 @@ def _check_builtin_schema(name: str, schema: Any) -> dict[str, Any]:
         raise ValueError(f"builtin {name!r}: input_schema must have type 'object', not {plain.get('type')!r}")
     try:
         json.dumps(plain, allow_nan=False)
-        checked = dict(plain)
-        checked.setdefault("$schema", _DRAFT_2020_12)
-        jsonschema_rs.meta.validate(checked)
     except (TypeError, ValueError) as exc:
+        raise ValueError(f"builtin {name!r}: input_schema is not plain JSON: {exc}") from None
+    for where, why in remote_io_problems(plain)[:1]:  # first: nothing below may see a foreign $schema
+        raise ValueError(f"builtin {name!r}: input_schema at {where or '/'}: {why}")
+    try:
+        checked = dict(plain)
+        checked.setdefault("$schema", DRAFT_2020_12)
+        jsonschema_rs.meta.validate(checked)
+    except (ValueError, jsonschema_rs.ReferencingError) as exc:
         raise ValueError(f"builtin {name!r}: input_schema is not a valid JSON Schema: {exc}") from None
+    try:
+        compile_input_schema(plain)
+    except (ValueError, jsonschema_rs.ReferencingError) as exc:
+        where, why = compile_error(exc, "")
+        raise ValueError(f"builtin {name!r}: input_schema cannot be compiled at {where or '/'}: {why}") from None
     return plain
 
 
@@ -587,10 +618,28 @@ def _check_handler(name: str, handler: Any) -> None:
         ) from None
 
 
-def _compile(schema: Mapping[str, Any]) -> Any:
-    plain = thaw(schema)
-    plain.setdefault("$schema", _DRAFT_2020_12)
-    return jsonschema_rs.validator_for(plain)
+class _InProcess:
+    """A builtin's input validator: the host's own schema, compiled once, checked in-process."""
+
+    __slots__ = ("compiled",)
+
+    def __init__(self, compiled: Any) -> None:
+        self.compiled = compiled
+
+    def errors(self, text: str, data: Any) -> list[str]:
+        return input_errors(self.compiled, data)
+
+
+class _Budgeted:
+    """A directory tool's input validator: checked in a worker process within ``BUDGET_S``."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: BudgetedValidator) -> None:
+        self.inner = inner
+
+    def errors(self, text: str, data: Any) -> list[str]:
+        return self.inner.errors(text)
 
 
 def _clip(message: str) -> str:

@@ -2,7 +2,10 @@
 command safety and suspicious text. Pure: no I/O beyond reading the shipped manifest schema once.
 
 The hot path uses the compiled ``jsonschema_rs`` validators (a few microseconds per manifest);
-only when a manifest is invalid does ``jsonschema`` produce the detailed, pointer-exact report.
+when a manifest is invalid the same engine lists every error with its pointer, so the decision and
+its report can never disagree. Every validator is built with a retriever that refuses all
+retrieval, and input schemas are compiled exactly as the registry compiles them
+(:mod:`tooldir._internal.inputschema`).
 """
 
 from __future__ import annotations
@@ -14,9 +17,16 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import jsonschema
 import jsonschema_rs
+from pydantic import ValidationError
 
+from ._internal.inputschema import (
+    compile_error,
+    compile_input_schema,
+    inspect_schema,
+    pattern_problem,
+    refuse_retrieval,
+)
 from ._internal.strictjson import (
     FrozenDict,
     StrictJSONError,
@@ -24,7 +34,6 @@ from ._internal.strictjson import (
     freeze_arrays_in_place,
     iter_strings,
     loads,
-    thaw,
 )
 from .discover import MANIFEST, PackageScan
 from .model import Diagnostic, Manifest, Severity, error, warning
@@ -73,14 +82,16 @@ def manifest_schema() -> dict[str, Any]:
 
 @cache
 def _fast_manifest_validator() -> Any:
-    return jsonschema_rs.Draft202012Validator(manifest_schema())
+    return jsonschema_rs.Draft202012Validator(manifest_schema(), retriever=refuse_retrieval)
 
 
 @cache
 def _input_schema_meta_validator() -> Any:
     """Draft 2020-12 meta-schema with format assertion, so a ``pattern`` that is not a valid
     regex is caught here (plain meta-validation treats ``format`` as an annotation)."""
-    return jsonschema_rs.Draft202012Validator({"$ref": _DRAFT_2020_12}, validate_formats=True)
+    return jsonschema_rs.Draft202012Validator(
+        {"$ref": _DRAFT_2020_12}, validate_formats=True, retriever=refuse_retrieval
+    )
 
 
 @cache
@@ -97,14 +108,9 @@ def _all_clear_validator() -> Any:
         ],
     }
     try:
-        return jsonschema_rs.Draft202012Validator(schema, validate_formats=True)
+        return jsonschema_rs.Draft202012Validator(schema, validate_formats=True, retriever=refuse_retrieval)
     except (ValueError, jsonschema_rs.ReferencingError):  # pragma: no cover - depends on the engine
         return None
-
-
-@cache
-def _slow_manifest_validator() -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(manifest_schema())
 
 
 def validate_package(scan: PackageScan, policy: Policy) -> Candidate:
@@ -164,43 +170,64 @@ class _Validation:
         if any(d.severity is Severity.ERROR for d in self.diags):
             return None
         freeze_arrays_in_place(data["input_schema"])  # the only part kept as parsed (the rest becomes tuples)
-        return Manifest.model_validate(data)
+        return self._to_model(data)
+
+    def _to_model(self, data: dict[str, Any]) -> Manifest | None:
+        """The model of a manifest the schema accepted; should the model disagree, that is a
+        diagnostic on the tool, never an exception that stops the load."""
+        try:
+            return Manifest.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            pointer = "".join(f"/{escape_pointer(str(p))}" for p in first["loc"])
+            self.fail(
+                "schema-invalid", f"{first['msg']} (the manifest model refused what the schema accepted)", pointer
+            )
+            return None
 
     def _report_schema_errors(self, data: dict[str, Any]) -> None:
-        errors = sorted(_slow_manifest_validator().iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
+        """Every error of the manifest validator that rejected ``data`` (the same engine, so a
+        rejection always has a report), at most 20, each with its pointer."""
+        before = len(self.diags)
+        errors = sorted(_fast_manifest_validator().iter_errors(data), key=lambda e: [str(p) for p in e.instance_path])
+        named = False
         for err in errors[:20]:
-            pointer = "".join(f"/{escape_pointer(str(p))}" for p in err.absolute_path)
-            if err.validator == "additionalProperties" and isinstance(err.instance, dict):
-                allowed = set(err.schema.get("properties", {}))
-                for key in sorted(set(err.instance) - allowed):
+            pointer = "".join(f"/{escape_pointer(str(p))}" for p in err.instance_path)
+            kind = err.kind.name
+            if kind == "additionalProperties":
+                for key in sorted(str(k) for k in err.kind.unexpected):
                     self.fail("schema-invalid", f"unknown key {key!r}", f"{pointer}/{escape_pointer(key)}")
                 continue
-            if pointer == "/name" and err.validator == "pattern" and isinstance(err.instance, str):
-                self.fail("invalid-name", f"name {err.instance!r}: {explain_invalid(err.instance)}", pointer)
+            if pointer == "/name" and isinstance(err.instance, str):
+                if not named:  # length and alphabet are separate keywords; one diagnostic says both
+                    self.fail("invalid-name", f"name {err.instance!r}: {explain_invalid(err.instance)}", pointer)
+                    named = True
                 continue
+            message = _schema_message(err)
             if pointer == "/input_schema" or pointer.startswith("/input_schema/"):
-                self.fail("invalid-input-schema", f"input_schema: {err.message}", pointer)
+                self.fail("invalid-input-schema", f"input_schema: {message}", pointer)
                 continue
-            self.fail("schema-invalid", err.message, pointer or "")
+            self.fail("schema-invalid", message, pointer or "")
+        if len(self.diags) == before:  # never a rejection without a reason
+            self.fail(
+                "schema-invalid", "the manifest does not match the published schema (tooldir/manifest.schema.json)", ""
+            )
 
     def _check_input_schema(self, schema: FrozenDict, *, meta_checked: bool) -> None:
-        declared = schema.get("$schema")
-        if declared is not None and declared not in (_DRAFT_2020_12, _DRAFT_2020_12 + "#"):
-            self.fail(
-                "invalid-input-schema", f"input_schema must be draft 2020-12, not {declared!r}", "/input_schema/$schema"
-            )
-            return
-        # "$ref"/"$dynamicRef" can only be present if the text names them (or hides them in escapes).
+        """schema:remote-io (nothing that could make a validator fetch), then the meta-schema,
+        then a compile exactly as the registry compiles (linear-time patterns, schema:redos)."""
         raw = self.raw
-        has_refs = ("$" in raw and ("$ref" in raw or "$dynamicRef" in raw)) or ("\\" in raw and "\\u" in raw)
-        if has_refs:
-            for pointer, value in _refs(schema, "/input_schema"):
-                if not value.startswith("#"):
-                    self.fail("invalid-input-schema", f"only local references are allowed, not {value!r}", pointer)
-            if any(d.code == "invalid-input-schema" for d in self.diags):
-                return
+        # "$schema", "$id", "$ref", ... can only be present if the text has a "$" (or hides it in an escape);
+        # a pattern only if it says "pattern".
+        escaped = "\\" in raw and "\\u" in raw
+        facts = inspect_schema(schema, "/input_schema") if "$" in raw or escaped or "pattern" in raw else None
+        if facts is not None and facts.problems:
+            for pointer, message in facts.problems:
+                self.fail("invalid-input-schema", message, pointer)
+            return
         meta = _input_schema_meta_validator()
         if not meta_checked and not meta.is_valid(schema):
+            before = len(self.diags)
             for exc in sorted(meta.iter_errors(schema), key=lambda e: [str(p) for p in e.instance_path])[:5]:
                 where = "".join(f"/{escape_pointer(str(p))}" for p in exc.instance_path)
                 self.fail(
@@ -208,13 +235,27 @@ class _Validation:
                     f"input_schema is not a valid JSON Schema: {exc.message}",
                     "/input_schema" + where,
                 )
+            if len(self.diags) == before:  # never a rejection without a reason
+                self.fail(
+                    "invalid-input-schema", "input_schema is not a valid JSON Schema (draft 2020-12)", "/input_schema"
+                )
             return
-        if has_refs:  # references must resolve: only compiling the schema tells
-            try:
-                jsonschema_rs.validator_for(thaw(schema))
+        if facts is None:
+            return
+        refused = 0
+        for pointer, pattern in facts.patterns:  # each pattern as the registry's engine compiles it
+            reason = pattern_problem(pattern)
+            if reason is not None:
+                self.fail("invalid-input-schema", f"input_schema cannot be compiled: {reason}", pointer)
+                refused += 1
+                if refused == 5:  # enough to act on; the rest is not compiled at all
+                    break
+        if facts.has_refs and not any(d.code == "invalid-input-schema" for d in self.diags):
+            try:  # references must resolve: only compiling the schema tells
+                compile_input_schema(schema)
             except (ValueError, jsonschema_rs.ReferencingError) as exc:
-                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                self.fail("invalid-input-schema", f"input_schema cannot be compiled: {reason}", "/input_schema")
+                pointer, reason = compile_error(exc, "/input_schema")
+                self.fail("invalid-input-schema", f"input_schema cannot be compiled: {reason}", pointer)
 
     def _check_command(self, argv: list[str]) -> None:
         files = {f.path: f for f in self.scan.files}
@@ -319,16 +360,9 @@ def _json_type(value: Any) -> str:
     return "null"
 
 
-def _refs(value: Any, pointer: str) -> list[tuple[str, str]]:
-    found: list[tuple[str, str]] = []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            child = f"{pointer}/{escape_pointer(key)}"
-            if key in ("$ref", "$dynamicRef") and isinstance(item, str):
-                found.append((child, item))
-            else:
-                found.extend(_refs(item, child))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found.extend(_refs(item, f"{pointer}/{index}"))
-    return found
+def _schema_message(err: Any) -> str:
+    """The engine's message, with every allowed value spelled out for an enum."""
+    if err.kind.name == "enum":
+        options = ", ".join(json.dumps(o) for o in err.kind.options)
+        return f"{json.dumps(err.instance)} is not one of {options}"
+    return str(err.message)

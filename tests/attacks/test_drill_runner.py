@@ -692,3 +692,20 @@ def test_a_run_step_that_could_loosen_the_drill_ceiling_is_a_scenario_error(
     assert result.status == "failed"
     assert "steps[0] (tooldir): a 'tooldir run' step" in result.checks[0].message
     assert refusal in result.checks[0].message
+
+
+def test_a_scenario_listener_gets_a_port_for_the_tree_and_any_connection_fails_the_outcome(tmp_path: Path) -> None:
+    import dataclasses
+
+    from tooldir import load
+    from tooldir._drill_checks import check_outcome
+
+    folder = write_scenario(tmp_path / "trust-unapproved", "listen = true\n" + HEADER, {"evil_new": HOSTILE})
+    scenario = load_scenario(folder)
+    assert scenario.listen
+    arena = dataclasses.replace(make_arena(tmp_path / "arena", str(folder)), port="4242")
+    assert arena.substitute("http://127.0.0.1:{port}/x") == "http://127.0.0.1:4242/x"
+    snapshot = load(project=None, user_dirs=[], state_dir=tmp_path / "state")
+    assert check_outcome(scenario, arena, snapshot, 0.1, [], connections=0).passed
+    failed = check_outcome(scenario, arena, snapshot, 0.1, [], connections=1)
+    assert not failed.passed and "listener accepted 1 connection" in failed.message

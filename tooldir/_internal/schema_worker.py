@@ -1,0 +1,238 @@
+"""Tool input validated in a child process with a hard time budget (``schema:redos``).
+
+jsonschema-rs holds the GIL while it validates, and even a linear-time regex engine is
+O(pattern size x input size): a 1 MiB input against a pattern built to thrash the DFA cache takes
+tens of seconds in-process, and every other request of ``tooldir serve`` would wait. So directory
+tools' inputs are checked by a small pool of worker processes (``python -I``, importing only
+this module, :mod:`.inputschema` and jsonschema-rs; compiled validators cached per schema digest). The caller waits
+on a pipe, without the GIL, for at most :data:`BUDGET_S`; a worker that overruns is killed and the
+input is refused (fail closed).
+
+Protocol: one JSON line per request ``{"key", "schema", "input", "limit"}`` and per answer
+``{"errors": [...]}`` or ``{"compile_error": "..."}``; the worker writes ``{"ready": true}`` once
+it has started, so start-up time never counts against the budget. A worker ends on end of input.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import selectors
+import subprocess
+import sys
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+#: Wall-clock budget of one input validation (seconds). The bound stated for ``schema:redos``:
+#: a call whose input validation overruns it is refused within about this time.
+BUDGET_S = 1.0
+_STARTUP_S = 30.0  # a loaded machine may take long to start Python; never counted as the budget
+_MAX_IDLE = 4
+_CACHE = 256
+_MEMORY_BYTES = 2 << 30  # address-space cap of a worker (compiled patterns and DFA caches)
+# Started with -I (no cwd, no user site, no PYTHON* variables) and without tooldir/__init__: a bare
+# package object stands in for it, so only strictjson, inputschema and jsonschema-rs are imported.
+_BOOT = (
+    "import sys, types; pkg = types.ModuleType('tooldir'); pkg.__path__ = [sys.argv[1]]; "
+    "sys.modules['tooldir'] = pkg; from tooldir._internal.schema_worker import main; sys.exit(main())"
+)
+
+
+class BudgetExceededError(Exception):
+    """The worker did not answer within the budget; it was killed."""
+
+
+class WorkerFailedError(Exception):
+    """The worker could not start, died, or answered something unreadable."""
+
+
+class SchemaCompileError(Exception):
+    """The worker could not compile the schema (message from jsonschema-rs)."""
+
+
+class _Worker:
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-c", _BOOT, str(Path(__file__).resolve().parents[1])],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd="/",
+            close_fds=True,
+        )
+        self._buffer = b""
+        try:
+            ready = self._read_line(time.monotonic() + _STARTUP_S)
+        except BudgetExceededError:
+            self.kill()
+            raise WorkerFailedError(f"the validation worker did not start within {_STARTUP_S:g} s") from None
+        if ready != b'{"ready": true}':
+            self.kill()
+            raise WorkerFailedError("the validation worker did not start")
+
+    def ask(self, request: bytes, budget: float) -> dict[str, Any]:
+        stdin = self.proc.stdin
+        assert stdin is not None  # noqa: S101 - created with PIPE
+        deadline = time.monotonic() + budget
+        try:
+            stdin.write(request)
+            stdin.flush()
+        except OSError as exc:
+            raise WorkerFailedError(f"the validation worker is gone: {exc}") from None
+        line = self._read_line(deadline)
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            raise WorkerFailedError("the validation worker answered something unreadable") from None
+        if not isinstance(answer, dict):
+            raise WorkerFailedError("the validation worker answered something unreadable")
+        return answer
+
+    def _read_line(self, deadline: float) -> bytes:
+        stdout = self.proc.stdout
+        assert stdout is not None  # noqa: S101 - created with PIPE
+        fd = stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    raise BudgetExceededError
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    raise WorkerFailedError("the validation worker exited")
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def close(self) -> None:
+        """End an idle worker: end of input makes it exit; kill it if it does not."""
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        with contextlib.suppress(OSError):
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.kill()  # our own child, by its pid
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                if pipe is not None:
+                    pipe.close()
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+
+    def check(self, key: str, schema_json: str, input_json: str, limit: int, budget: float) -> list[str]:
+        head = f'{{"key":{json.dumps(key)},"limit":{int(limit)},"schema":{schema_json},"input":'
+        request = (head + input_json + "}\n").encode()
+        with self._lock:
+            worker = self._idle.pop() if self._idle else None
+        if worker is None:
+            worker = _Worker()
+        try:
+            answer = worker.ask(request, budget)
+        except (BudgetExceededError, WorkerFailedError):
+            worker.kill()
+            raise
+        with self._lock:
+            if len(self._idle) < _MAX_IDLE:
+                self._idle.append(worker)
+                worker = None
+        if worker is not None:
+            worker.close()
+        if "compile_error" in answer:
+            raise SchemaCompileError(str(answer["compile_error"]))
+        errors = answer.get("errors")
+        if not isinstance(errors, list):
+            raise WorkerFailedError("the validation worker answered something unreadable")
+        return [str(e) for e in errors]
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.close()
+
+    def forget(self) -> None:
+        """In a forked child: the workers (and their pipes) belong to the parent; start afresh."""
+        self._lock = threading.Lock()
+        self._idle = []
+
+
+POOL = _Pool()
+atexit.register(POOL.close)
+os.register_at_fork(after_in_child=POOL.forget)
+
+
+class BudgetedValidator:
+    """The validator of one directory tool's input: checked in a worker within :data:`BUDGET_S`."""
+
+    __slots__ = ("key", "schema_json")
+
+    def __init__(self, key: str, schema: Any) -> None:
+        self.key = key
+        self.schema_json = json.dumps(schema, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+    def errors(self, input_json: str, limit: int = 3, budget: float = BUDGET_S) -> list[str]:
+        """Up to ``limit`` '<pointer>: <message>' lines for the compact JSON ``input_json``.
+
+        Raises:
+            BudgetExceededError: validation overran ``budget`` seconds (the worker was killed).
+            WorkerFailedError: no worker could be started or it died.
+            SchemaCompileError: the schema does not compile (the scan should have refused it).
+        """
+        return POOL.check(self.key, self.schema_json, input_json, limit, budget)
+
+
+# ------------------------------------------------------------------------------------- the worker
+
+
+def main() -> int:
+    """The worker process: read requests from stdin, answer on stdout, end on end of input."""
+    import resource
+
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_AS, (_MEMORY_BYTES, _MEMORY_BYTES))
+    from .inputschema import compile_input_schema, input_errors
+
+    validators: OrderedDict[str, Any] = OrderedDict()
+    out = sys.stdout
+    out.write('{"ready": true}\n')
+    out.flush()
+    for line in sys.stdin.buffer:
+        try:
+            request = json.loads(line)
+            key = request["key"]
+            validator = validators.get(key)
+            if validator is None:
+                validator = compile_input_schema(request["schema"])
+                validators[key] = validator
+                while len(validators) > _CACHE:
+                    validators.popitem(last=False)
+            else:
+                validators.move_to_end(key)
+            answer: dict[str, Any] = {"errors": input_errors(validator, request["input"], int(request["limit"]))}
+        except Exception as exc:  # one bad request never ends the worker
+            answer = {
+                "compile_error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            }
+        out.write(json.dumps(answer, ensure_ascii=True) + "\n")
+        out.flush()
+    return 0
