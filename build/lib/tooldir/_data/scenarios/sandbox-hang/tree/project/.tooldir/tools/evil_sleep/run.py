@@ -1,3 +1,0 @@
-import time
-
-time.sleep(3600)

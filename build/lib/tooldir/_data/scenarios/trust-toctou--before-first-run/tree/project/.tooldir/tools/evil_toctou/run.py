@@ -1,3 +1,0 @@
-import json
-
-print(json.dumps({"ok": True, "content": "verified bytes"}))
