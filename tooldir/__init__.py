@@ -14,7 +14,7 @@ from .errors import (
     ToolDirError,
 )
 from .hooks import Deny, HookCall, Redact, Rewrite
-from .loader import LoadConfig, Loader, load, make_config
+from .loader import LoadConfig, Loader, load, make_config, remember_load
 from .model import BuiltinSpec, Diagnostic, Manifest, Risk, Severity, Source, Status, ToolRecord, Trust
 from .policy import Policy, load_policy
 from .registry import CallError, CallGate, CallResult, Registry
@@ -22,7 +22,6 @@ from .search import SearchIndex
 from .session import IndexFollower, SearchResult, Session
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
 from .tokens import TokenCounter, TokenReport
-from .trust import remember_load
 from .watch import Watcher, WatchProblem
 
 __all__ = [
