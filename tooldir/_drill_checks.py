@@ -4,7 +4,7 @@ control tools, user state and the audit record of each call. Pure functions of w
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -154,8 +154,19 @@ def check_controls(scenario: Scenario, snapshot: Snapshot) -> Check:
     return Check("control", True, f"{', '.join(names)} still active")
 
 
-def check_state(before: dict[str, str], after: dict[str, str]) -> Check:
+def check_state(
+    before: dict[str, str],
+    after: dict[str, str],
+    marks: tuple[str, Mapping[tuple[str, str], int] | None, Mapping[tuple[str, str], int] | None] | None = None,
+) -> Check:
+    """User-side files are unchanged, except that loads may raise signature high-water marks
+    (``marks``: the fingerprint key of versions.json, the marks before and after): every load
+    records the signed versions it verified. A mark that was lowered or removed is a change."""
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    if marks is not None:
+        key, old, new = marks
+        if key in changed and old is not None and new is not None and all(new.get(k, -1) >= v for k, v in old.items()):
+            changed.remove(key)
     if changed:
         return Check("state", False, f"user-side files changed during the load: {', '.join(changed[:5])}")
     return Check("state", True, f"{len(before)} user-side entries unchanged")

@@ -68,6 +68,25 @@ def load(builtins: tuple[BuiltinSpec, ...]) -> Snapshot:
     return Loader(config).load()
 
 
+def high_water_key(arena: Arena) -> str:
+    """The fingerprint key of the user's signature high-water marks (versions.json)."""
+    from .state import HIGH_WATER
+
+    return str((arena.state / HIGH_WATER).relative_to(arena.base))
+
+
+def high_water(arena: Arena) -> dict[tuple[str, str], int] | None:
+    """The user's high-water marks now; None when tooldir cannot read them (the state check then
+    reports any change of the file)."""
+    from .errors import StateError
+    from .state import load_high_water
+
+    try:
+        return load_high_water(arena.state)
+    except StateError:
+        return None
+
+
 # ---------------------------------------------------------------------------------------------
 # Steps
 

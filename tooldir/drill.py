@@ -436,6 +436,7 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
     for i, step in enumerate(scenario.steps):
         ex.apply_step(step, arena, builtins, f"steps[{i}] ({step.do})", None)
     before = fingerprint(arena)
+    marks_before = ex.high_water(arena)
     t0 = time.monotonic()
     try:
         snapshot = ex.load(builtins)
@@ -474,7 +475,7 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
         ck.check_outcome(scenario, arena, snapshot, elapsed, outcomes, storm=storm),
         ck.check_canary(arena),
         ck.check_controls(scenario, snapshot),
-        ck.check_state(before, after),
+        ck.check_state(before, after, (ex.high_water_key(arena), marks_before, ex.high_water(arena))),
     ]
     if audit is not None:
         checks.append(audit)
