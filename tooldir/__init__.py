@@ -3,6 +3,8 @@
 Public surface only; everything not in ``__all__`` is private.
 """
 
+# First, before anything else is imported: ``python -m tooldir`` takes the project off sys.path.
+from . import _safepath  # noqa: F401  # isort: split
 from .catalog import ToolDef
 from .errors import (
     ConfigError,
