@@ -141,6 +141,8 @@ def apply_step(
         run_cli(arena, [arena.substitute(a) for a in step.args], step.exit, where)
     elif do == "sign-ssh":
         sign_ssh(arena, given(step.key), given(step.path), step.namespace, where)
+    elif do == "python-m-tooldir":
+        run_python_m(arena, [arena.substitute(a) for a in step.args], step.exit, where)
     else:
         apply_plant(given(step.plant), arena)
 
@@ -218,6 +220,33 @@ def run_cli(arena: Arena, args: list[str], expected_exit: int, where: str) -> st
             path=arena.scenario,
         )
     return out.getvalue()
+
+
+def run_python_m(arena: Arena, args: list[str], expected_exit: int, where: str) -> str:
+    """``python3 -m tooldir ARGS`` as a new process inside the project (the working directory),
+    with the drill's environment and stdin closed; returns its stdout."""
+    import sys
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "tooldir", *args],
+            cwd=arena.project,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise ScenarioError(
+            f"{where}: 'python3 -m tooldir {args[0]}' did not finish in 120 s", path=arena.scenario
+        ) from None
+    if done.returncode != expected_exit:
+        detail = " ".join((done.stderr or done.stdout).decode(errors="replace").split())[-300:]
+        raise ScenarioError(
+            f"{where}: 'python3 -m tooldir {args[0]}' exited {done.returncode}, expected {expected_exit}: {detail}",
+            path=arena.scenario,
+        )
+    return done.stdout.decode(errors="replace")
 
 
 def sign_ssh(arena: Arena, key: str, path: str, namespace: str, where: str) -> None:

@@ -132,6 +132,7 @@ StepKind = Literal[
     "tooldir",
     "sign-ssh",
     "reload",
+    "python-m-tooldir",
 ]
 
 _STEP_NEEDS: dict[str, tuple[str, ...]] = {
@@ -149,6 +150,7 @@ _STEP_NEEDS: dict[str, tuple[str, ...]] = {
     "tooldir": (),
     "sign-ssh": ("key", "path"),
     "reload": (),
+    "python-m-tooldir": (),
 }
 
 
@@ -164,8 +166,8 @@ class Step(_Frozen):
     hex: str | None = None
     into: str | None = None  # forge-approval: arena folder that receives approvals.json
     plant: Plant | None = None
-    args: tuple[str, ...] = ()  # tooldir: the command line after "tooldir" (placeholders allowed)
-    exit: int = 0  # tooldir: the expected exit code
+    args: tuple[str, ...] = ()  # tooldir, python-m-tooldir: the command line after "tooldir" (placeholders allowed)
+    exit: int = 0  # tooldir, python-m-tooldir: the expected exit code
     line: int | None = Field(default=None, ge=1)  # corrupt: 1-based line of the character to change
     column: int | None = Field(default=None, ge=1)  # corrupt: 1-based column
     key: str | None = None  # sign-ssh: arena path of the OpenSSH private key
@@ -178,8 +180,8 @@ class Step(_Frozen):
             raise ValueError(f"a {self.do!r} step needs {', '.join(missing)}")
         if self.do == "write" and (self.text is None) == (self.hex is None):
             raise ValueError("a 'write' step needs exactly one of text, hex")
-        if self.do == "tooldir" and not self.args:
-            raise ValueError('a \'tooldir\' step needs args, e.g. ["lock", "project/..."]')
+        if self.do in ("tooldir", "python-m-tooldir") and not self.args:
+            raise ValueError(f'a {self.do!r} step needs args, e.g. ["scan", "--json"]')
         return self
 
 
