@@ -432,6 +432,10 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
         module, _, attribute = item.rpartition(".")
         ex.need(module, attribute)
     _materialise(scenario, arena)
+    if "sandbox" in scenario.requires:  # before the steps: a step may run a tool (tooldir run)
+        problem = ex.sandbox_problem(ex.user_policy())
+        if problem is not None:
+            raise UnavailableError(f"no working sandbox: {problem}")
     builtins = tuple(BuiltinSpec(b.name, b.description, {"type": "object"}, b.risk) for b in scenario.builtins)
     for name in scenario.control.project:
         ex.approve(arena, arena.resolve(f"project/.tooldir/tools/{name}"), builtins)
@@ -449,10 +453,6 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
     for i, step in enumerate(scenario.after_load):
         ex.apply_step(step, arena, builtins, f"after_load[{i}] ({step.do})", runtime)
     outcomes: list[ex.CallOutcome] = []
-    if scenario.calls and "sandbox" in scenario.requires:
-        problem = ex.sandbox_problem(ex.user_policy())
-        if problem is not None:
-            raise UnavailableError(f"no working sandbox: {problem}")
     for i, spec in enumerate(scenario.calls):
         for j, step in enumerate(spec.before):
             ex.apply_step(step, arena, builtins, f"calls[{i}].before[{j}] ({step.do})", runtime)
