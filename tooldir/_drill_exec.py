@@ -333,6 +333,23 @@ class Runtime:
             )
         return self._session
 
+    def listing(self) -> Any:
+        """What the session shows the model besides call results, as one ok result."""
+        session = self.session
+        content: dict[str, Any] = {fmt: session.tools(fmt) for fmt in need("catalog", "FORMATS")}
+        content["directory"] = session.directory_text()
+        content["deferred"] = session.anthropic_deferred_tools()
+        content["tokens"] = session.token_report().to_json()
+        content["defer"] = dict(session.defer_decision)
+        try:
+            server = need("mcp_server", "ToolServer")
+        except NotRunnableError:
+            server = None  # a build without the MCP server: the rest is still checked
+        if server is not None:
+            content["mcp"] = server(store=self.store, registry=self.registry, session=session).list_tools_sync()
+        result_cls = need("registry", "CallResult")
+        return result_cls(ok=True, content=content, error=None, audit_id=None)
+
     def reload(self) -> None:
         """A fresh load published into the store (what the watcher does after a change)."""
         self.store.publish(load(self.builtins))
@@ -349,7 +366,7 @@ def call(runtime: Runtime, spec: CallSpec, arena: Arena) -> CallOutcome:
         text = arena.substitute(json.dumps(spec.input)).replace("{port}", port)
         target = runtime.session if spec.via == "session" else runtime.registry
         t0 = time.monotonic()
-        result = target.call(spec.tool, json.loads(text))
+        result = runtime.listing() if spec.via == "listing" else target.call(spec.tool, json.loads(text))
         seconds = time.monotonic() - t0
         connections = _accepted(listener) if listener is not None else 0
     leftovers = wait_for_no_processes(arena.marker, 5.0) if spec.check_processes else ()

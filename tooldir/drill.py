@@ -190,9 +190,12 @@ class CallSpec(_Frozen):
 
     tool: str
     input: dict[str, Any] = Field(default_factory=dict)
-    via: Literal["registry", "session"] = "registry"
+    via: Literal["registry", "session", "listing"] = "registry"
     """``session``: the model's call inside one conversation (``Session.call``), so guard tools
-    (``tool_search``, ``defer_execute_tool``) and the session gate apply."""
+    (``tool_search``, ``defer_execute_tool``) and the session gate apply. ``listing``: no call;
+    the content is everything the session shows the model besides call results (its tools in
+    every format, the compact directory, the native deferral list, the token report and, when
+    the MCP server is available, its tools/list), for ``content_includes``/``content_excludes``."""
     before: tuple[Step, ...] = ()
     """Steps right before this call (e.g. swap a file between verification and execution)."""
     error: str | None = None
