@@ -94,7 +94,11 @@ def remember_load(state_dir: Path, records: Iterable[ToolRecord]) -> None:
 
 
 def user_root_default() -> RootSpec:
-    return RootSpec(Source.USER, config_home(), ("tooldir", "tools"))
+    """``$XDG_CONFIG_HOME/tooldir/tools``. The config folder (and the home above it) is the user's
+    own and may be a symlink the user made (dotfile managers): it is resolved once, here, so
+    discovery, approvals and the sandbox's verified copy all see the same real path;
+    ``tooldir/tools`` below it are opened without following symlinks."""
+    return RootSpec(Source.USER, os.path.realpath(config_home()), ("tooldir", "tools"))
 
 
 def project_root(project: str | os.PathLike[str]) -> RootSpec:
