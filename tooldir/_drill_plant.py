@@ -228,7 +228,7 @@ def apply_plant(plant: Plant, arena: Arena) -> None:
         elif kind == "mode":
             path.chmod(int(plant.mode or "0", 8))
         elif kind == "owner":
-            os.lchown(path, plant.uid if plant.uid is not None else -1, -1)
+            os.lchown(path, plant.uid if plant.uid is not None else -1, plant.gid if plant.gid is not None else -1)
         elif kind == "file":
             _replace(path)
             path.write_bytes(arena.payload(plant.text, plant.hex))

@@ -84,6 +84,7 @@ class Plant(_Frozen):
     target: str | None = None  # symlink: link text (placeholders allowed); hardlink: arena path of the file
     mode: str | None = None  # octal, e.g. "0777"
     uid: int | None = None
+    gid: int | None = None  # owner: the group (a shared one: a user-private group may write)
     text: str | None = None
     hex: str | None = None
     size: int | None = Field(default=None, ge=0)
@@ -99,7 +100,6 @@ class Plant(_Frozen):
             "symlink": ("target",),
             "hardlink": ("target",),
             "mode": ("mode",),
-            "owner": ("uid",),
             "big-file": ("size",),
             "many-entries": ("count",),
             "deep-json": ("depth", "template"),
@@ -107,6 +107,8 @@ class Plant(_Frozen):
         missing = [name for name in need if getattr(self, name) is None]
         if missing:
             raise ValueError(f"a {self.kind!r} plant needs {', '.join(missing)}")
+        if self.kind == "owner" and self.uid is None and self.gid is None:
+            raise ValueError("an 'owner' plant needs uid, gid or both")
         if self.kind == "file" and (self.text is None) == (self.hex is None):
             raise ValueError("a 'file' plant needs exactly one of text, hex")
         if self.mode is not None:
