@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"signed-load benchmark (median of {runs}, warm page cache; target signed <= 1.2x unsigned)")
     print(
         f"{'n':>7} {'unsigned s':>11} {'cold s':>8} {'ratio':>6} {'remembered s':>13} {'ratio':>6} {'rebuild s':>10} {'ratio':>6}"
+        f" {'recording s':>12} {'ratio':>6}"
     )
     for r in rows:
         s, q = r["seconds"], r["ratio"]
@@ -166,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['n']:>7} {s['unsigned']:>11.3f} {s['signed-cold']:>8.3f} {q['signed-cold']:>5.2f}x"
             f" {s['signed-remembered']:>13.3f} {q['signed-remembered']:>5.2f}x"
             f" {s['signed-rebuild']:>10.3f} {q['signed-rebuild']:>5.2f}x"
+            f" {s['signed-recording']:>12.3f} {q['signed-recording']:>5.2f}x"
         )
     return 0
 
