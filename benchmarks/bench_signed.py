@@ -7,11 +7,14 @@ signed-cold       the same packages, each with ``tool.lock`` + ``tool.lock.minis
                   the lock and the trusted comment) is verified: the first load after a change.
 signed-remembered a new process after ``tooldir scan`` (or a host's ``remember_load``): the
                   in-process cache is cleared, the state remembers the successful verifications.
+signed-recording  signed-cold into a fresh state folder, as a real first load runs: the load also
+                  records the versions and verifications it established (user state writes).
 signed-rebuild    a fresh ``Loader`` in the same process (what the watcher's rebuilds see):
                   verification results are cached by content hash of key + signature + lock,
                   parsed locks and signatures by their bytes.
 
-Each variant: ``Loader(make_config(project=..., user_dirs=[], policy=...)).load()``, warm page
+Each variant: ``Loader(make_config(project=..., user_dirs=[], policy=..., read_only=True)).load()``
+(signed-recording without ``read_only``), warm page
 cache (one untimed pass), median of several interleaved runs. Target: signed <= 1.2x unsigned.
 
     python3 benchmarks/bench_signed.py [--quick] [--sizes 1000,10000] [--runs 5] [--json]
@@ -35,11 +38,11 @@ from benchmarks.sizes import parse_args
 from benchmarks.sizes import workdir as workdir_for
 from tooldir import keys
 from tooldir.discover import RootSpec, open_root, scan_package
-from tooldir.loader import Loader, make_config
+from tooldir.loader import Loader, make_config, remember_load
 from tooldir.lockfile import LOCK, MINISIG, render_lock
 from tooldir.model import Source, Status
 from tooldir.policy import KeysPolicy, Policy, ProjectSourcePolicy, SourcesPolicy
-from tooldir.trust import clear_caches, remember_load
+from tooldir.trust import clear_caches
 
 
 def sign_tree(root: Path, key: keys.MinisignSecretKey) -> None:
@@ -77,7 +80,10 @@ def prepare(n: int, workdir: Path) -> tuple[Path, Path, str]:
 
 
 def _load(project: Path, policy: Policy, state: Path) -> tuple[int, int]:
-    snap = Loader(make_config(project=project, user_dirs=[], policy=policy, state_dir=state)).load()
+    # read_only: a load records what it verified, which would turn the empty state into a
+    # remembered one after the first pass; the recording itself is timed in ``signed-recording``
+    config = make_config(project=project, user_dirs=[], policy=policy, state_dir=state, read_only=True)
+    snap = Loader(config).load()
     return (
         sum(1 for t in snap.tools if t.status is Status.ACTIVE),
         sum(1 for t in snap.tools if t.status is Status.PENDING),
@@ -95,12 +101,24 @@ def bench(n: int, runs: int, workdir: Path) -> dict[str, Any]:
         clear_caches()
         return _load(signed, policy, empty_state)
 
+    fresh_states = iter(range(1 << 30))
+
+    def recording() -> tuple[int, int]:
+        clear_caches()
+        state = workdir / f"state-fresh-{n}-{next(fresh_states)}"
+        snap = Loader(make_config(project=signed, user_dirs=[], policy=policy, state_dir=state)).load()
+        return (
+            sum(1 for t in snap.tools if t.status is Status.ACTIVE),
+            sum(1 for t in snap.tools if t.status is Status.PENDING),
+        )
+
     def remembered() -> tuple[int, int]:
         clear_caches()
         return _load(signed, policy, remembered_state)
 
     variants: dict[str, Callable[[], tuple[int, int]]] = {
         "unsigned": lambda: _load(unsigned, policy, empty_state),
+        "signed-recording": recording,
         "signed-cold": cold,  # leaves the in-process cache filled for signed-rebuild, which runs next
         "signed-rebuild": lambda: _load(signed, policy, empty_state),
         "signed-remembered": remembered,
@@ -141,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"signed-load benchmark (median of {runs}, warm page cache; target signed <= 1.2x unsigned)")
     print(
         f"{'n':>7} {'unsigned s':>11} {'cold s':>8} {'ratio':>6} {'remembered s':>13} {'ratio':>6} {'rebuild s':>10} {'ratio':>6}"
+        f" {'recording s':>12} {'ratio':>6}"
     )
     for r in rows:
         s, q = r["seconds"], r["ratio"]
@@ -148,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['n']:>7} {s['unsigned']:>11.3f} {s['signed-cold']:>8.3f} {q['signed-cold']:>5.2f}x"
             f" {s['signed-remembered']:>13.3f} {q['signed-remembered']:>5.2f}x"
             f" {s['signed-rebuild']:>10.3f} {q['signed-rebuild']:>5.2f}x"
+            f" {s['signed-recording']:>12.3f} {q['signed-recording']:>5.2f}x"
         )
     return 0
 

@@ -3,6 +3,8 @@
 Public surface only; everything not in ``__all__`` is private.
 """
 
+# First, before anything else is imported: ``python -m tooldir`` takes the project off sys.path.
+from . import _safepath  # noqa: F401  # isort: split
 from .catalog import ToolDef
 from .errors import (
     ConfigError,
@@ -14,7 +16,7 @@ from .errors import (
     ToolDirError,
 )
 from .hooks import Deny, HookCall, Redact, Rewrite
-from .loader import LoadConfig, Loader, load, make_config
+from .loader import LoadConfig, Loader, load, make_config, remember_load
 from .model import BuiltinSpec, Diagnostic, Manifest, Risk, Severity, Source, Status, ToolRecord, Trust
 from .policy import Policy, load_policy
 from .registry import CallError, CallGate, CallResult, Registry
@@ -22,7 +24,6 @@ from .search import SearchIndex
 from .session import IndexFollower, SearchResult, Session
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
 from .tokens import TokenCounter, TokenReport
-from .trust import remember_load
 from .watch import Watcher, WatchProblem
 
 __all__ = [

@@ -59,6 +59,8 @@ def planted_problem(item: Planted, base: Path) -> str | None:
         return f"{where} has mode {stat.S_IMODE(st.st_mode):04o}, planted {item.mode:04o}"
     if item.uid is not None and st.st_uid != item.uid:
         return f"{where} is owned by uid {st.st_uid}, planted {item.uid}"
+    if item.gid is not None and st.st_gid != item.gid:
+        return f"{where} has group gid {st.st_gid}, planted {item.gid}"
     if item.size is not None and st.st_size != item.size:
         return f"{where} holds {st.st_size} bytes, planted {item.size}"
     if item.target is not None and os.readlink(item.path) != item.target:
@@ -248,8 +250,19 @@ def check_controls(scenario: Scenario, snapshot: Snapshot) -> Check:
     return Check("control", True, f"{', '.join(names)} still active")
 
 
-def check_state(before: dict[str, str], after: dict[str, str]) -> Check:
+def check_state(
+    before: dict[str, str],
+    after: dict[str, str],
+    marks: tuple[str, Mapping[tuple[str, str], int] | None, Mapping[tuple[str, str], int] | None] | None = None,
+) -> Check:
+    """User-side files are unchanged, except that loads may raise signature high-water marks
+    (``marks``: the fingerprint key of versions.json, the marks before and after): every load
+    records the signed versions it verified. A mark that was lowered or removed is a change."""
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    if marks is not None:
+        key, old, new = marks
+        if key in changed and old is not None and new is not None and all(new.get(k, -1) >= v for k, v in old.items()):
+            changed.remove(key)
     if changed:
         return Check("state", False, f"user-side files changed during the load: {', '.join(changed[:5])}")
     return Check("state", True, f"{len(before)} user-side entries unchanged")

@@ -99,6 +99,25 @@ def load(builtins: tuple[BuiltinSpec, ...]) -> Snapshot:
     return Loader(config).load()
 
 
+def high_water_key(arena: Arena) -> str:
+    """The fingerprint key of the user's signature high-water marks (versions.json)."""
+    from .state import HIGH_WATER
+
+    return str((arena.state / HIGH_WATER).relative_to(arena.base))
+
+
+def high_water(arena: Arena) -> dict[tuple[str, str], int] | None:
+    """The user's high-water marks now; None when tooldir cannot read them (the state check then
+    reports any change of the file)."""
+    from .errors import StateError
+    from .state import load_high_water
+
+    try:
+        return load_high_water(arena.state)
+    except StateError:
+        return None
+
+
 # ---------------------------------------------------------------------------------------------
 # Steps
 
@@ -168,6 +187,8 @@ def _apply_step(
         sign_ssh(arena, given(step.key), given(step.path), step.namespace, where)
     elif do == "add-key":
         add_session_key(arena.substitute(given(step.text)), arena.secret, where, arena)
+    elif do == "python-m-tooldir":
+        run_python_m(arena, [arena.substitute(a) for a in step.args], step.exit, where)
     else:
         apply_plant(given(step.plant), arena)
 
@@ -327,6 +348,33 @@ def run_cli(arena: Arena, args: list[str], expected_exit: int, where: str) -> st
     return out.getvalue()
 
 
+def run_python_m(arena: Arena, args: list[str], expected_exit: int, where: str) -> str:
+    """``python3 -m tooldir ARGS`` as a new process inside the project (the working directory),
+    with the drill's environment and stdin closed; returns its stdout."""
+    import sys
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "tooldir", *args],
+            cwd=arena.project,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise ScenarioError(
+            f"{where}: 'python3 -m tooldir {args[0]}' did not finish in 120 s", path=arena.scenario
+        ) from None
+    if done.returncode != expected_exit:
+        detail = " ".join((done.stderr or done.stdout).decode(errors="replace").split())[-300:]
+        raise ScenarioError(
+            f"{where}: 'python3 -m tooldir {args[0]}' exited {done.returncode}, expected {expected_exit}: {detail}",
+            path=arena.scenario,
+        )
+    return done.stdout.decode(errors="replace")
+
+
 def sign_ssh(arena: Arena, key: str, path: str, namespace: str, where: str) -> None:
     """``ssh-keygen -Y sign`` (the user's OpenSSH tooling) -> ``<path>.sig``."""
     program = shutil.which("ssh-keygen")
@@ -415,6 +463,23 @@ class Runtime:
             )
         return self._session
 
+    def listing(self) -> Any:
+        """What the session shows the model besides call results, as one ok result."""
+        session = self.session
+        content: dict[str, Any] = {fmt: session.tools(fmt) for fmt in need("catalog", "FORMATS")}
+        content["directory"] = session.directory_text()
+        content["deferred"] = session.anthropic_deferred_tools()
+        content["tokens"] = session.token_report().to_json()
+        content["defer"] = dict(session.defer_decision)
+        try:
+            server = need("mcp_server", "ToolServer")
+        except NotRunnableError:
+            server = None  # a build without the MCP server: the rest is still checked
+        if server is not None:
+            content["mcp"] = server(store=self.store, registry=self.registry, session=session).list_tools_sync()
+        result_cls = need("registry", "CallResult")
+        return result_cls(ok=True, content=content, error=None, audit_id=None)
+
     def reload(self) -> None:
         """A fresh load published into the store (what the watcher does after a change)."""
         self.store.publish(load(self.builtins))
@@ -432,7 +497,7 @@ def call(runtime: Runtime, spec: CallSpec, arena: Arena) -> CallOutcome:
         text = arena.substitute(text.replace("{port}", port) if listener is not None else text)
         target = runtime.session if spec.via == "session" else runtime.registry
         t0 = time.monotonic()
-        result = target.call(spec.tool, json.loads(text))
+        result = runtime.listing() if spec.via == "listing" else target.call(spec.tool, json.loads(text))
         seconds = time.monotonic() - t0
         connections = _accepted(listener) if listener is not None else 0
     leftovers = wait_for_no_processes(arena.marker, 5.0) if spec.check_processes else ()

@@ -64,6 +64,7 @@ class Planted:
     same_as: Path | None = None  # a hardlink: the file whose inode it shares
     mode: int | None = None  # permission bits a mode plant set
     uid: int | None = None  # the owner an owner plant set
+    gid: int | None = None  # the group an owner plant set
     entries: int | None = None  # a many-entries folder holds at least this many entries
 
 
@@ -76,6 +77,7 @@ def record(planted: dict[Path, Planted], item: Planted) -> None:
             before,
             mode=item.mode if item.mode is not None else before.mode,
             uid=item.uid if item.uid is not None else before.uid,
+            gid=item.gid if item.gid is not None else before.gid,
         )
     elif item.kind not in ("", "dir"):  # anything else replaced what was there, folder contents included
         for path in [p for p in planted if item.path in p.parents]:
@@ -299,8 +301,8 @@ def apply_plant(plant: Plant, arena: Arena) -> Planted:
             path.chmod(mode)
             return Planted(path, "", mode=stat.S_IMODE(mode))
         if kind == "owner":
-            os.lchown(path, plant.uid if plant.uid is not None else -1, -1)
-            return Planted(path, "", uid=plant.uid)
+            os.lchown(path, plant.uid if plant.uid is not None else -1, plant.gid if plant.gid is not None else -1)
+            return Planted(path, "", uid=plant.uid, gid=plant.gid)
         if kind == "file":
             _replace(path)
             data = arena.payload(plant.text, plant.hex)

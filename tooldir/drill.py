@@ -105,6 +105,7 @@ class Plant(_Frozen):
     target: str | None = None  # symlink: link text (placeholders allowed); hardlink: arena path of the file
     mode: str | None = None  # octal, e.g. "0777"
     uid: int | None = None
+    gid: int | None = None  # owner: the group (a shared one: a user-private group may write)
     text: str | None = None
     hex: str | None = None
     size: int | None = Field(default=None, ge=0)
@@ -120,7 +121,6 @@ class Plant(_Frozen):
             "symlink": ("target",),
             "hardlink": ("target",),
             "mode": ("mode",),
-            "owner": ("uid",),
             "big-file": ("size",),
             "many-entries": ("count",),
             "deep-json": ("depth", "template"),
@@ -128,6 +128,8 @@ class Plant(_Frozen):
         missing = [name for name in need if getattr(self, name) is None]
         if missing:
             raise ValueError(f"a {self.kind!r} plant needs {', '.join(missing)}")
+        if self.kind == "owner" and self.uid is None and self.gid is None:
+            raise ValueError("an 'owner' plant needs uid, gid or both")
         if self.kind == "file" and (self.text is None) == (self.hex is None):
             raise ValueError("a 'file' plant needs exactly one of text, hex")
         if self.mode is not None:
@@ -154,6 +156,7 @@ StepKind = Literal[
     "sign-ssh",
     "reload",
     "add-key",
+    "python-m-tooldir",
 ]
 
 _STEP_NEEDS: dict[str, tuple[str, ...]] = {
@@ -172,6 +175,7 @@ _STEP_NEEDS: dict[str, tuple[str, ...]] = {
     "sign-ssh": ("key", "path"),
     "reload": (),
     "add-key": ("text",),
+    "python-m-tooldir": (),
 }
 
 
@@ -187,8 +191,8 @@ class Step(_Frozen):
     hex: str | None = None
     into: str | None = None  # forge-approval: arena folder that receives approvals.json
     plant: Plant | None = None
-    args: tuple[str, ...] = ()  # tooldir: the command line after "tooldir" (placeholders allowed)
-    exit: int = 0  # tooldir: the expected exit code
+    args: tuple[str, ...] = ()  # tooldir, python-m-tooldir: the command line after "tooldir" (placeholders allowed)
+    exit: int = 0  # tooldir, python-m-tooldir: the expected exit code
     line: int | None = Field(default=None, ge=1)  # corrupt: 1-based line of the character to change
     column: int | None = Field(default=None, ge=1)  # corrupt: 1-based column
     key: str | None = None  # sign-ssh: arena path of the OpenSSH private key
@@ -201,8 +205,8 @@ class Step(_Frozen):
             raise ValueError(f"a {self.do!r} step needs {', '.join(missing)}")
         if self.do == "write" and (self.text is None) == (self.hex is None):
             raise ValueError("a 'write' step needs exactly one of text, hex")
-        if self.do == "tooldir" and not self.args:
-            raise ValueError('a \'tooldir\' step needs args, e.g. ["lock", "project/..."]')
+        if self.do in ("tooldir", "python-m-tooldir") and not self.args:
+            raise ValueError(f'a {self.do!r} step needs args, e.g. ["scan", "--json"]')
         return self
 
 
@@ -211,9 +215,12 @@ class CallSpec(_Frozen):
 
     tool: str
     input: dict[str, Any] = Field(default_factory=dict)
-    via: Literal["registry", "session"] = "registry"
+    via: Literal["registry", "session", "listing"] = "registry"
     """``session``: the model's call inside one conversation (``Session.call``), so guard tools
-    (``tool_search``, ``defer_execute_tool``) and the session gate apply."""
+    (``tool_search``, ``defer_execute_tool``) and the session gate apply. ``listing``: no call;
+    the content is everything the session shows the model besides call results (its tools in
+    every format, the compact directory, the native deferral list, the token report and, when
+    the MCP server is available, its tools/list), for ``content_includes``/``content_excludes``."""
     before: tuple[Step, ...] = ()
     """Steps right before this call (e.g. swap a file between verification and execution)."""
     error: str | None = None
@@ -428,7 +435,7 @@ def _named_tools(scenario: Scenario) -> list[tuple[str, str]]:
     """(key, tool name) of every tool the scenario expects something of or calls."""
     named = [(f"expect.status.{key}", key.rpartition(":")[2]) for key in scenario.expect.status]
     named += [(f"expect.diagnostics.{i}", d.tool) for i, d in enumerate(scenario.expect.diagnostics) if d.tool]
-    named += [(f"calls.{i}.tool", c.tool) for i, c in enumerate(scenario.calls)]
+    named += [(f"calls.{i}.tool", c.tool) for i, c in enumerate(scenario.calls) if c.via != "listing"]  # no call
     provided = {*scenario.control.user, *scenario.control.project, *(b.name for b in scenario.builtins), *GUARD_TOOLS}
     if scenario.storm is not None:
         provided |= {storm_name(i) for i in range(scenario.storm.packages)}
@@ -568,12 +575,17 @@ def _run(
     planted = ck.check_planted(arena, _materialise(scenario, arena))
     if not planted.passed:  # the drill would test nothing: stop before the load
         return DrillResult(scenario, planted.message, (planted,), time.monotonic() - started)
+    if "sandbox" in scenario.requires:  # before the steps: a step may run a tool (tooldir run)
+        problem = ex.sandbox_problem(ex.user_policy())
+        if problem is not None:
+            raise UnavailableError(f"needs a working sandbox: {problem}")
     builtins = tuple(BuiltinSpec(b.name, b.description, {"type": "object"}, b.risk) for b in scenario.builtins)
     for name in scenario.control.project:
         ex.approve(arena, arena.resolve(f"project/.tooldir/tools/{name}"), builtins)
     for i, step in enumerate(scenario.steps):
         ex.apply_step(step, arena, builtins, f"steps[{i}] ({step.do})", None)
     before = fingerprint(arena)
+    marks_before = ex.high_water(arena)
     t0 = time.monotonic()
     try:
         snapshot = ex.load(builtins)
@@ -585,10 +597,6 @@ def _run(
         ex.apply_step(step, arena, builtins, f"after_load[{i}] ({step.do})", runtime)
     outcomes: list[ex.CallOutcome] = []
     taken_back = ex.clamped(ex.raw_user_policy()) if scenario.calls else []
-    if scenario.calls and "sandbox" in scenario.requires:
-        problem = ex.sandbox_problem(ex.user_policy())
-        if problem is not None:
-            raise UnavailableError(f"needs a working sandbox: {problem}")
     for i, spec in enumerate(scenario.calls):
         for j, step in enumerate(spec.before):
             ex.apply_step(step, arena, builtins, f"calls[{i}].before[{j}] ({step.do})", runtime)
@@ -615,7 +623,7 @@ def _run(
         ck.check_outcome(scenario, arena, snapshot, elapsed, outcomes, storm=storm, connections=connections),
         ck.check_canary(arena),
         ck.check_controls(scenario, snapshot),
-        ck.check_state(before, after),
+        ck.check_state(before, after, (ex.high_water_key(arena), marks_before, ex.high_water(arena))),
     ]
     if audit is not None:
         checks.append(audit)

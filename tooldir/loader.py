@@ -1,5 +1,10 @@
 """Directories -> Snapshot: discover -> validate -> trust -> resolve -> snapshot.
 
+Every build records, in the user's state, the highest signed version per (signer, tool) it
+verified (rollback protection) and the signature verifications that succeeded: whatever loads a
+tool for use - ``tooldir run``, ``serve``, the watcher, a host's ``Loader`` or ``tooldir.load`` -
+arms rollback protection for it. ``LoadConfig.read_only`` (inspection only) turns this off.
+
 ``Loader`` keeps the validated candidate of every package so a rebuild after a change re-reads
 only the packages that changed (the watcher uses :meth:`Loader.rebuild`). Trust is re-assessed
 wherever its inputs may have changed: new packages, every package when the user's state or policy
@@ -8,32 +13,93 @@ files changed, and signed packages on every build (their verdict depends on the 
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from itertools import chain
 from pathlib import Path
+from typing import Protocol
 
 from ._internal.gcpause import gc_paused
 from .discover import RootSpec, list_packages, open_root, scan_package
+from .errors import StateError
 from .lockfile import UNLISTED
-from .model import BuiltinSpec, Diagnostic, Source, error, info
+from .model import BuiltinSpec, Diagnostic, Source, ToolRecord, error, info, warning
 from .names import skeleton
 from .policy import Policy, config_home, policy_diagnostics
 from .resolve import Assessed, resolve
+from .signatures import verified_digests
 from .snapshot import DiagEntry, RecordEntry, Snapshot, assemble, diag_entry, record_entry
-from .state import APPROVALS, HIGH_WATER, Approval, absolute_state_dir, default_state_dir, load_approvals
-from .trust import Assessment, SignatureCheck, TrustInputs, assess, signature_check_factory
+from .state import (
+    APPROVALS,
+    HIGH_WATER,
+    Approval,
+    absolute_state_dir,
+    default_state_dir,
+    load_approvals,
+    load_high_water,
+    load_verified,
+    record_seen_versions,
+    record_verified,
+    record_versions,
+)
+from .trust import (
+    Assessment,
+    SignatureCheck,
+    TrustInputs,
+    assess,
+    keyring_from_policy,
+    signed_versions,
+    verify_package,
+    with_marks,
+)
 from .validate import Candidate, validate_package
 
 PROJECT_PARTS = (".tooldir", "tools")
+log = logging.getLogger("tooldir.loader")
+
+Marks = Mapping[tuple[str, str], int]  # (signer, tool) -> highest signed version
+
+
+class SignatureCheckFactory(Protocol):
+    """Builds the signature check of one load from the policy, the state and the time; ``seen``
+    holds high-water marks this process established itself (they count even if unwritten)."""
+
+    def __call__(
+        self, policy: Policy, state_dir: Path, now: datetime, /, *, seen: Marks | None = None
+    ) -> SignatureCheck | None: ...
+
+
+def signature_check_factory(
+    policy: Policy, state_dir: Path, now: datetime, /, *, seen: Marks | None = None
+) -> SignatureCheck:
+    """The check for one load: the keyring, high-water marks and the record of earlier successful
+    verifications are read once, here (the I/O edge of the trust stage)."""
+    keyring = keyring_from_policy(policy, load_verified(state_dir))
+    marks = with_marks(load_high_water(state_dir), seen or {})
+    return partial(verify_package, keyring=keyring, marks=marks, now=now)
+
+
+def remember_load(state_dir: Path, records: Iterable[ToolRecord]) -> None:
+    """Write what a load established to user state: the high-water mark of every signed version
+    seen (rollback protection) and the verifications that succeeded. Every ``Loader`` build does
+    this itself; a host calls it only for snapshots it got another way (e.g. a ``read_only`` load
+    it then decides to use)."""
+    record_seen_versions(state_dir, records)
+    record_verified(state_dir, verified_digests())
 
 
 def user_root_default() -> RootSpec:
-    return RootSpec(Source.USER, config_home(), ("tooldir", "tools"))
+    """``$XDG_CONFIG_HOME/tooldir/tools``. The config folder (and the home above it) is the user's
+    own and may be a symlink the user made (dotfile managers): it is resolved once, here, so
+    discovery, approvals and the sandbox's verified copy all see the same real path;
+    ``tooldir/tools`` below it are opened without following symlinks."""
+    return RootSpec(Source.USER, os.path.realpath(config_home()), ("tooldir", "tools"))
 
 
 def project_root(project: str | os.PathLike[str]) -> RootSpec:
@@ -51,7 +117,11 @@ class LoadConfig:
     state_dir: Path
     builtins: tuple[BuiltinSpec, ...] = ()
     #: Builds the signature check for one load from the policy and state (set by the trust stage).
-    signature_check: Callable[[Policy, Path, datetime], SignatureCheck | None] | None = None
+    signature_check: SignatureCheckFactory | None = None
+    #: Inspection only: the load writes nothing to user state, so the signed versions it verifies
+    #: are not recorded and rollback protection is NOT armed by it. Never run tools from such a
+    #: snapshot (the CLI never sets this).
+    read_only: bool = False
     #: The file the policy came from (the ``path`` of its ``policy-weakened`` warnings), if any.
     policy_file: str | None = None
 
@@ -112,6 +182,13 @@ class Loader:
     def __init__(self, config: LoadConfig) -> None:
         self.config = config
         self._lock = threading.RLock()
+        # What this loader verified for use, kept across resets and reconfiguration: facts about
+        # what ran, never dropped. ``_unwritten`` are marks user state does not hold yet.
+        self._seen: dict[tuple[str, str], int] = {}
+        self._unwritten: dict[tuple[str, str], int] = {}
+        self._verified_written: set[bytes] = set()
+        if config.read_only:
+            log.info("read-only load: signed versions are not recorded (rollback protection not armed)")
         self._reset()
 
     def _reset(self) -> None:
@@ -133,6 +210,8 @@ class Loader:
         with self._lock:
             self.config = config
             self._reset()
+        if config.read_only:
+            log.info("read-only load: signed versions are not recorded (rollback protection not armed)")
 
     def load(self, *, generation: int = 1, now: datetime | None = None) -> Snapshot:
         """A cold load of every root."""
@@ -177,13 +256,14 @@ class Loader:
                 names = changed[root.path]
                 self._refresh_root(root, None if names is None else set(names), work)
         self._assess(cold, now, work)
+        recorded = self._remember()
         if cold:
             self._resolve_all()
         else:
             for group in work.dirty:
                 self._resolve_group(group)
         self._built = True
-        extra: list[DiagEntry] = list(self._policy_diags)
+        extra: list[DiagEntry] = [*self._policy_diags, *recorded]
         for state in self._roots.values():
             extra.extend(state.diags)
             extra.extend(state.listing.values())
@@ -347,7 +427,7 @@ class Loader:
         if approvals_sig != self._approvals_sig:
             self._approvals = load_approvals(state_dir)
             self._approvals_sig = approvals_sig
-        check = cfg.signature_check(cfg.policy, state_dir, now) if cfg.signature_check else None
+        check = cfg.signature_check(cfg.policy, state_dir, now, seen=self._seen) if cfg.signature_check else None
         inputs = TrustInputs(cfg.policy, self._approvals, now, check)
         for pkg in todo:
             verdict = assess(pkg.candidate, inputs)
@@ -355,6 +435,47 @@ class Loader:
                 pkg.assessment = verdict
                 work.dirty.add(pkg.group)
         self._trust_key = key
+
+    def _remember(self) -> tuple[DiagEntry, ...]:
+        """Record the signed versions this build verified (rollback high-water marks) and the
+        verifications that succeeded, in user state. A mark counts in this loader at once, so a
+        rebuild that brings an older version back is a rollback even if the state cannot be
+        written; that failure is a warning diagnostic, and the write is retried on every build."""
+        if not self._signed:
+            return ()
+        seen, unwritten = self._seen, self._unwritten
+        for pkg in self._signed.values():
+            if pkg.assessment is None:
+                continue
+            for signer, tool, version in signed_versions(pkg.candidate.name, pkg.assessment.trust):
+                if seen.get((signer, tool), -1) < version:
+                    seen[(signer, tool)] = unwritten[(signer, tool)] = version
+        cfg = self.config
+        if cfg.read_only:
+            return ()
+        state_dir = cfg.state_dir
+        try:
+            if unwritten:
+                record_versions(state_dir, [(s, t, v) for (s, t), v in sorted(unwritten.items())])
+                unwritten.clear()
+                if isinstance(self._trust_key, tuple):
+                    # our own write: signed packages are re-assessed on every build anyway, so it
+                    # need not make the next build re-assess every unsigned package too
+                    self._trust_key = (self._trust_key[0], _stat_signature(state_dir / HIGH_WATER), self._trust_key[2])
+            fresh = [d for d in verified_digests() if d not in self._verified_written]
+            if fresh:
+                record_verified(state_dir, fresh)
+                self._verified_written.update(fresh)
+        except (OSError, StateError) as exc:
+            why = exc.diagnostics() if isinstance(exc, StateError) else (exc.strerror or str(exc))
+            diag = warning(
+                "state-unwritable",
+                f"cannot record the signed versions this load verified in {state_dir}: {why}; "
+                "until it can, rollback protection for them holds only in this process",
+                path=str(state_dir),
+            )
+            return (diag_entry(diag),)
+        return ()
 
     # -- resolution ----------------------------------------------------------------------------
 
@@ -406,9 +527,11 @@ def make_config(
     state_dir: str | os.PathLike[str] | None = None,
     builtins: Iterable[BuiltinSpec] = (),
     policy_file: str | None = None,
+    read_only: bool = False,
 ) -> LoadConfig:
     """Roots from the arguments (``user_dirs=None`` means the user's config dir; ``project=None``
     means no project source). ``policy_file``: where ``policy`` was read from (for diagnostics).
+    ``read_only``: inspection only, see :attr:`LoadConfig.read_only`.
 
     Raises:
         StateDirError: ``state_dir`` or ``$TOOLDIR_STATE_DIR`` is a relative path.
@@ -427,6 +550,7 @@ def make_config(
         builtins=tuple(builtins),
         signature_check=signature_check_factory,
         policy_file=policy_file,
+        read_only=read_only,
     )
 
 

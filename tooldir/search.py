@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ._internal.gcpause import gc_paused
-from .model import ToolRecord
+from .model import Status, ToolRecord
 from .snapshot import Snapshot, SnapshotDiff
 
 # ------------------------------------------------------------------------------------------------
@@ -320,10 +320,14 @@ class SearchIndex:
     def from_snapshot(
         cls, snapshot: Snapshot, *, builtins: Mapping[str, Mapping[str, Any]] | None = None
     ) -> SearchIndex:
-        """Index every live tool of ``snapshot`` (active or pending; callers decide visibility)."""
+        """Index every active tool of ``snapshot``. Nothing of a pending or rejected tool is
+        indexed: its text must never reach the model, not even through the collection
+        statistics that score the other tools (trust:listing)."""
         builtins = builtins or {}
         docs = []
         for record in snapshot.by_name.values():
+            if record.status is not Status.ACTIVE:
+                continue
             doc = doc_from_record(record, builtins.get(record.name))
             if doc is not None:
                 docs.append(doc)
@@ -347,7 +351,7 @@ class SearchIndex:
         self, snapshot: Snapshot, change: SnapshotDiff, *, builtins: Mapping[str, Mapping[str, Any]] | None = None
     ) -> SearchIndex:
         """Follow ``change`` (which produced ``snapshot``): names whose owning record changed are
-        re-indexed from ``snapshot``; names no longer owned are dropped."""
+        re-indexed from ``snapshot``; names no longer owned by an active tool are dropped."""
         touched = {t.name for t in change.added} | {t.name for t in change.removed}
         touched |= {n.name for _, n in change.changed} | {n.name for _, n in change.status_changed}
         if not touched:
@@ -357,7 +361,7 @@ class SearchIndex:
             record = snapshot.by_name.get(name)
             spec = (builtins or {}).get(name)
             if record is not None:
-                doc = doc_from_record(record, spec)
+                doc = doc_from_record(record, spec) if record.status is Status.ACTIVE else None
             else:
                 doc = None if spec is None else _builtin_doc(name, spec)
             if doc is None:

@@ -503,7 +503,29 @@ class Session:
     def _registry_call(self, name: str, input: Any, context: Mapping[str, Any] | None) -> CallResult:
         if self._registry is None:
             raise RuntimeError("this session has no registry; create it with Session(..., registry=...)")
-        return self._registry.call(name, input, session=self, context=context)
+        return self._model_facing(name, self._registry.call(name, input, session=self, context=context))
+
+    def _model_facing(self, name: str, result: CallResult) -> CallResult:
+        """A refusal of a tool that is not active, in tooldir's own words: the registry's reason
+        quotes diagnostics, which may quote the tool's text (its argv, file names, ...), and
+        nothing of a pending or rejected tool may reach the model (trust:listing). Only the
+        status, the diagnostic codes and the name the model itself asked for are kept."""
+        error = result.error
+        if error is None or error.code != "not-active":
+            return result
+        snapshot, _ = self._follower.current
+        record = snapshot.by_name.get(name)
+        if record is None or record.status is Status.ACTIVE:
+            others = [r for r in snapshot.records(name) if r.status is not Status.ACTIVE]
+            record = others[-1] if others else None
+        if record is None:
+            message = f"{name!r} is not active; it cannot run until the user trusts it (see `tooldir show`)"
+        else:
+            codes = ", ".join(sorted({d.code for d in record.diagnostics})) or str(record.status)
+            message = (
+                f"{name!r} is {record.status} ({codes}); it cannot run until the user trusts it (see `tooldir show`)"
+            )
+        return replace(result, error=CallError(error.code, message))
 
     # ----------------------------------------------------------------------------- turns
 

@@ -160,8 +160,8 @@ def remove_approvals(state_dir: Path, paths: Iterable[str]) -> list[Approval]:
 
 # ---------------------------------------------------------------------------------------------
 # High-water marks: the highest lock version seen per (signer key, tool) -- rollback protection.
-# Loading only reads them; they are written by ``record_versions`` (the CLI calls it after scan,
-# list, show, verify and allow; a host application calls it after a load it accepts).
+# Every load records the versions it verified for use (``Loader``, unless ``read_only``); the
+# writes go through ``record_versions``.
 
 HighWater = dict[tuple[str, str], int]
 
@@ -206,26 +206,20 @@ def record_versions(state_dir: Path, seen: Iterable[tuple[str, str, int]]) -> li
 
 def record_seen_versions(state_dir: Path, records: Iterable[ToolRecord]) -> list[tuple[str, str, int]]:
     """Raise the high-water marks for every tool in ``records`` that is trusted by a signature
-    (a host application calls this after accepting a load; the CLI does after scan/list/show)."""
-    return record_versions(
-        state_dir,
-        [
-            (signer, r.name, r.trust.version)
-            for r in records
-            if r.trust.trusted
-            and r.trust.method.startswith("signed:")
-            and r.trust.signer
-            and r.trust.version is not None
-            for signer in dict.fromkeys((r.trust.signer, *r.trust.signers))
-        ],
-    )
+    (every load does this itself, see :class:`tooldir.loader.Loader`)."""
+    seen: list[tuple[str, str, int]] = []
+    for r in records:
+        t = r.trust
+        if t.trusted and t.version is not None and t.signer and t.method.startswith("signed:"):
+            seen.extend((signer, r.name, t.version) for signer in dict.fromkeys((t.signer, *t.signers)))
+    return record_versions(state_dir, seen)
 
 
 # ---------------------------------------------------------------------------------------------
 # Verified signatures: sha256 digests of (key, signature, lock) triples that verified, so a new
 # process need not redo ~0.2 ms of Ed25519 work per signature. A digest only says "this exact key
 # signed this exact lock", a fact anyone can re-check; whoever can write this file can also write
-# approvals, so it grants nothing new. Written like the high-water marks, never by a load.
+# approvals, so it grants nothing new. Written by every load, like the high-water marks.
 
 _VERIFIED_MAGIC = b"tooldir-verified-v1\n"
 _DIGEST = 32

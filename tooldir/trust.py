@@ -10,21 +10,21 @@ Signature verification (:func:`verify_package`) walks these steps and records ea
 -> files equal the lock -> not expired -> not older than the highest version seen (rollback).
 A failure that indicates an attack is an error (the tool is rejected); an unknown key or a package
 without a signature is only "not trusted by signature" (pending if approval is acceptable).
-:func:`signature_check_factory` is the edge that reads the keyring and high-water marks once per load.
+:func:`tooldir.loader.signature_check_factory` is the edge that reads the keyring and high-water marks once
+per load, and the loader records the versions each load verified (rollback protection).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache, partial
-from pathlib import Path
 from typing import TypeVar, cast
 
 from .lockfile import LOCK, MINISIG, SSHSIG, LockError, compare_files, format_time, parse_lock
-from .model import Diagnostic, PackageFile, Severity, Status, ToolRecord, Trust, error, warning
+from .model import Diagnostic, PackageFile, Severity, Status, Trust, error, warning
 from .policy import Policy
 from .signatures import (
     NAMESPACE,
@@ -37,18 +37,10 @@ from .signatures import (
     parse_minisign_public_key,
     parse_sshsig,
     read_allowed_signers,
-    verified_digests,
     verify_minisign,
     verify_sshsig,
 )
-from .state import (
-    Approval,
-    HighWater,
-    load_high_water,
-    load_verified,
-    record_seen_versions,
-    record_verified,
-)
+from .state import Approval, HighWater
 from .validate import Candidate
 
 
@@ -115,20 +107,24 @@ def keyring_from_policy(policy: Policy, verified: frozenset[bytes] = frozenset()
     return Keyring(keys, ssh, revoked_idents(policy.keys.revoked), problems, verified)
 
 
-def signature_check_factory(policy: Policy, state_dir: Path, now: datetime) -> SignatureCheck:
-    """The check for one load: the keyring, high-water marks and the record of earlier successful
-    verifications are read once, here (read-only)."""
-    keyring = keyring_from_policy(policy, load_verified(state_dir))
-    return partial(verify_package, keyring=keyring, marks=load_high_water(state_dir), now=now)
+def signed_versions(name: str, trust: Trust) -> tuple[tuple[str, str, int], ...]:
+    """The (signer, tool, version) high-water marks a verdict establishes: one per key whose
+    signature verified, for a tool trusted by signature; none otherwise."""
+    if not trust.trusted or trust.version is None or not trust.signer:
+        return ()
+    return tuple((signer, name, trust.version) for signer in dict.fromkeys((trust.signer, *trust.signers)))
 
 
-def remember_load(state_dir: Path, records: Iterable[ToolRecord]) -> None:
-    """Write what a load established to user state: the high-water mark of every signed version
-    seen (rollback protection) and the verifications that succeeded (so a new process need not
-    redo them). A load itself never writes; the CLI calls this after scan/list/show/verify, and a
-    host application calls it after a load it accepts."""
-    record_seen_versions(state_dir, records)
-    record_verified(state_dir, verified_digests())
+def with_marks(marks: HighWater, seen: Mapping[tuple[str, str], int]) -> HighWater:
+    """``marks`` raised by ``seen`` (never lowered): what a process verified itself counts even
+    when it could not be written to user state."""
+    if not seen:
+        return marks
+    merged = dict(marks)
+    for key, version in seen.items():
+        if merged.get(key, -1) < version:
+            merged[key] = version
+    return merged
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ def as_user() -> Iterator[Any]:
 
 def test_an_unprivileged_user_gets_exit_0_with_root_only_drills_reported_as_not_runnable(as_user: Any) -> None:
     require_sandbox()
-    assert ROOT_ONLY == ["fs:perms/owner", "fs:special/device"]
+    assert ROOT_ONLY == ["fs:perms/file", "fs:perms/owner", "fs:special/device"]
     done, report = as_user()  # every bundled drill
     statuses = {d["id"]: d["status"] for d in report["drills"]}
     assert sorted(statuses) == sorted(s.drill_id for s in load_scenarios(SCENARIOS))
@@ -68,13 +68,14 @@ def test_an_unprivileged_user_gets_exit_0_with_root_only_drills_reported_as_not_
             assert d["passed"] is False
     sandbox = [i for i in statuses if i.startswith("sandbox:")]
     assert sandbox and all(statuses[i] == "passed" for i in sandbox)
-    assert report["counts"] == {"passed": len(statuses) - 2, "failed": 0, "not-runnable": 2}
+    assert report["counts"] == {"passed": len(statuses) - 3, "failed": 0, "not-runnable": 3}
     assert report["passed"] is True and done.returncode == 0
 
 
 def test_require_all_makes_an_unprivileged_run_with_root_only_drills_exit_1(as_user: Any) -> None:
     done, report = as_user("--only", *ROOT_ONLY, "fs:prefix", "--require-all")
     assert {d["id"]: d["status"] for d in report["drills"]} == {
+        "fs:perms/file": "not-runnable",
         "fs:perms/owner": "not-runnable",
         "fs:prefix": "passed",
         "fs:special/device": "not-runnable",

@@ -11,7 +11,6 @@ from rich.table import Table
 from ..loader import Loader
 from ..model import Severity, Status, ToolRecord
 from ..snapshot import Snapshot
-from ..trust import remember_load
 from .common import (
     EXIT_FOUND_ERRORS,
     EXIT_OK,
@@ -19,7 +18,6 @@ from .common import (
     common_options,
     config_from_args,
     console,
-    console_err,
     print_json,
     safe,
 )
@@ -42,13 +40,8 @@ def register(sub: Any) -> None:
 
 
 def load_snapshot(args: argparse.Namespace) -> Snapshot:
-    config = config_from_args(args)
-    snap = Loader(config).load()
-    try:  # rollback high-water marks and verified signatures (tooldir.trust.remember_load)
-        remember_load(config.state_dir, snap.tools)
-    except OSError as exc:
-        console_err().print(f"warning: cannot record signed versions in {config.state_dir}: {exc}", markup=False)
-    return snap
+    # the load records the signed versions it verified (rollback protection), as every load does
+    return Loader(config_from_args(args)).load()
 
 
 def cmd_scan(args: argparse.Namespace) -> int:

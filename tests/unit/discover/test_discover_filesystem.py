@@ -3,6 +3,7 @@ folders nobody else can write; nothing outside the root is read; nothing ever ru
 
 from __future__ import annotations
 
+import grp
 import hashlib
 import os
 import socket
@@ -15,7 +16,7 @@ from toolkit import make_tool, project_tools
 
 import tooldir
 from tooldir import Policy, Snapshot, Status
-from tooldir.discover import RootSpec, list_packages, open_root, package_digest, scan_package
+from tooldir.discover import RootSpec, list_packages, open_root, package_digest, scan_package, shared_group
 from tooldir.model import PackageFile, Source
 from tooldir.policy import Limits
 
@@ -285,9 +286,20 @@ def test_a_folder_named_schema_json_is_not_a_regular_file(root: Path) -> None:
 # -- fs:perms -------------------------------------------------------------------------------------
 
 
+def shared_gid() -> int:
+    """A group this process may give its files that is not its own private group (it has, or can
+    have, other members): files writable by it are writable by others."""
+    candidates = [g.gr_gid for g in grp.getgrall()] if os.geteuid() == 0 else os.getgroups()
+    for gid in candidates:
+        if shared_group(os.geteuid(), gid) is not None:
+            return gid
+    pytest.fail("this user belongs to no group but its private one; run the suite as root (CI does)")
+
+
 @pytest.mark.parametrize("mode", [0o775, 0o757, 0o777], ids=["group-writable", "world-writable", "both"])
 def test_a_writable_by_others_user_root_loads_nothing(root: Path, mode: int) -> None:
     make_tool(root, "in_open_root")
+    os.chown(root, -1, shared_gid())
     root.chmod(mode)
     snap = load_user(root)
     assert snap.tools == ()
@@ -298,6 +310,7 @@ def test_a_group_writable_project_tools_folder_loads_nothing(tmp_path: Path) -> 
     project = tmp_path / "project"
     tools = project_tools(project)
     make_tool(tools, "proj")
+    os.chown(tools, -1, shared_gid())
     tools.chmod(0o775)
     snap = tooldir.load(project=project, user_dirs=[], state_dir=tmp_path / "state")
     assert snap.tools == ()
@@ -313,6 +326,7 @@ def test_anything_writable_by_others_inside_a_package_rejects_it(root: Path, tar
     folder = make_tool(root, "perm_tool", extra_files={"lib/helper.py": "X = 1\n"})
     make_tool(root, "neighbour")
     path = folder / target if target else folder
+    os.chown(path, -1, shared_gid())
     path.chmod(0o777 if path.is_dir() else 0o666)
     snap = load_user(root)
     assert codes(snap, "perm_tool") == {"unsafe-permissions"}

@@ -115,7 +115,11 @@ def test_search_command_json_has_matches_missing_and_unavailable(
     match = data["matches"][0]
     assert set(match) == {"name", "score", "source", "load_state", "schema"}
     assert match["source"] == "user" and match["schema"]["input_schema"]["type"] == "object"
-    assert [u["name"] for u in data["unavailable"]] == ["weather_radar"]
+    assert data["unavailable"] == []  # a keyword search never matches a pending tool's text (trust:listing)
+    assert main(["search", "select:weather_radar", *args]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert [u["name"] for u in data["unavailable"]] == ["weather_radar"]  # asked for by its exact name
+    assert "not-approved" in data["unavailable"][0]["reason"]
     assert main(["search", "select:stock_quote,nope", *args]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [m["name"] for m in data["matches"]] == ["stock_quote"] and data["missing"] == ["nope"]

@@ -221,7 +221,8 @@ def test_older_validly_signed_version_after_a_newer_one_was_seen_is_rollback(
     policy = keys_policy(minisign=[key.line])
     folder = signed_tool(project, key, version=2)
     seen = load_one(project, state, policy)
-    assert record_seen_versions(state, [seen]) == [(seen.trust.signer, "echo", 2)]
+    assert load_high_water(state) == {(seen.trust.signer, "echo"): 2}  # the load itself recorded it
+    assert record_seen_versions(state, [seen]) == []  # recording again changes nothing
     minisign_sign(key, write_lock(folder, version=1))  # the attacker restores the older signed release
     record = load_one(project, state, policy)
     assert (record.status, codes(record)) == (Status.REJECTED, ["rollback"])
@@ -251,10 +252,16 @@ def test_dropping_one_of_two_signatures_cannot_roll_back_to_an_older_version(
     assert (record.status, codes(record)) == (Status.REJECTED, ["rollback"])
 
 
-def test_loading_never_writes_user_state(project: Path, state: Path, key: MinisignKey) -> None:
+def test_a_load_writes_only_the_rollback_marks_and_verification_cache_and_an_unsigned_load_nothing(
+    project: Path, state: Path, key: MinisignKey
+) -> None:
+    make_tool(project_tools(project), "plain")
+    load_one(project, state, keys_policy(minisign=[key.line]), name="plain")
+    assert not state.exists()
     signed_tool(project, key, version=2)
     load_one(project, state, keys_policy(minisign=[key.line]))
-    assert not state.exists()
+    assert sorted(p.name for p in state.iterdir() if not p.name.startswith(".")) == ["verified.bin", "versions.json"]
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in state.iterdir() if p.is_file())
 
 
 # trust:expired
@@ -390,7 +397,7 @@ def test_remembered_verifications_spare_a_new_process_the_signature_check(
     project: Path, state: Path, key: MinisignKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tooldir import signatures as sg
-    from tooldir.trust import remember_load
+    from tooldir.loader import remember_load
 
     signed_tool(project, key)
     policy = keys_policy(minisign=[key.line])
