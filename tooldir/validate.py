@@ -22,7 +22,6 @@ from ._internal.strictjson import (
     StrictJSONError,
     escape_pointer,
     freeze_arrays_in_place,
-    iter_strings,
     loads,
     thaw,
 )
@@ -30,13 +29,7 @@ from .discover import MANIFEST, PackageScan
 from .model import Diagnostic, Manifest, Severity, error, warning
 from .names import explain_invalid, is_valid_name
 from .policy import Policy
-from .text import (
-    clean_descriptions_schema,
-    injection_reasons,
-    invisible_characters,
-    may_contain_injection,
-    may_hide_characters,
-)
+from .text import check_strings, clean_text_defs, may_hide_characters
 
 _DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 _SHELL_META = re.compile(r"[;&|`<>]|\$\(|\$\{|^\$|\$[A-Za-z_]")
@@ -89,11 +82,11 @@ def _all_clear_validator() -> Any:
     format assertion) and no injection-like string, all at once. Only when it says no do the
     separate checks run to find out what is wrong. None if the engine cannot build it."""
     schema = {
-        "$defs": {"manifest": manifest_schema(), "clean_descriptions": clean_descriptions_schema()},
+        "$defs": {"manifest": manifest_schema(), **clean_text_defs()},
         "allOf": [
             {"$ref": "#/$defs/manifest"},
             {"properties": {"input_schema": {"$ref": _DRAFT_2020_12}}},
-            {"$ref": "#/$defs/clean_descriptions"},
+            {"$ref": "#/$defs/clean_manifest"},
         ],
     }
     try:
@@ -266,25 +259,22 @@ class _Validation:
             )
 
     def _check_text(self, data: dict[str, Any]) -> None:
-        if may_hide_characters(self.raw):
-            for pointer, text in iter_strings(data):
-                found = invisible_characters(text)
-                if found:
-                    self.warn("suspicious-text", f"invisible or control characters: {', '.join(found[:5])}", pointer)
-        if not may_contain_injection(data, self.raw):
-            return
-        texts: list[tuple[str, Any]] = [("/description", data.get("description"))]
-        texts += [
-            (p, t) for p, t in iter_strings(data.get("input_schema"), "/input_schema") if p.endswith("/description")
-        ]
-        for pointer, text in texts:
-            if isinstance(text, str):
-                for reason in injection_reasons(text):
-                    self.warn(
-                        "suspicious-text",
-                        f"looks like an instruction to the model ({reason}); review it in full",
-                        pointer,
-                    )
+        """Every string of the manifest, keys included (text:schema-fields, text:control)."""
+        for finding in check_strings(data, self.raw):
+            if finding.kind == "control":
+                self.fail(
+                    "control-character",
+                    f"control characters ({finding.detail}) can rewrite what a terminal shows; remove them",
+                    finding.pointer,
+                )
+            elif finding.kind == "hidden":
+                self.warn("suspicious-text", f"invisible characters: {finding.detail}", finding.pointer)
+            else:
+                self.warn(
+                    "suspicious-text",
+                    f"looks like an instruction to the model ({finding.detail}); review it in full",
+                    finding.pointer,
+                )
 
 
 def _unsafe_arg(arg: str) -> str | None:
