@@ -69,9 +69,9 @@ def test_the_rust_character_screen_agrees_with_the_table_in_values_and_keys(text
 _keys = st.one_of(st.sampled_from(["description", "execute", "a/b", "t~1", "enum"]), st.text(max_size=6))
 _texts = st.one_of(
     st.text(max_size=12),
-    st.lists(st.sampled_from(_TRIGGERS + _ODD + ["\x1b[2J", "\x00", "\u200b", "\u202e", "\U000e0041", " "]), max_size=5).map(
-        "".join
-    ),
+    st.lists(
+        st.sampled_from(_TRIGGERS + _ODD + ["\x1b[2J", "\x00", "\u200b", "\u202e", "\U000e0041", " "]), max_size=5
+    ).map("".join),
 )
 _json = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(), _texts),
