@@ -210,7 +210,9 @@ class _Validation:
                 self.fail("invalid-input-schema", f"input_schema cannot be compiled: {reason}", "/input_schema")
 
     def _check_command(self, argv: list[str]) -> None:
-        files = {f.path: f for f in self.scan.files}
+        # an argv entry starting with '-' is an option to whatever runs it, never a package file
+        # (a decoy file named '-c' must not make ["python3", "-c", CODE] look like a script)
+        files = {f.path: f for f in self.scan.files if not f.path.startswith("-")}
         interpreters = set(self.policy.exec.interpreters)
         for index, arg in enumerate(argv):
             if _PLAIN_ARG.fullmatch(arg):
@@ -236,14 +238,17 @@ class _Validation:
                 )
                 return
             if len(argv) < 2 or argv[1] not in files:
+                why = " (an option, not a file)" if argv[1:2] and argv[1].startswith("-") else ""
                 self.fail(
                     "unsafe-command",
-                    f"interpreter {head!r} must be followed by a file of the package (got {argv[1:2]})",
+                    f"interpreter {head!r} must be followed by a file of the package (got {argv[1:2]}{why})",
                     "/execute/command/1",
                 )
             return
         if head in _SHELLS or head.rsplit("/", 1)[-1] in _SHELLS:
             self.fail("unsafe-command", f"{head!r} is a shell; tools run without one", "/execute/command/0")
+        elif head.startswith("-"):
+            self.fail("unsafe-command", f"argv[0] {head!r} is an option, not a program", "/execute/command/0")
         elif head not in files:
             allowed = ", ".join(sorted(interpreters)) or "none"
             self.fail(
