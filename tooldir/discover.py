@@ -11,7 +11,9 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import stat
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from hashlib import sha256
@@ -20,6 +22,7 @@ from types import MappingProxyType
 from .errors import DiscoveryError
 from .model import Diagnostic, PackageFile, Source, error, info
 from .policy import Limits
+from .text import CONTROL, character_class
 
 MANIFEST = "schema.json"
 #: Files whose bytes later stages need (trust); every other file is only hashed.
@@ -362,7 +365,45 @@ def scan_one(root: RootSpec, name: str, limits: Limits) -> PackageScan:
         os.close(fd)
 
 
+#: Controls in a file name (tab, LF and CR too: a name with a line break forges listing lines).
+_NAME_CONTROL = re.compile(character_class((CONTROL,), extra="\t\n\r"))
+
+
+def _check_file_names(walk: _Walk) -> None:
+    """Names a reviewer cannot read for what they are: a control character in a file name
+    (``control-character``), or two names -- of files or of the folders above them -- that are
+    equal after Unicode NFC normalisation, so they look identical (``ambiguous-file-name``).
+    Names differing only in case look different and stay distinct files."""
+    paths = [f.path for f in walk.files]
+    joined = "/".join(paths)
+    if _NAME_CONTROL.search(joined):
+        for rel in paths:
+            if _NAME_CONTROL.search(rel):
+                shown = rel.encode("unicode_escape").decode("ascii")
+                walk.fail("control-character", "", f"file name {shown} holds control characters")
+    if joined.isascii():
+        return
+    by_form: dict[str, str] = {}
+    for rel in paths:
+        parts = rel.split("/")
+        for end in range(1, len(parts) + 1):
+            name = "/".join(parts[:end])
+            if name.isascii():
+                continue
+            form = unicodedata.normalize("NFC", name)
+            other = by_form.setdefault(form, name)
+            if other != name:
+                by_form[form] = name  # report each new spelling once
+                walk.fail(
+                    "ambiguous-file-name",
+                    name,
+                    f"{other!a} and {name!a} are the same name after Unicode NFC normalisation; they look identical",
+                )
+
+
 def _finish(walk: _Walk, root_path: str, opened: bool) -> PackageScan:
+    if opened:
+        _check_file_names(walk)
     if opened and not walk.diags and MANIFEST not in walk.contents:
         walk.fail("missing-manifest", "", f"no {MANIFEST} in tool folder {walk.pkg_path}")
     ok = not walk.diags
