@@ -94,9 +94,20 @@ def kind_of(ch: str) -> str | None:
     return None
 
 
+# the ISO 6429 abbreviations of the C0 and C1 controls (which have no Unicode character names)
+_C0 = (
+    "NUL SOH STX ETX EOT ENQ ACK BEL BS HT LF VT FF CR SO SI DLE DC1 DC2 DC3 DC4 NAK SYN ETB CAN EM SUB ESC FS GS RS US"
+)
+_C1 = "PAD HOP BPH NBH IND NEL SSA ESA HTS HTJ VTS PLD PLU RI SS2 SS3 DCS PU1 PU2 STS CCH MW SPA EPA SOS SGC SCI CSI ST OSC PM APC"
+_CONTROL_NAMES = dict(zip([*range(0x20), *range(0x80, 0xA0)], (_C0 + " " + _C1).split(), strict=True)) | {0x7F: "DEL"}
+
+
 def describe_character(ch: str) -> str:
-    """``U+200B ZERO WIDTH SPACE``; controls, which have no Unicode name, as ``U+001B control``."""
-    return f"U+{ord(ch):04X} {unicodedata.name(ch, 'control' if kind_of(ch) == CONTROL else 'UNNAMED')}"
+    """``U+200B ZERO WIDTH SPACE``; a control by its abbreviation, ``U+001B ESC``."""
+    cp = ord(ch)
+    if cp in _CONTROL_NAMES:
+        return f"U+{cp:04X} {_CONTROL_NAMES[cp]}"
+    return f"U+{cp:04X} {unicodedata.name(ch, 'UNNAMED')}"
 
 
 _DANGEROUS = re.compile(character_class())

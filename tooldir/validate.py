@@ -269,7 +269,7 @@ class _Validation:
             if finding.kind == "control":
                 self.fail(
                     "control-character",
-                    f"control characters ({finding.detail}) can rewrite what a terminal shows; remove them",
+                    f"control characters can rewrite what a terminal shows: {finding.detail}; remove them",
                     finding.pointer,
                 )
             elif finding.kind == "hidden":
