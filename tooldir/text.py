@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal
 
@@ -112,6 +112,7 @@ def describe_character(ch: str) -> str:
 
 _DANGEROUS = re.compile(character_class())
 _CONTROL = re.compile(character_class((CONTROL,)))
+_HIDDEN = re.compile(character_class((BIDI, TAG, INVISIBLE)))
 
 
 # (reason, pattern). Each pattern is written so Python's ``re`` (with IGNORECASE) and the Rust
@@ -299,33 +300,51 @@ class TextFinding:
     detail: str
 
 
-def check_strings(value: Any, raw_json: str) -> list[TextFinding]:
+@dataclass(frozen=True, slots=True)
+class TextReport:
+    """What :func:`check_strings` found: ``findings`` in document order, at most ``limit`` of each
+    kind; ``omitted`` counts the further strings of each kind (counted, not located)."""
+
+    findings: tuple[TextFinding, ...] = ()
+    omitted: Mapping[str, int] = field(default_factory=dict)
+
+
+def check_strings(value: Any, raw_json: str, *, limit: int | None = None) -> TextReport:
     """Every control character, invisible character and injection-like text in any string of the
     manifest ``value`` parsed from ``raw_json``, keys included, at any depth, in document order.
     Injection is not looked for under :data:`NOT_MODEL_FACING` members.
 
     Whole-document screens first, each one pass of Rust's regex engine (or a test of the raw
     text): a manifest without findings is walked at most once, to collect its strings, and a
-    pointer is built only for a string that has a finding."""
+    pointer is built only for a string that has a finding. Past ``limit`` findings of a kind,
+    strings are only counted (a huge hostile manifest costs regex passes, not diagnostics)."""
     chars = may_hide_characters(raw_json) and _may_have_dangerous(value)
     injection = may_contain_injection(value, raw_json)
-    if not (chars or injection):
-        return []
     if injection and isinstance(value, dict):
         injection = _may_any_be_injection(_model_facing_strings(value))
-    found: list[TextFinding] = []
     if not (chars or injection):
-        return found
-    leaves = _leaves(value)
-    dangerous = _DANGEROUS.search
-    for text, parent, token, model_facing in leaves:
+        return TextReport()
+    found: list[TextFinding] = []
+    counts = {"control": 0, "hidden": 0, "injection": 0}
+    cap = limit if limit is not None else len(raw_json) + 1
+    dangerous, control, hidden = _DANGEROUS.search, _CONTROL.search, _HIDDEN.search
+    for text, parent, token, model_facing in _leaves(value):
         if chars and dangerous(text):
-            _characters(text, _pointer(parent, token), found)
+            if counts["control"] < cap or counts["hidden"] < cap:
+                for finding in _characters(text, _pointer(parent, token)):
+                    counts[finding.kind] += 1
+                    if counts[finding.kind] <= cap:
+                        found.append(finding)
+            else:
+                counts["control"] += control(text) is not None
+                counts["hidden"] += hidden(text) is not None
         if injection and model_facing and _may_be_injection(text):
-            reasons = list(injection_reasons(text))
-            if reasons:
-                found.append(TextFinding("injection", _pointer(parent, token), "; ".join(reasons)))
-    return found
+            counts["injection"] += 1
+            if counts["injection"] <= cap:
+                reasons = "; ".join(injection_reasons(text))
+                found.append(TextFinding("injection", _pointer(parent, token), reasons))
+    omitted = {kind: count - cap for kind, count in counts.items() if count > cap}
+    return TextReport(tuple(found), omitted)
 
 
 #: (text, pointer of the containing object or array, key or index, model-facing)
@@ -379,11 +398,14 @@ def _model_facing_strings(manifest: dict[str, Any]) -> list[str]:
 
 
 def _may_any_be_injection(texts: list[str]) -> bool:
-    """:func:`_may_be_injection` for many strings in one call of the Rust engine."""
+    """:func:`_may_be_injection` for many strings in one call of the Rust engine: on the strings
+    joined by line feeds, a superset (a match inside one string is a match in the joined text:
+    the patterns have no anchors, and a line feed is a non-word character like a string's end)."""
     fast = _prefilter()
     if fast is None:
         return True
-    return not fast.is_valid([t if t.isascii() else _NON_ASCII.sub(_stand_in, t) for t in texts])
+    joined = "\n".join(texts)
+    return not fast.is_valid(joined if joined.isascii() else _NON_ASCII.sub(_stand_in, joined))
 
 
 @cache
@@ -432,7 +454,7 @@ def _pointer(parent: str, token: str | int | None) -> str:
     return f"{parent}/{token}"
 
 
-def _characters(text: str, pointer: str, found: list[TextFinding]) -> None:
+def _characters(text: str, pointer: str) -> list[TextFinding]:
     controls: list[str] = []
     hidden: list[str] = []
     for match in _DANGEROUS.finditer(text):
@@ -441,7 +463,9 @@ def _characters(text: str, pointer: str, found: list[TextFinding]) -> None:
         target = controls if _CONTROL.match(ch) else hidden
         if name not in target:
             target.append(name)
+    found = []
     if controls:
         found.append(TextFinding("control", pointer, ", ".join(controls[:5])))
     if hidden:
         found.append(TextFinding("hidden", pointer, ", ".join(hidden[:5])))
+    return found

@@ -35,6 +35,9 @@ _DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 _SHELL_META = re.compile(r"[;&|`<>]|\$\(|\$\{|^\$|\$[A-Za-z_]")
 #: An argument made only of these cannot hold a path separator, '~', '=', a variable or shell syntax.
 _PLAIN_ARG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+,@%-]*")
+#: Text findings reported one by one per kind (a 256 KiB manifest could hold thousands).
+_MAX_TEXT_FINDINGS = 20
+_KIND_WORDS = {"control": "control characters", "hidden": "invisible characters", "injection": "instruction-like text"}
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish", "csh", "tcsh", "busybox", "env", "sudo", "doas"})
 
 
@@ -264,8 +267,10 @@ class _Validation:
             )
 
     def _check_text(self, data: dict[str, Any]) -> None:
-        """Every string of the manifest, keys included (text:schema-fields, text:control)."""
-        for finding in check_strings(data, self.raw):
+        """Every string of the manifest, keys included (text:schema-fields, text:control). At
+        most ``_MAX_TEXT_FINDINGS`` diagnostics of each kind, then one that counts the rest."""
+        report = check_strings(data, self.raw, limit=_MAX_TEXT_FINDINGS)
+        for finding in report.findings:
             if finding.kind == "control":
                 self.fail(
                     "control-character",
@@ -280,6 +285,12 @@ class _Validation:
                     f"looks like an instruction to the model ({finding.detail}); review it in full",
                     finding.pointer,
                 )
+        for kind, count in report.omitted.items():
+            more = f"{count} more strings with {_KIND_WORDS[kind]} are not listed"
+            if kind == "control":
+                self.fail("control-character", more, "")
+            else:
+                self.warn("suspicious-text", more, "")
 
 
 def _unsafe_arg(arg: str) -> str | None:

@@ -220,3 +220,17 @@ def test_a_control_character_and_an_invisible_one_in_one_string_give_one_of_each
         ("control-character", "error", "/description"),
         ("suspicious-text", "warning", "/description"),
     ]
+
+
+def test_thousands_of_hidden_strings_give_a_bounded_number_of_diagnostics_and_a_count(root: Path) -> None:
+    values = [f"v{i}\u200b" for i in range(3000)] + [f"c{i}\x1b" for i in range(30)]
+    make_tool(root, "many_tool", input_schema=schema_with({"enum": values}))
+    snap = load_user(root)
+    warnings = diags_of(snap, "many_tool", "suspicious-text")
+    errors = diags_of(snap, "many_tool", "control-character")
+    assert len(warnings) == 21 and len(errors) == 21
+    (summary,) = [d for d in warnings if d.pointer == ""]
+    assert "2980" in summary.message
+    (summary,) = [d for d in errors if d.pointer == ""]
+    assert "10" in summary.message
+    assert status(snap, "many_tool") is Status.REJECTED
