@@ -170,21 +170,6 @@ def clean_strings_schema() -> dict[str, Any]:
     }
 
 
-def clean_text_defs() -> dict[str, Any]:
-    """``$defs`` entries ``clean`` and ``clean_manifest``: ``#/$defs/clean_manifest`` accepts a
-    manifest when no model-facing string in it (every member but :data:`NOT_MODEL_FACING`, keys
-    included) matches an injection pattern: exactly what :func:`check_strings` looks at."""
-    union = _injection_union()
-    return {
-        "clean": clean_strings_schema(),
-        "clean_manifest": {
-            "propertyNames": {"not": {"pattern": union}},
-            "properties": dict.fromkeys(sorted(NOT_MODEL_FACING), True),
-            "additionalProperties": {"$ref": "#/$defs/clean"},
-        },
-    }
-
-
 @cache
 def _prefilter() -> Any:
     """A compiled jsonschema-rs validator that accepts a JSON value when no string in it matches
@@ -271,6 +256,20 @@ def may_hide_characters(raw_json: str) -> bool:
     if not raw_json.isascii() or "\x7f" in raw_json:
         return True
     return "\\" in raw_json and ("\\u" in raw_json or "\\b" in raw_json or "\\f" in raw_json)
+
+
+def plainly_clean(value: Any, raw_json: str) -> bool:
+    """True only when :func:`check_strings` would find nothing in ``value`` (parsed from
+    ``raw_json``): plain ASCII, no escape that could hide a character, and no injection pattern
+    anywhere. Without any backslash every string appears verbatim in the raw text, so one Rust
+    scan of that text is a sound superset of scanning each string (the patterns have no anchors,
+    and the quotes around a string are non-word characters like its ends)."""
+    if may_hide_characters(raw_json):
+        return False
+    fast = _prefilter()
+    if fast is None:
+        return False
+    return bool(fast.is_valid(raw_json if "\\" not in raw_json else value))
 
 
 def may_contain_injection(value: Any, raw_json: str) -> bool:

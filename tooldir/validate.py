@@ -29,7 +29,7 @@ from .discover import MANIFEST, PackageScan
 from .model import Diagnostic, Manifest, Severity, error, warning
 from .names import explain_invalid, is_valid_name
 from .policy import Policy
-from .text import check_strings, clean_text_defs, may_hide_characters
+from .text import check_strings, plainly_clean
 
 _DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 _SHELL_META = re.compile(r"[;&|`<>]|\$\(|\$\{|^\$|\$[A-Za-z_]")
@@ -81,15 +81,14 @@ def _input_schema_meta_validator() -> Any:
 
 @cache
 def _all_clear_validator() -> Any:
-    """One pass for the common case: the manifest schema, the input schema's meta-schema (with
-    format assertion) and no injection-like string, all at once. Only when it says no do the
-    separate checks run to find out what is wrong. None if the engine cannot build it."""
+    """One pass for the common case: the manifest schema and the input schema's meta-schema (with
+    format assertion) at once. Only when it says no do the separate checks run to find out what
+    is wrong. None if the engine cannot build it. (Text: :func:`tooldir.text.plainly_clean`.)"""
     schema = {
-        "$defs": {"manifest": manifest_schema(), **clean_text_defs()},
+        "$defs": {"manifest": manifest_schema()},
         "allOf": [
             {"$ref": "#/$defs/manifest"},
             {"properties": {"input_schema": {"$ref": _DRAFT_2020_12}}},
-            {"$ref": "#/$defs/clean_manifest"},
         ],
     }
     try:
@@ -144,9 +143,9 @@ class _Validation:
             return None
         self.raw = raw.decode("utf-8")  # cannot fail: loads() accepted it
         all_clear = _all_clear_validator()
-        # Plain text (ASCII, no escapes that could hide characters) that passes every schema check
-        # and the injection pre-filter in one pass has no schema error and no suspicious text.
-        fast = all_clear is not None and not may_hide_characters(self.raw) and all_clear.is_valid(data)
+        # Plain text (ASCII, no escapes that could hide characters, no injection pattern) that
+        # passes every schema check in one pass has no schema error and no text finding.
+        fast = all_clear is not None and plainly_clean(data, self.raw) and all_clear.is_valid(data)
         if not fast:
             self._check_text(data)
             if not _fast_manifest_validator().is_valid(data):

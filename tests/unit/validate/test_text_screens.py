@@ -19,6 +19,7 @@ from tooldir.text import (
     _may_have_dangerous,
     check_strings,
     kind_of,
+    plainly_clean,
 )
 
 _TRIGGERS = ["ignore", "previous", "instructions", "system prompt", "<important>", "~/.ssh", ".env", "api key"]
@@ -100,3 +101,14 @@ def test_past_the_limit_strings_are_counted_not_located() -> None:
 def test_no_injection_pattern_is_anchored_so_joined_strings_screen_soundly() -> None:
     # _may_any_be_injection screens many strings joined by line feeds
     assert not any(pattern.pattern.startswith("^") or "$" in pattern.pattern for pattern, _ in _INJECTION)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(_keys, _json, max_size=5), st.booleans(), st.booleans())
+def test_a_manifest_the_fast_path_calls_plainly_clean_has_no_text_finding(
+    value: dict[str, Any], ascii_only: bool, indent: bool
+) -> None:
+    raw = json.dumps(value, ensure_ascii=ascii_only, indent=2 if indent else None)
+    parsed = json.loads(raw)
+    if plainly_clean(parsed, raw):
+        assert _reference(parsed) == set()
