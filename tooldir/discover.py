@@ -186,7 +186,7 @@ def list_packages(root_fd: int, root: RootSpec, limits: Limits) -> tuple[list[st
 class _Walk:
     """State of one package walk (bounded: files, bytes, depth)."""
 
-    __slots__ = ("contents", "diags", "euid", "files", "limits", "name", "pkg_path", "source", "total")
+    __slots__ = ("contents", "diags", "euid", "files", "limits", "name", "pkg_path", "plain_names", "source", "total")
 
     def __init__(self, source: Source, name: str, pkg_path: str, limits: Limits) -> None:
         self.source = source
@@ -198,6 +198,7 @@ class _Walk:
         self.contents: dict[str, bytes] = {}
         self.diags: list[Diagnostic] = []
         self.total = 0
+        self.plain_names = True  # every name printable ASCII: nothing for _check_file_names to find
 
     def fail(self, code: str, rel: str, message: str) -> None:
         path = os.path.join(self.pkg_path, rel) if rel else self.pkg_path
@@ -227,6 +228,8 @@ class _Walk:
         entries.sort()
         for name, kind in entries:
             rel = prefix + name
+            if not (name.isascii() and name.isprintable()):
+                self.plain_names = False
             if display_name(name) != name:
                 self.fail("invalid-encoding", display_name(rel), f"{display_name(rel)!r}: file names must be UTF-8")
                 continue
@@ -402,7 +405,7 @@ def _check_file_names(walk: _Walk) -> None:
 
 
 def _finish(walk: _Walk, root_path: str, opened: bool) -> PackageScan:
-    if opened:
+    if opened and not walk.plain_names:
         _check_file_names(walk)
     if opened and not walk.diags and MANIFEST not in walk.contents:
         walk.fail("missing-manifest", "", f"no {MANIFEST} in tool folder {walk.pkg_path}")
