@@ -113,6 +113,7 @@ def check_outcome(
             and (want.tool is None or d.tool == want.tool)
             and (want.severity is None or str(d.severity) == want.severity)
             and (want.source is None or str(d.source) == want.source)
+            and (want.pointer is None or d.pointer == want.pointer)
             and all(arena.substitute(text) in d.message for text in want.message_contains)
             for d in snapshot.diagnostics
         ):

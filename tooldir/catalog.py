@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from ._internal.strictjson import dumps_canonical, thaw
 from .model import BuiltinSpec, Risk, ToolRecord
+from .text import ALL_KINDS, character_class
 
 Format = Literal["anthropic", "openai", "mcp"]
 FORMATS: tuple[Format, ...] = ("anthropic", "openai", "mcp")
@@ -88,11 +89,8 @@ def tool_def(record: ToolRecord, builtin: BuiltinSpec | None = None) -> ToolDef 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 
 
-# control and format characters (C0/C1 controls, soft hyphen, bidi controls, zero-width, tags)
-_INVISIBLE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff"
-    "\ufff9-\ufffb\U000e0000-\U000e007f]"
-)
+# every character of tooldir.text's table (controls, bidi, tags, invisible ones) and tab/CR/LF
+_INVISIBLE = re.compile(character_class(ALL_KINDS, extra="\t\n\r"))
 
 
 def _visible(text: str) -> str:

@@ -13,7 +13,9 @@ import grp
 import hashlib
 import os
 import pwd
+import re
 import stat
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from hashlib import sha256
@@ -22,6 +24,7 @@ from types import MappingProxyType
 from .errors import DiscoveryError
 from .model import Diagnostic, PackageFile, Source, error, info
 from .policy import Limits
+from .text import CONTROL, character_class
 
 MANIFEST = "schema.json"
 #: Files whose bytes later stages need (trust); every other file is only hashed.
@@ -243,7 +246,7 @@ def list_packages(root_fd: int, root: RootSpec, limits: Limits) -> tuple[list[st
 class _Walk:
     """State of one package walk (bounded: files, bytes, depth)."""
 
-    __slots__ = ("contents", "diags", "euid", "files", "limits", "name", "pkg_path", "source", "total")
+    __slots__ = ("contents", "diags", "euid", "files", "limits", "name", "pkg_path", "plain_names", "source", "total")
 
     def __init__(self, source: Source, name: str, pkg_path: str, limits: Limits) -> None:
         self.source = source
@@ -255,6 +258,7 @@ class _Walk:
         self.contents: dict[str, bytes] = {}
         self.diags: list[Diagnostic] = []
         self.total = 0
+        self.plain_names = True  # every name printable ASCII: nothing for _check_file_names to find
 
     def fail(self, code: str, rel: str, message: str) -> None:
         path = os.path.join(self.pkg_path, rel) if rel else self.pkg_path
@@ -284,6 +288,8 @@ class _Walk:
         entries.sort()
         for name, kind in entries:
             rel = prefix + name
+            if not (name.isascii() and name.isprintable()):
+                self.plain_names = False
             if display_name(name) != name:
                 self.fail("invalid-encoding", display_name(rel), f"{display_name(rel)!r}: file names must be UTF-8")
                 continue
@@ -424,7 +430,45 @@ def scan_one(root: RootSpec, name: str, limits: Limits) -> PackageScan:
         os.close(fd)
 
 
+#: Controls in a file name (tab, LF and CR too: a name with a line break forges listing lines).
+_NAME_CONTROL = re.compile(character_class((CONTROL,), extra="\t\n\r"))
+
+
+def _check_file_names(walk: _Walk) -> None:
+    """Names a reviewer cannot read for what they are: a control character in a file name
+    (``control-character``), or two names -- of files or of the folders above them -- that are
+    equal after Unicode NFC normalisation, so they look identical (``ambiguous-file-name``).
+    Names differing only in case look different and stay distinct files."""
+    paths = [f.path for f in walk.files]
+    joined = "/".join(paths)
+    if _NAME_CONTROL.search(joined):
+        for rel in paths:
+            if _NAME_CONTROL.search(rel):
+                shown = rel.encode("unicode_escape").decode("ascii")
+                walk.fail("control-character", "", f"file name {shown} holds control characters")
+    if joined.isascii():
+        return
+    by_form: dict[str, str] = {}
+    for rel in paths:
+        parts = rel.split("/")
+        for end in range(1, len(parts) + 1):
+            name = "/".join(parts[:end])
+            if name.isascii():
+                continue
+            form = unicodedata.normalize("NFC", name)
+            other = by_form.setdefault(form, name)
+            if other != name:
+                by_form[form] = name  # report each new spelling once
+                walk.fail(
+                    "ambiguous-file-name",
+                    name,
+                    f"{other!a} and {name!a} are the same name after Unicode NFC normalisation; they look identical",
+                )
+
+
 def _finish(walk: _Walk, root_path: str, opened: bool) -> PackageScan:
+    if opened and not walk.plain_names:
+        _check_file_names(walk)
     if opened and not walk.diags and MANIFEST not in walk.contents:
         walk.fail("missing-manifest", "", f"no {MANIFEST} in tool folder {walk.pkg_path}")
     ok = not walk.diags

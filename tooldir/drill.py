@@ -261,9 +261,11 @@ class DiagnosticExpectation(_Frozen):
     source: Literal["builtin", "user", "project"] | None = None
     message_contains: tuple[str, ...] = ()
     """Substrings of the message (placeholders such as {project} are substituted)."""
+    pointer: str | None = None
+    """The JSON Pointer into the manifest the diagnostic must carry, exactly."""
 
     def describe(self) -> str:
-        return self.code + (f"({self.tool})" if self.tool else "")
+        return self.code + (f"({self.tool})" if self.tool else "") + (f" at {self.pointer}" if self.pointer else "")
 
 
 class Expect(_Frozen):

@@ -32,25 +32,21 @@ from ._internal.strictjson import (
     StrictJSONError,
     escape_pointer,
     freeze_arrays_in_place,
-    iter_strings,
     loads,
 )
 from .discover import MANIFEST, PackageScan
 from .model import Diagnostic, Manifest, Severity, error, warning
 from .names import explain_invalid, is_valid_name
 from .policy import Policy
-from .text import (
-    clean_descriptions_schema,
-    injection_reasons,
-    invisible_characters,
-    may_contain_injection,
-    may_hide_characters,
-)
+from .text import check_strings, plainly_clean
 
 _DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 _SHELL_META = re.compile(r"[;&|`<>]|\$\(|\$\{|^\$|\$[A-Za-z_]")
 #: An argument made only of these cannot hold a path separator, '~', '=', a variable or shell syntax.
 _PLAIN_ARG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+,@%-]*")
+#: Text findings reported one by one per kind (a 256 KiB manifest could hold thousands).
+_MAX_TEXT_FINDINGS = 20
+_KIND_WORDS = {"control": "control characters", "hidden": "invisible characters", "injection": "instruction-like text"}
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish", "csh", "tcsh", "busybox", "env", "sudo", "doas"})
 
 
@@ -96,15 +92,14 @@ def _input_schema_meta_validator() -> Any:
 
 @cache
 def _all_clear_validator() -> Any:
-    """One pass for the common case: the manifest schema, the input schema's meta-schema (with
-    format assertion) and no injection-like string, all at once. Only when it says no do the
-    separate checks run to find out what is wrong. None if the engine cannot build it."""
+    """One pass for the common case: the manifest schema and the input schema's meta-schema (with
+    format assertion) at once. Only when it says no do the separate checks run to find out what
+    is wrong. None if the engine cannot build it. (Text: :func:`tooldir.text.plainly_clean`.)"""
     schema = {
-        "$defs": {"manifest": manifest_schema(), "clean_descriptions": clean_descriptions_schema()},
+        "$defs": {"manifest": manifest_schema()},
         "allOf": [
             {"$ref": "#/$defs/manifest"},
             {"properties": {"input_schema": {"$ref": _DRAFT_2020_12}}},
-            {"$ref": "#/$defs/clean_descriptions"},
         ],
     }
     try:
@@ -154,9 +149,9 @@ class _Validation:
             return None
         self.raw = raw.decode("utf-8")  # cannot fail: loads() accepted it
         all_clear = _all_clear_validator()
-        # Plain text (ASCII, no escapes that could hide characters) that passes every schema check
-        # and the injection pre-filter in one pass has no schema error and no suspicious text.
-        fast = all_clear is not None and not may_hide_characters(self.raw) and all_clear.is_valid(data)
+        # Plain text (ASCII, no escapes that could hide characters, no injection pattern) that
+        # passes every schema check in one pass has no schema error and no text finding.
+        fast = all_clear is not None and plainly_clean(data, self.raw) and all_clear.is_valid(data)
         if not fast:
             self._check_text(data)
             if not _fast_manifest_validator().is_valid(data):
@@ -258,7 +253,9 @@ class _Validation:
                 self.fail("invalid-input-schema", f"input_schema cannot be compiled: {reason}", pointer)
 
     def _check_command(self, argv: list[str]) -> None:
-        files = {f.path: f for f in self.scan.files}
+        # an argv entry starting with '-' is an option to whatever runs it, never a package file
+        # (a decoy file named '-c' must not make ["python3", "-c", CODE] look like a script)
+        files = {f.path: f for f in self.scan.files if not f.path.startswith("-")}
         interpreters = set(self.policy.exec.interpreters)
         for index, arg in enumerate(argv):
             if _PLAIN_ARG.fullmatch(arg):
@@ -284,14 +281,17 @@ class _Validation:
                 )
                 return
             if len(argv) < 2 or argv[1] not in files:
+                why = " (an option, not a file)" if argv[1:2] and argv[1].startswith("-") else ""
                 self.fail(
                     "unsafe-command",
-                    f"interpreter {head!r} must be followed by a file of the package (got {argv[1:2]})",
+                    f"interpreter {head!r} must be followed by a file of the package (got {argv[1:2]}{why})",
                     "/execute/command/1",
                 )
             return
         if head in _SHELLS or head.rsplit("/", 1)[-1] in _SHELLS:
             self.fail("unsafe-command", f"{head!r} is a shell; tools run without one", "/execute/command/0")
+        elif head.startswith("-"):
+            self.fail("unsafe-command", f"argv[0] {head!r} is an option, not a program", "/execute/command/0")
         elif head not in files:
             allowed = ", ".join(sorted(interpreters)) or "none"
             self.fail(
@@ -307,25 +307,30 @@ class _Validation:
             )
 
     def _check_text(self, data: dict[str, Any]) -> None:
-        if may_hide_characters(self.raw):
-            for pointer, text in iter_strings(data):
-                found = invisible_characters(text)
-                if found:
-                    self.warn("suspicious-text", f"invisible or control characters: {', '.join(found[:5])}", pointer)
-        if not may_contain_injection(data, self.raw):
-            return
-        texts: list[tuple[str, Any]] = [("/description", data.get("description"))]
-        texts += [
-            (p, t) for p, t in iter_strings(data.get("input_schema"), "/input_schema") if p.endswith("/description")
-        ]
-        for pointer, text in texts:
-            if isinstance(text, str):
-                for reason in injection_reasons(text):
-                    self.warn(
-                        "suspicious-text",
-                        f"looks like an instruction to the model ({reason}); review it in full",
-                        pointer,
-                    )
+        """Every string of the manifest, keys included (text:schema-fields, text:control). At
+        most ``_MAX_TEXT_FINDINGS`` diagnostics of each kind, then one that counts the rest."""
+        report = check_strings(data, self.raw, limit=_MAX_TEXT_FINDINGS)
+        for finding in report.findings:
+            if finding.kind == "control":
+                self.fail(
+                    "control-character",
+                    f"control characters can rewrite what a terminal shows: {finding.detail}; remove them",
+                    finding.pointer,
+                )
+            elif finding.kind == "hidden":
+                self.warn("suspicious-text", f"invisible characters: {finding.detail}", finding.pointer)
+            else:
+                self.warn(
+                    "suspicious-text",
+                    f"looks like an instruction to the model ({finding.detail}); review it in full",
+                    finding.pointer,
+                )
+        for kind, count in report.omitted.items():
+            more = f"{count} more strings with {_KIND_WORDS[kind]} are not listed"
+            if kind == "control":
+                self.fail("control-character", more, "")
+            else:
+                self.warn("suspicious-text", more, "")
 
 
 def _unsafe_arg(arg: str) -> str | None:

@@ -16,6 +16,7 @@ from rich.text import Text
 from ..loader import LoadConfig, make_config
 from ..policy import Policy, load_policy
 from ..state import absolute_state_dir
+from ..text import ALL_KINDS, character_class
 
 EXIT_OK = 0
 EXIT_FOUND_ERRORS = 1
@@ -91,12 +92,14 @@ def print_json(value: Any) -> None:
     sys.stdout.flush()
 
 
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+# every character of tooldir.text's table, and a carriage return (it can overwrite a line)
+_CONTROL = re.compile(character_class(ALL_KINDS, extra="\r"))
 
 
 def clean(text: str | None) -> str:
-    """Text from a tool directory, made safe to show on a terminal: control, escape, bidi and
-    zero-width characters become visible ``<U+XXXX>`` markers."""
+    """Text from a tool directory, made safe to show on a terminal: control, escape, bidi,
+    tag and other invisible characters (the table of :mod:`tooldir.text`) and carriage returns
+    become visible ``<U+XXXX>`` markers. Tab and line feed stay."""
     if text is None:
         return ""
     return _CONTROL.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)

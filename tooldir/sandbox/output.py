@@ -5,21 +5,26 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..text import BIDI, CONTROL, TAG, character_class
+
 # ESC-introduced sequences (CSI ... final, OSC ... BEL/ST, DCS/SOS/PM/APC ... ST, two-byte ESC x),
-# their 8-bit C1 forms, and every other C0/C1 control except tab and newline.
+# their 8-bit C1 forms, and every other C0/C1 control except tab and newline (tooldir.text's
+# control characters, and a carriage return).
 _ESCAPES = re.compile(
     r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"  # CSI
     r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f]).*?(?:\x07|\x1b\\|\x9c|$)"  # OSC, DCS, SOS, PM, APC
     r"|\x1b[ -/]*[0-~]"  # two-byte and nF escapes
-    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]",  # the remaining controls (tab, LF kept)
+    "|" + character_class((CONTROL,), extra="\r"),  # the remaining controls (tab, LF kept)
     re.DOTALL,
 )
-_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+# bidi formatting (it reorders what is shown) and tag characters (invisible text a model reads);
+# other invisible characters stay: joiners and variation selectors are part of emoji
+_BIDI = re.compile(character_class((BIDI, TAG)))
 
 
 def sanitize_text(text: str) -> str:
-    """Remove terminal escape sequences, control characters (except tab and newline) and bidi
-    overrides. ``\\r\\n`` becomes ``\\n``."""
+    """Remove terminal escape sequences, control characters (except tab and newline), bidi
+    formatting and tag characters (tables in :mod:`tooldir.text`). ``\\r\\n`` becomes ``\\n``."""
     text = text.replace("\r\n", "\n")
     return _BIDI.sub("", _ESCAPES.sub("", text))
 
