@@ -260,3 +260,80 @@ def _write_bytes_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# ---------------------------------------------------------------------------------------------
+# The audit chain head: the (seq, hash) of the newest audit line and the log's size after it,
+# beside the log (``audit.jsonl`` -> ``audit.head.json``). The appender writes it under the log's
+# lock after every line (atomically, no directory fsync: a head lost in a crash is one line behind,
+# which the next append repairs and ``audit verify`` reports as a warning); it takes the next seq
+# and prev hash from here, so a long line can never break the chain, and ``audit verify`` compares
+# the log with it to detect lines missing at the end.
+
+AUDIT_HEAD = "audit.head.json"
+_HEX = frozenset("0123456789abcdef")
+
+
+@dataclass(frozen=True, slots=True)
+class ChainHead:
+    """The newest line of a hash-chained log: its ``seq`` and ``hash``, and the log's ``size`` in
+    bytes right after it (0 when unknown)."""
+
+    seq: int
+    hash: str
+    size: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"v": 1, "seq": self.seq, "hash": self.hash, "size": self.size}
+
+    @property
+    def text(self) -> str:
+        """``SEQ:HASH``, the form ``tooldir audit head`` prints and ``--expect-head`` takes."""
+        return f"{self.seq}:{self.hash}"
+
+
+def audit_head_path(log_path: Path) -> Path:
+    """Where the head of the log at ``log_path`` is kept (``audit.jsonl`` -> ``audit.head.json``)."""
+    log_path = Path(log_path)
+    stem = log_path.name[: -len(".jsonl")] if log_path.name.endswith(".jsonl") else log_path.name
+    return log_path.with_name(f"{stem}.head.json")
+
+
+def load_chain_head(path: Path) -> ChainHead | None:
+    """The recorded head, or None when there is none.
+
+    Raises:
+        StateError: the file exists but cannot be read or is not a head record.
+    """
+    from ._internal.strictjson import StrictJSONError, loads
+
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StateError(f"cannot read: {exc.strerror}", path=str(path)) from None
+    try:
+        value = loads(data)
+    except StrictJSONError as exc:
+        raise StateError(f"not a valid head record ({exc.code}: {exc.message})", path=str(path)) from None
+    seq, digest, size = (value.get(k) for k in ("seq", "hash", "size")) if isinstance(value, dict) else (None,) * 3
+    if (
+        type(seq) is not int
+        or seq < 0
+        or type(size) is not int
+        or size < 0
+        or not isinstance(digest, str)
+        or len(digest) != 64
+        or not _HEX.issuperset(digest)
+    ):
+        raise StateError(
+            "not a head record: needs integer 'seq' and 'size' >= 0 and a sha256 hex 'hash'", path=str(path)
+        )
+    return ChainHead(seq, digest, size)
+
+
+def save_chain_head(path: Path, head: ChainHead) -> None:
+    """Replace the head atomically (temp file, fsync, ``os.replace``), mode 0600."""
+    data = json.dumps(head.to_json(), sort_keys=True, separators=(",", ":")).encode("ascii") + b"\n"
+    _write_bytes_atomic(Path(path), data)
