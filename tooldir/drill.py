@@ -127,6 +127,8 @@ StepKind = Literal[
     "replace",
     "corrupt",
     "delete-line",
+    "tamper-line",
+    "truncate",
     "plant",
     "policy",
     "tooldir",
@@ -144,6 +146,8 @@ _STEP_NEEDS: dict[str, tuple[str, ...]] = {
     "replace": ("path", "old", "text"),
     "corrupt": ("path", "line", "column"),
     "delete-line": ("path", "line"),
+    "tamper-line": ("path", "line", "how"),
+    "truncate": ("path", "line"),
     "plant": ("plant",),
     "policy": ("text",),
     "tooldir": (),
@@ -169,6 +173,7 @@ class Step(_Frozen):
     line: int | None = Field(default=None, ge=1)  # corrupt: 1-based line of the character to change
     column: int | None = Field(default=None, ge=1)  # corrupt: 1-based column
     key: str | None = None  # sign-ssh: arena path of the OpenSSH private key
+    how: Literal["whitespace", "reorder", "duplicate-key", "escape"] | None = None  # tamper-line: how
     namespace: str = "tooldir"  # sign-ssh: the SSHSIG namespace
 
     @model_validator(mode="after")
@@ -187,6 +192,8 @@ class CallSpec(_Frozen):
     """One attempt to run a tool through ``Registry.call`` after the load."""
 
     tool: str
+    repeat: int = Field(default=1, ge=1, le=1_000_000)
+    """The name called is ``tool`` repeated this many times (an oversized name)."""
     input: dict[str, Any] = Field(default_factory=dict)
     via: Literal["registry", "session"] = "registry"
     """``session``: the model's call inside one conversation (``Session.call``), so guard tools
@@ -209,6 +216,11 @@ class CallSpec(_Frozen):
     check_processes: bool = False
     """After the call, no process may still carry the drill's {marker} on its command line."""
     audit: bool = True
+
+    @property
+    def name(self) -> str:
+        """The tool name as called (``tool`` times ``repeat``)."""
+        return self.tool * self.repeat
 
 
 class Storm(_Frozen):
