@@ -210,3 +210,26 @@ def test_verify_json_carries_both_heads_and_the_problems(tmp_path: Path) -> None
     assert doc["head"]["seq"] == 1 and doc["recorded_head"]["seq"] == 3
     assert doc["broken_line"] == 2 and doc["reason_code"] == "missing-lines"
     assert [p["code"] for p in doc["problems"]] == ["missing-lines"]
+
+
+def test_registry_calls_with_a_70000_character_name_keep_one_chain_across_processes(tmp_path: Path) -> None:
+    from regkit import registry_for
+
+    first = registry_for(tmp_path)
+    assert first.registry.call("x" * 70_000, {}).error.code == "unknown-tool"  # type: ignore[union-attr]
+    second = registry_for(tmp_path)  # the next process: nothing cached
+    assert second.registry.call("y", {}).audit_id is not None
+    log = first.state / "audit.jsonl"
+    assert [json.loads(x)["seq"] for x in lines(log)] == [1, 2]
+    assert verify(log).ok
+
+
+def test_a_registry_call_with_lone_surrogates_in_the_name_is_audited(tmp_path: Path) -> None:
+    from regkit import registry_for
+
+    setup = registry_for(tmp_path)
+    result = setup.registry.call("evil\udcff\ud800", {"k": "\ud800"})
+    assert result.error is not None and result.error.code == "unknown-tool" and result.audit_id is not None
+    record = json.loads(lines(setup.state / "audit.jsonl")[0])
+    assert record["tool"] == "evil\ufffd\ufffd" and record["tool_sha256"].startswith("sha256:")
+    assert verify(setup.state / "audit.jsonl").ok
