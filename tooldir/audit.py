@@ -59,6 +59,7 @@ _CAPS = {"reason": REASON_CAP}
 _MAX_LAST_LINE = 1 << 24  # a head-less log whose last line is longer than 16 MiB is treated as damaged
 _MAX_INT = 1 << 53
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 _HEAD_TEXT = re.compile(r"^(?:(\d{1,18}):)?([0-9a-f]{64})$")
 
 
@@ -68,7 +69,7 @@ def canonical(value: Any) -> bytes:
     Raises:
         ValueError: a non-finite number (records are built so that this never happens).
     """
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
+    return _ENCODER.encode(value).encode("ascii")
 
 
 def _canonical_v1(value: Any) -> bytes:
@@ -177,10 +178,8 @@ class JsonlAudit:
         audit_id = uuid.uuid4().hex
         fields = bounded_fields(event.fields())
         with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = self._open_locked()
+            fd, size = self._open_locked()
             try:
-                size = os.fstat(fd).st_size
                 seq, prev, sep = self._link(fd, size)
                 line: dict[str, Any] = {
                     "v": RECORD_VERSION,
@@ -202,18 +201,24 @@ class JsonlAudit:
                 os.close(fd)  # also releases the flock
         return audit_id
 
-    def _open_locked(self) -> int:
-        """The log, opened for append and locked; reopened if it was replaced while we waited."""
+    def _open_locked(self) -> tuple[int, int]:
+        """The log, opened for append and locked (reopened if it was replaced while we waited),
+        and its size."""
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
         for _ in range(8):
-            fd = os.open(self.path, flags, 0o600)
-            fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                same = os.stat(self.path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+                fd = os.open(self.path, flags, 0o600)
+            except FileNotFoundError:  # no state directory yet
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                fd = os.open(self.path, flags, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            try:
+                same = os.stat(self.path, follow_symlinks=False).st_ino == st.st_ino
             except FileNotFoundError:
                 same = False
             if same:
-                return fd
+                return fd, st.st_size
             os.close(fd)
         raise OSError(f"the audit log {self.path} keeps being replaced")
 

@@ -8,10 +8,10 @@ the new content, never a torn file.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -249,16 +249,24 @@ def record_verified(state_dir: Path, digests: Iterable[bytes]) -> int:
 
 
 def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    """Replace ``path`` by ``data`` atomically: a new 0600 file beside it (``O_EXCL``, never
+    following links), written and fsynced, then ``os.replace``. Kept cheap (the audit appender
+    calls it once per line): a few syscalls, no ``tempfile`` machinery."""
+    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(6).hex()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
+        try:
+            os.fchmod(fd, 0o600)  # exactly 0600 whatever the umask
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise
 
 
@@ -335,5 +343,7 @@ def load_chain_head(path: Path) -> ChainHead | None:
 
 def save_chain_head(path: Path, head: ChainHead) -> None:
     """Replace the head atomically (temp file, fsync, ``os.replace``), mode 0600."""
-    data = json.dumps(head.to_json(), sort_keys=True, separators=(",", ":")).encode("ascii") + b"\n"
-    _write_bytes_atomic(Path(path), data)
+    if not (type(head.seq) is int and type(head.size) is int and len(head.hash) == 64 and _HEX.issuperset(head.hash)):
+        raise ValueError(f"not a chain head: {head!r}")
+    data = f'{{"hash":"{head.hash}","seq":{head.seq},"size":{head.size},"v":1}}\n'.encode("ascii")
+    _write_bytes_atomic(path, data)
