@@ -30,6 +30,7 @@ Appends take an exclusive ``flock`` on the log so several processes (a CLI run b
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -299,7 +300,7 @@ def _last_link(fd: int, size: int, floor: int) -> tuple[int, str] | None:
 class Problem:
     """One finding of :func:`verify`. ``code`` is stable: not-terminated, invalid-json,
     duplicate-key, not-a-record, unknown-version, hash-mismatch, not-canonical, seq-mismatch,
-    prev-mismatch, missing-lines, log-missing, head-mismatch, head-missing, head-invalid,
+    prev-mismatch, too-long, missing-lines, log-missing, head-mismatch, head-missing, head-invalid,
     head-behind, expected-head-not-found. ``line`` is 1-based (None: not about one line)."""
 
     code: str
@@ -385,35 +386,56 @@ def verify(
     """
     path = Path(path)
     problems: list[Problem] = []
-    recorded: ChainHead | None = None
-    try:
-        recorded = load_chain_head(head_path if head_path is not None else audit_head_path(path))
-    except StateError as exc:
-        problems.append(Problem("head-invalid", f"the chain head {exc.path} is damaged: {exc.message}"))
-    want_seq, want_hash = expect_head if expect_head is not None else (None, None)
-    seen_expected = False
-    marks: dict[int, str] = {}  # seq -> hash of the lines the heads point at
-    points = {s for s in (want_seq, recorded.seq if recorded else None) if s}
-    prev, count, broken = GENESIS, 0, False
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed below
     except FileNotFoundError:
         fh = None
-    if fh is None:
-        if recorded is not None and recorded.seq > 0:
-            problems.append(
-                Problem(
-                    "log-missing",
-                    f"the audit log is missing: {recorded.seq} lines missing at the end "
-                    f"(the recorded head is {recorded.text})",
-                    1,
+    with contextlib.ExitStack() as stack:
+        limit = 0
+        if fh is not None:
+            stack.enter_context(fh)
+            # The head and the log's size as one snapshot: appends hold the lock exclusively while
+            # they write both, so lines appended while we read are simply not part of this check.
+            fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
+            try:
+                recorded, head_problem = _recorded_head(path, head_path)
+                limit = os.fstat(fh.fileno()).st_size
+            finally:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        else:
+            recorded, head_problem = _recorded_head(path, head_path)
+        if head_problem is not None:
+            problems.append(head_problem)
+        want_seq, want_hash = expect_head if expect_head is not None else (None, None)
+        seen_expected = False
+        marks: dict[int, str] = {}  # seq -> hash of the lines the heads point at
+        points = {s for s in (want_seq, recorded.seq if recorded else None) if s}
+        prev, count, broken = GENESIS, 0, False
+        if fh is None:
+            if recorded is not None and recorded.seq > 0:
+                problems.append(
+                    Problem(
+                        "log-missing",
+                        f"the audit log is missing: {recorded.seq} lines missing at the end "
+                        f"(the recorded head is {recorded.text})",
+                        1,
+                    )
                 )
-            )
-            broken = True
-    else:
-        with fh:
-            for number, raw in enumerate(fh, start=1):
-                problem, digest = _check_line(raw, number, prev)
+                broken = True
+        else:
+            number = 0
+            while limit > 0:
+                raw = fh.readline(min(limit, _MAX_LAST_LINE + 1))
+                if not raw:
+                    break
+                limit -= len(raw)
+                number += 1
+                if len(raw) > _MAX_LAST_LINE:
+                    problem: Problem | None = Problem(
+                        "too-long", f"the line is longer than {_MAX_LAST_LINE} bytes", number
+                    )
+                else:
+                    problem, digest = _check_line(raw, number, prev)
                 if problem is not None:
                     problems.append(problem)
                     broken = True
@@ -429,6 +451,13 @@ def verify(
             problems.extend(_expected_problems(count, marks, want_seq, str(want_hash), seen_expected))
     ok = not any(p.severity == "error" for p in problems)
     return VerifyReport(ok, count, prev, count, recorded, tuple(problems))
+
+
+def _recorded_head(path: Path, head_path: Path | None) -> tuple[ChainHead | None, Problem | None]:
+    try:
+        return load_chain_head(head_path if head_path is not None else audit_head_path(path)), None
+    except StateError as exc:
+        return None, Problem("head-invalid", f"the chain head {exc.path} is damaged: {exc.message}")
 
 
 def _head_problems(

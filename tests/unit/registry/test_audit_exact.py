@@ -176,3 +176,14 @@ def test_non_finite_and_non_string_values_never_stop_the_writer(tmp_path: Path) 
     assert record["digest"] == "<unrepresentable int>"
     assert record["tool"].startswith("<unrepresentable")
     assert verify(path).ok
+
+
+def test_a_line_longer_than_the_bound_is_reported_without_reading_it_whole(tmp_path: Path) -> None:
+    from tooldir import audit
+
+    path = tmp_path / "audit.jsonl"
+    write_log(path, 1)
+    with path.open("ab") as fh:
+        fh.write(b"x" * (audit._MAX_LAST_LINE + 10) + b"\n")
+    report = verify(path)
+    assert (report.broken_line, report.reason_code) == (2, "too-long")

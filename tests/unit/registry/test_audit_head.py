@@ -233,3 +233,25 @@ def test_a_registry_call_with_lone_surrogates_in_the_name_is_audited(tmp_path: P
     record = json.loads(lines(setup.state / "audit.jsonl")[0])
     assert record["tool"] == "evil\ufffd\ufffd" and record["tool_sha256"].startswith("sha256:")
     assert verify(setup.state / "audit.jsonl").ok
+
+
+def test_verify_beside_a_busy_writer_sees_one_consistent_snapshot(tmp_path: Path) -> None:
+    import threading
+
+    path = tmp_path / "audit.jsonl"
+    write_log(path, 1)
+    done = threading.Event()
+
+    def writer() -> None:
+        sink = JsonlAudit(path)
+        for n in range(150):
+            sink.record(event(n))
+        done.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    reports = []
+    while not done.is_set():
+        reports.append(verify(path))
+    thread.join(timeout=30)
+    assert reports and all(r.ok and r.problems == () for r in reports), [r.problems for r in reports if r.problems][:1]
