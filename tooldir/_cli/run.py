@@ -162,7 +162,8 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
         style = "red" if problem.severity == "error" else "yellow"
         console().print(safe(f"  {problem.severity} {where}{problem.code}: {problem.message}", style))
     if not report.ok:
-        console().print(safe(f"  the first {report.lines} lines are intact, up to {head}"))
+        intact = "no line is" if report.lines == 0 else f"lines 1-{report.lines} are"
+        console().print(safe(f"  {intact} intact (head {head})"))
     return EXIT_OK if report.ok else EXIT_FOUND_ERRORS
 
 
