@@ -266,21 +266,21 @@ def _separator(fd: int, size: int) -> bytes:
 
 
 def _last_link(fd: int, size: int, floor: int) -> tuple[int, str] | None:
-    """(seq, hash) of the last line of the log at or after byte ``floor``, read backwards in
-    growing chunks (any line length up to 16 MiB); None when there is no line there."""
-    end = size
+    """(seq, hash) of the last complete line of the log at or after byte ``floor``, read backwards
+    in growing chunks (any line length up to 16 MiB); a torn fragment after it is skipped. None when
+    there is no complete line there."""
     chunk = 1 << 16
     while True:
-        start = max(floor, end - chunk)
+        start = max(floor, size - chunk)
         data = os.pread(fd, size - start, start)
-        body = data.rstrip(b"\n")
-        cut = body.rfind(b"\n")
+        end = data.rfind(b"\n")  # the newline ending the last complete line
+        cut = data.rfind(b"\n", 0, end) if end >= 0 else -1  # the one before it
         if cut >= 0 or start == floor or size - start > _MAX_LAST_LINE:
-            last = body[cut + 1 :]
             break
         chunk *= 4
-    if not last.strip():
+    if end < 0:
         return None
+    last = data[cut + 1 : end]
     try:
         record = json.loads(last)
         seq, digest = record["seq"], record["hash"]

@@ -255,3 +255,19 @@ def test_verify_beside_a_busy_writer_sees_one_consistent_snapshot(tmp_path: Path
         reports.append(verify(path))
     thread.join(timeout=30)
     assert reports and all(r.ok and r.problems == () for r in reports), [r.problems for r in reports if r.problems][:1]
+
+
+def test_a_torn_append_whose_head_update_was_lost_is_reported_and_the_chain_goes_on_from_the_head(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    write_log(path, 2)
+    before = audit_head_path(path).read_bytes()
+    JsonlAudit(path).record(event(2))
+    audit_head_path(path).write_bytes(before)  # the crash: head not updated...
+    path.write_bytes(path.read_bytes()[:-15])  # ...and line 3 only half written
+    JsonlAudit(path).record(event(3))
+    assert (verify(path).broken_line, verify(path).reason_code) == (3, "invalid-json")
+    content = lines(path)
+    path.write_bytes(b"".join(content[:2] + content[3:]))  # the operator removes the torn line
+    assert verify(path).ok and verify(path).problems == ()
