@@ -243,7 +243,8 @@ class JsonlAudit:
         floor = head.size if head is not None else 0
         found = _last_link(fd, size, floor)
         if found is None:
-            return (head.seq, head.hash, _separator(fd, size)) if head is not None else (0, GENESIS, b"")
+            seq, prev = (head.seq, head.hash) if head is not None else (0, GENESIS)
+            return seq, prev, _separator(fd, size)
         return found[0], found[1], _separator(fd, size)
 
 
@@ -286,7 +287,7 @@ def _last_link(fd: int, size: int, floor: int) -> tuple[int, str] | None:
         seq, digest = record["seq"], record["hash"]
         if type(seq) is int and isinstance(digest, str):
             return seq, digest
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         pass
     # A damaged last line: chain to its raw bytes, so verify reports the damage where it is.
     return 0, hashlib.sha256(last).hexdigest()

@@ -271,3 +271,11 @@ def test_a_torn_append_whose_head_update_was_lost_is_reported_and_the_chain_goes
     content = lines(path)
     path.write_bytes(b"".join(content[:2] + content[3:]))  # the operator removes the torn line
     assert verify(path).ok and verify(path).problems == ()
+
+
+@pytest.mark.parametrize("tail", [b"[" * 100_000 + b"\n", b'{"seq": 1, "ha', b"\n\n"], ids=["deep", "torn", "blank"])
+def test_odd_bytes_at_the_end_of_a_headless_log_never_stop_the_writer(tmp_path: Path, tail: bytes) -> None:
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(tail)
+    JsonlAudit(path).record(event(0))
+    assert lines(path)[-1].endswith(b"}\n") and not verify(path).ok  # the damage is reported, not hidden
