@@ -136,11 +136,10 @@ def check_audit(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> Check:
 
 
 def _logs_tool(line: dict[str, Any], tool: str) -> bool:
-    """The line names ``tool``: as it is, or capped with the sha256 of the full name."""
+    """The line names ``tool``: as it is, or (capped or repaired) by the sha256 of the full name."""
     if line.get("tool") == tool:
         return True
-    full = "sha256:" + hashlib.sha256(tool.encode("utf-8", "surrogatepass")).hexdigest()
-    return line.get("tool_sha256") == full and tool.startswith(str(line.get("tool")))
+    return line.get("tool_sha256") == "sha256:" + hashlib.sha256(tool.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def check_canary(arena: Arena) -> Check:
