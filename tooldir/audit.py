@@ -18,7 +18,7 @@ value, UTF-8 with surrogates passed through) and ``<field>_length`` (its length 
 writer never raises on odd strings, only ``OSError`` when the log cannot be written.
 
 The chain head (:class:`~tooldir.state.ChainHead`: the newest ``seq``, ``hash`` and the log size)
-is kept beside the log in ``audit.head.json``, written atomically under the log's lock after every
+is kept beside the log in ``audit.head``, written atomically under the log's lock after every
 line. The appender takes the next ``seq`` and ``prev`` from it (never from a bounded tail read, so
 no line length can break the chain); a log without a head (written by an older version) is read
 backwards to its last line once and the head created. :func:`verify` compares the log with the head
@@ -163,7 +163,7 @@ class _Known:
 
 
 class JsonlAudit:
-    """The hash-chained JSONL sink at ``<state_dir>/audit.jsonl``, head in ``audit.head.json``."""
+    """The hash-chained JSONL sink at ``<state_dir>/audit.jsonl``, head in ``audit.head``."""
 
     def __init__(self, path: Path, head_path: Path | None = None) -> None:
         self.path = Path(path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -248,10 +249,9 @@ def record_verified(state_dir: Path, digests: Iterable[bytes]) -> int:
     return len(new)
 
 
-def _write_bytes_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+def _write_bytes_atomic(path: Path, data: bytes) -> None:
     """Replace ``path`` by ``data`` atomically: a new 0600 file beside it (``O_EXCL``, never
-    following links), written and (``durable``) fsynced, then ``os.replace``. Kept cheap (the
-    audit appender calls it once per line): a few syscalls, no ``tempfile`` machinery."""
+    following links), written and fsynced, then ``os.replace``."""
     tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(6).hex()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
@@ -260,8 +260,7 @@ def _write_bytes_atomic(path: Path, data: bytes, *, durable: bool = True) -> Non
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            if durable:
-                os.fsync(fd)
+            os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -273,14 +272,21 @@ def _write_bytes_atomic(path: Path, data: bytes, *, durable: bool = True) -> Non
 
 # ---------------------------------------------------------------------------------------------
 # The audit chain head: the (seq, hash) of the newest audit line and the log's size after it,
-# beside the log (``audit.jsonl`` -> ``audit.head.json``). The appender writes it under the log's
-# lock after every line (atomically, after the line is on disk, not itself fsynced: a head lost in a
-# crash is behind the log, which the next append repairs and ``audit verify`` meanwhile reports as a
-# warning, see save_chain_head); it takes the next seq and prev hash from here, so a long line can
+# beside the log (``audit.jsonl`` -> ``audit.head``). The appender writes it under the log's lock
+# after every line is on disk; it takes the next seq and prev hash from here, so a long line can
 # never break the chain, and ``audit verify`` compares the log with it to detect lines missing at
 # the end.
+#
+# The file holds two fixed 256-byte slots, each one JSON line (space-padded) with a checksum; a
+# head is written in place into slot ``seq % 2``, so the other slot always keeps the previous head
+# and a reader takes the valid slot with the highest seq: a torn or interrupted write leaves the
+# previous head, never a broken one (the atomicity of a temp file and rename at a fraction of its
+# cost: no new inode, no rename, no journal commit per call). It is not fsynced: the log line is
+# already on disk (fdatasync) before the head write starts, so a crash can leave the head behind
+# the log (``head-behind``, a warning, repaired by the next append) but never ahead of it.
 
-AUDIT_HEAD = "audit.head.json"
+AUDIT_HEAD = "audit.head"
+HEAD_SLOT = 256
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -293,65 +299,83 @@ class ChainHead:
     hash: str
     size: int = 0
 
-    def to_json(self) -> dict[str, Any]:
-        return {"v": 1, "seq": self.seq, "hash": self.hash, "size": self.size}
-
     @property
     def text(self) -> str:
         """``SEQ:HASH``, the form ``tooldir audit head`` prints and ``--expect-head`` takes."""
         return f"{self.seq}:{self.hash}"
 
+    @property
+    def check(self) -> str:
+        """The slot checksum: the first 16 hex digits of sha256 over ``SEQ:HASH:SIZE``."""
+        return hashlib.sha256(f"{self.seq}:{self.hash}:{self.size}".encode("ascii")).hexdigest()[:16]
+
 
 def audit_head_path(log_path: Path) -> Path:
-    """Where the head of the log at ``log_path`` is kept (``audit.jsonl`` -> ``audit.head.json``)."""
+    """Where the head of the log at ``log_path`` is kept (``audit.jsonl`` -> ``audit.head``)."""
     log_path = Path(log_path)
     stem = log_path.name[: -len(".jsonl")] if log_path.name.endswith(".jsonl") else log_path.name
-    return log_path.with_name(f"{stem}.head.json")
+    return log_path.with_name(f"{stem}.head")
 
 
 def load_chain_head(path: Path) -> ChainHead | None:
-    """The recorded head, or None when there is none.
+    """The recorded head (the valid slot with the highest seq), or None when nothing is recorded
+    (no file, or only empty slots).
 
     Raises:
-        StateError: the file exists but cannot be read or is not a head record.
+        StateError: the file cannot be read, or it holds data but no valid head.
     """
-    from ._internal.strictjson import StrictJSONError, loads
-
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as fh:
+            data = fh.read(2 * HEAD_SLOT + 1)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise StateError(f"cannot read: {exc.strerror}", path=str(path)) from None
+    if len(data) > 2 * HEAD_SLOT:
+        raise StateError(f"not a head file: longer than {2 * HEAD_SLOT} bytes", path=str(path))
+    slots = [data[i : i + HEAD_SLOT] for i in range(0, len(data), HEAD_SLOT)]
+    heads = [h for h in map(_parse_slot, slots) if h is not None]
+    if heads:
+        return max(heads, key=lambda h: h.seq)
+    if data.strip(b"\0"):
+        raise StateError("not a head file: no valid head record in it", path=str(path))
+    return None
+
+
+def _parse_slot(slot: bytes) -> ChainHead | None:
+    from ._internal.strictjson import StrictJSONError, loads
+
+    body = slot.rstrip(b" \n\0")
+    if not body:
+        return None
     try:
-        value = loads(data)
-    except StrictJSONError as exc:
-        raise StateError(f"not a valid head record ({exc.code}: {exc.message})", path=str(path)) from None
-    seq, digest, size = (value.get(k) for k in ("seq", "hash", "size")) if isinstance(value, dict) else (None,) * 3
-    if (
-        type(seq) is not int
-        or seq < 0
-        or type(size) is not int
-        or size < 0
-        or not isinstance(digest, str)
-        or len(digest) != 64
-        or not _HEX.issuperset(digest)
-    ):
-        raise StateError(
-            "not a head record: needs integer 'seq' and 'size' >= 0 and a sha256 hex 'hash'", path=str(path)
-        )
-    return ChainHead(seq, digest, size)
+        value = loads(body)
+    except StrictJSONError:
+        return None
+    if not isinstance(value, dict) or set(value) != {"check", "hash", "seq", "size", "v"} or value["v"] != 1:
+        return None
+    seq, digest, size = value["seq"], value["hash"], value["size"]
+    if type(seq) is not int or type(size) is not int or seq < 0 or size < 0 or not _is_sha256_hex(digest):
+        return None
+    head = ChainHead(seq, digest, size)
+    return head if value["check"] == head.check else None
+
+
+def _is_sha256_hex(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and _HEX.issuperset(value)
 
 
 def save_chain_head(path: Path, head: ChainHead) -> None:
-    """Replace the head atomically (temp file, ``os.replace``), mode 0600.
-
-    Not fsynced: the head is derived from the log, whose line is already on disk (fdatasync)
-    before this starts, so a crash can leave the head behind the log (a ``head-behind`` warning,
-    or ``head-invalid`` on a file system that persists the rename before the data) but never
-    ahead of it, and the next append repairs it from the log. The fsync would double the disk
-    flushes of every audited call (measured: +0.2 ms a call on ext4)."""
-    if not (type(head.seq) is int and type(head.size) is int and len(head.hash) == 64 and _HEX.issuperset(head.hash)):
+    """Record ``head`` in slot ``seq % 2`` (the file is created 0600, never through a symlink).
+    Call it under the log's lock, after the log line is on disk."""
+    if type(head.seq) is not int or type(head.size) is not int or head.seq < 0 or not _is_sha256_hex(head.hash):
         raise ValueError(f"not a chain head: {head!r}")
-    data = f'{{"hash":"{head.hash}","seq":{head.seq},"size":{head.size},"v":1}}\n'.encode("ascii")
-    _write_bytes_atomic(path, data, durable=False)
+    line = f'{{"check":"{head.check}","hash":"{head.hash}","seq":{head.seq},"size":{head.size},"v":1}}'
+    data = line.encode("ascii").ljust(HEAD_SLOT - 1) + b"\n"
+    if len(data) != HEAD_SLOT:
+        raise ValueError(f"chain head too large for its slot: {head!r}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.pwrite(fd, data, HEAD_SLOT * (head.seq % 2))
+    finally:
+        os.close(fd)

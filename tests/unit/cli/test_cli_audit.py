@@ -68,7 +68,7 @@ def test_expect_head_catches_a_truncation_hidden_from_the_local_head(
     log = write_log(tmp_path, 4)
     shipped = run(capsys, "audit", "head", "--state-dir", str(tmp_path))[1].strip()
     log.write_bytes(b"".join(log.read_bytes().splitlines(keepends=True)[:2]))
-    (tmp_path / "audit.head.json").unlink()
+    (tmp_path / "audit.head").unlink()
     code, doc = run_json(
         capsys, "audit", "verify", "--state-dir", str(tmp_path), "--allow-missing-head", "--expect-head", shipped
     )
@@ -80,7 +80,7 @@ def test_a_missing_head_fails_verify_unless_explicitly_allowed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_log(tmp_path, 2)
-    (tmp_path / "audit.head.json").unlink()
+    (tmp_path / "audit.head").unlink()
     code, doc = run_json(capsys, "audit", "verify", "--state-dir", str(tmp_path))
     assert code == 1 and doc["reason_code"] == "head-missing"
     code, doc = run_json(capsys, "audit", "verify", "--state-dir", str(tmp_path), "--allow-missing-head")

@@ -96,6 +96,48 @@ def test_a_damaged_head_is_reported(tmp_path: Path) -> None:
     assert verify(path).reason_code == "head-invalid"
 
 
+def test_an_oversized_head_file_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    write_log(path, 2)
+    with audit_head_path(path).open("ab") as fh:
+        fh.write(b" " * 10)
+    assert verify(path).reason_code == "head-invalid"
+
+
+def test_a_torn_head_write_leaves_the_previous_head(tmp_path: Path) -> None:
+    """Slot seq % 2 is written in place; the other slot keeps the previous head."""
+    path = tmp_path / "audit.jsonl"
+    write_log(path, 3)
+    head_file = audit_head_path(path)
+    data = bytearray(head_file.read_bytes())
+    newest = 256 * (3 % 2)
+    data[newest + 20 : newest + 40] = b"X" * 20  # line 3's head half written
+    head_file.write_bytes(bytes(data))
+    assert head_of(path).seq == 2
+    report = verify(path)
+    assert report.ok and codes(report) == [(3, "head-behind", "warning")]
+    JsonlAudit(path).record(event(3))  # the next append repairs it
+    assert head_of(path).seq == 4 and verify(path).problems == ()
+
+
+def test_a_head_slot_whose_checksum_does_not_match_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    write_log(path, 2)
+    head_file = audit_head_path(path)
+    data = head_file.read_bytes()
+    forged = data.replace(b'"seq":2,', b'"seq":9,')  # seq changed, checksum left as it was
+    head_file.write_bytes(forged)
+    assert head_of(path).seq == 1
+
+
+def test_a_zero_filled_head_file_counts_as_no_head(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    write_log(path, 2)
+    audit_head_path(path).write_bytes(b"\0" * 512)
+    assert load_chain_head(audit_head_path(path)) is None
+    assert verify(path).reason_code == "head-missing"
+
+
 def test_a_rewritten_log_of_the_same_length_is_caught_by_the_head(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     write_log(path, 3)
@@ -177,6 +219,7 @@ def test_the_expected_head_catches_a_truncation_the_local_head_hides(tmp_path: P
     write_log(path, 5)
     shipped = head_of(path)
     keep_lines(path, 3)
+    audit_head_path(path).unlink()
     save_chain_head(audit_head_path(path), ChainHead(3, json.loads(lines(path)[-1])["hash"], path.stat().st_size))
     assert verify(path).ok  # the attacker fixed the local head too
     report = verify(path, expect_head=parse_head(shipped.text))
