@@ -162,7 +162,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
         style = "red" if problem.severity == "error" else "yellow"
         console().print(safe(f"  {problem.severity} {where}{problem.code}: {problem.message}", style))
     if not report.ok:
-        intact = "no line is" if report.lines == 0 else f"lines 1-{report.lines} are"
+        intact = {0: "no line is", 1: "line 1 is"}.get(report.lines, f"lines 1-{report.lines} are")
         console().print(safe(f"  {intact} intact (head {head})"))
     return EXIT_OK if report.ok else EXIT_FOUND_ERRORS
 
