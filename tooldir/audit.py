@@ -181,7 +181,7 @@ class JsonlAudit:
         with self._lock:
             fd, size = self._open_locked()
             try:
-                seq, prev, sep = self._link(fd, size)
+                seq, prev, sep, recorded = self._link(fd, size)
                 line: dict[str, Any] = {
                     "v": RECORD_VERSION,
                     "seq": seq + 1,
@@ -196,7 +196,9 @@ class JsonlAudit:
                 _write_all(fd, data)
                 os.fdatasync(fd)  # appended data and the new size reach the disk
                 head = ChainHead(seq + 1, digest, size + len(data))
-                save_chain_head(self.head_path, head)
+                # Both slots when the head does not simply advance (none yet, or a chain restarted
+                # after damage), so an older slot with a higher seq cannot outrank it.
+                save_chain_head(self.head_path, head, both=recorded is None or head.seq <= recorded)
                 self._known = _Known(head, _file_id(self.head_path) or (0, 0, 0))
             finally:
                 os.close(fd)  # also releases the flock
@@ -223,29 +225,31 @@ class JsonlAudit:
             os.close(fd)
         raise OSError(f"the audit log {self.path} keeps being replaced")
 
-    def _link(self, fd: int, size: int) -> tuple[int, str, bytes]:
-        """(seq, hash) to chain the next line to, and a separator to write first (a newline after
-        a torn last line, so the damage stays on its own line)."""
+    def _link(self, fd: int, size: int) -> tuple[int, str, bytes, int | None]:
+        """(seq, hash) to chain the next line to, a separator to write first (a newline after a
+        torn last line, so the damage stays on its own line), and the seq of the recorded head
+        (None when there is no valid one)."""
         known = self._known
         if known is not None and known.head.size == size and _file_id(self.head_path) == known.head_id:
-            return known.head.seq, known.head.hash, b""
+            return known.head.seq, known.head.hash, b"", known.head.seq
         try:
             head = load_chain_head(self.head_path)
         except StateError:
             head = None  # a damaged head: verify reports it; the log itself says where the chain is
         if head is not None and head.size == size:
-            return head.seq, head.hash, b""
+            return head.seq, head.hash, b"", head.seq
         if head is not None and head.size > size:
             # Lines are missing at the end: keep counting from the head so the gap stays visible.
-            return head.seq, head.hash, _separator(fd, size)
+            return head.seq, head.hash, _separator(fd, size), head.seq
         # No head (an older version's log: migrate), or lines appended after it (a crash between an
         # append and its head update, or an older writer): chain to the log's own last line.
         floor = head.size if head is not None else 0
         found = _last_link(fd, size, floor)
+        recorded = None if head is None else head.seq
         if found is None:
             seq, prev = (head.seq, head.hash) if head is not None else (0, GENESIS)
-            return seq, prev, _separator(fd, size)
-        return found[0], found[1], _separator(fd, size)
+            return seq, prev, _separator(fd, size), recorded
+        return found[0], found[1], _separator(fd, size), recorded
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -358,9 +358,10 @@ def _is_sha256_hex(value: Any) -> bool:
     return isinstance(value, str) and len(value) == 64 and _HEX.issuperset(value)
 
 
-def save_chain_head(path: Path, head: ChainHead) -> None:
-    """Record ``head`` in slot ``seq % 2`` (the file is created 0600, never through a symlink).
-    Call it under the log's lock, after the log line is on disk."""
+def save_chain_head(path: Path, head: ChainHead, *, both: bool = False) -> None:
+    """Record ``head`` in slot ``seq % 2``, or in both slots (``both``: a head that does not
+    advance the recorded one, which the other slot must not outrank). The file is created 0600,
+    never through a symlink. Call it under the log's lock, after the log line is on disk."""
     if type(head.seq) is not int or type(head.size) is not int or head.seq < 0 or not _is_sha256_hex(head.hash):
         raise ValueError(f"not a chain head: {head!r}")
     line = f'{{"check":"{head.check}","hash":"{head.hash}","seq":{head.seq},"size":{head.size},"v":1}}'
@@ -369,6 +370,9 @@ def save_chain_head(path: Path, head: ChainHead) -> None:
         raise ValueError(f"chain head too large for its slot: {head!r}")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
-        os.pwrite(fd, data, HEAD_SLOT * (head.seq % 2))
+        if both:
+            os.pwrite(fd, data + data, 0)
+        else:
+            os.pwrite(fd, data, HEAD_SLOT * (head.seq % 2))
     finally:
         os.close(fd)

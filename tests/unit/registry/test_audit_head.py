@@ -322,3 +322,15 @@ def test_odd_bytes_at_the_end_of_a_headless_log_never_stop_the_writer(tmp_path: 
     path.write_bytes(tail)
     JsonlAudit(path).record(event(0))
     assert lines(path)[-1].endswith(b"}\n") and not verify(path).ok  # the damage is reported, not hidden
+
+
+def test_a_chain_restarted_after_damage_is_not_outranked_by_an_older_head_slot(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    write_log(path, 6)
+    path.write_bytes(path.read_bytes() + b"garbage line\n")  # appended after the head: no seq in it
+    JsonlAudit(path).record(event(7))  # chains to the damaged line's bytes, restarting at seq 1
+    assert json.loads(lines(path)[-1])["seq"] == 1
+    assert head_of(path).seq == 1  # not the older slot's 5 or 6
+    JsonlAudit(path).record(event(8))
+    assert [json.loads(x)["seq"] for x in lines(path)[-2:]] == [1, 2]
+    assert verify(path).broken_line == 7
