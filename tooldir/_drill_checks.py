@@ -3,7 +3,6 @@ control tools, user state and the audit record of each call. Pure functions of w
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -137,6 +136,8 @@ def check_audit(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> Check:
 
 def _logs_tool(line: dict[str, Any], tool: str) -> bool:
     """The line names ``tool``: as it is, or (capped or repaired) by the sha256 of the full name."""
+    import hashlib
+
     if line.get("tool") == tool:
         return True
     return line.get("tool_sha256") == "sha256:" + hashlib.sha256(tool.encode("utf-8", "surrogatepass")).hexdigest()

@@ -108,16 +108,8 @@ def test_state_check_ignores_the_audit_log_that_tooldir_itself_appends_to(tmp_pa
         ('threat = "trust:unapproved"\ntitle = "t"\nplants = "p"\nexpected = "e"\n', "(top)"),
         (HEADER.replace('"trust:unapproved"', '"Not An Id"'), "threat"),
         (HEADER + '[[steps]]\ndo = "write"\npath = "project/x"\n', "steps.0"),
-        (HEADER + '[[after_calls]]\ndo = "tamper-line"\npath = "project/x"\nline = 1\n', "after_calls.0"),
     ],
-    ids=[
-        "symlink-without-target",
-        "unknown-key",
-        "no-control-tool",
-        "bad-threat-id",
-        "write-without-content",
-        "tamper-without-how",
-    ],
+    ids=["symlink-without-target", "unknown-key", "no-control-tool", "bad-threat-id", "write-without-content"],
 )
 def test_an_invalid_scenario_is_a_clear_error_naming_the_key(tmp_path: Path, toml: str, key: str) -> None:
     folder = write_scenario(tmp_path / "bad", toml)
@@ -294,33 +286,3 @@ def test_a_call_refused_with_another_code_than_expected_fails_and_names_both(tmp
     checks = {c.name: c for c in result.checks}
     assert "call evil_new should fail with timeout but got not-active" in checks["outcome"].message
     assert checks["audit"].passed
-
-
-@pytest.mark.parametrize("how", ["whitespace", "reorder", "escape", "duplicate-key"])
-def test_tamper_line_changes_the_bytes_of_exactly_one_line_but_not_what_python_parses(tmp_path: Path, how: str) -> None:
-    from tooldir._drill_exec import apply_step
-    from tooldir.drill import Step
-
-    arena = make_arena(tmp_path, str(tmp_path / "scenario.toml"))
-    log = arena.state / "audit.jsonl"
-    rows = [{"seq": n, "tool": f"tool{n}", "decision": "deny"} for n in (1, 2, 3)]
-    log.write_bytes(b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in rows))
-    before = log.read_bytes().splitlines()
-    step = Step(do="tamper-line", how=how, path="home/.local/state/tooldir/audit.jsonl", line=2)
-    apply_step(step, arena, (), "after_calls[0]", None)
-    after = log.read_bytes().splitlines()
-    assert [a == b for a, b in zip(before, after, strict=True)] == [True, False, True]
-    assert json.loads(after[1]) == rows[1]
-
-
-def test_truncate_removes_the_given_line_and_every_line_after_it(tmp_path: Path) -> None:
-    from tooldir._drill_exec import apply_step
-    from tooldir.drill import Step
-
-    arena = make_arena(tmp_path, str(tmp_path / "scenario.toml"))
-    log = arena.state / "audit.jsonl"
-    log.write_bytes(b"1\n2\n3\n4\n")
-    apply_step(Step(do="truncate", path="home/.local/state/tooldir/audit.jsonl", line=3), arena, (), "s", None)
-    assert log.read_bytes() == b"1\n2\n"
-    with pytest.raises(ScenarioError, match="no line 9"):
-        apply_step(Step(do="truncate", path="home/.local/state/tooldir/audit.jsonl", line=9), arena, (), "s", None)
