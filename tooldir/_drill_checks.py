@@ -215,20 +215,29 @@ def check_audit(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> Check:
     for o in outcomes:
         if not o.spec.audit:
             continue
-        tool = o.spec.tool
+        tool = o.spec.name
         if tool == "defer_execute_tool" and isinstance(o.spec.input.get("name"), str):
             tool = o.spec.input["name"]  # the guard tool forwards the call; the log names the real tool
         line = lines.get(o.audit_id) if o.audit_id else None
         if line is None:
             problems.append(f"no audit line for the call of {o.spec.tool} (audit_id {o.audit_id})")
-        elif line.get("tool") != tool or line.get("error_code") != o.code:
+        elif not _logs_tool(line, tool) or line.get("error_code") != o.code:
             problems.append(
                 f"audit line {o.audit_id} says tool={line.get('tool')} error={line.get('error_code')}, "
-                f"the call was {tool} {o.code}"
+                f"the call was {tool[:80]} {o.code}"
             )
     if problems:
         return Check("audit", False, "; ".join(problems))
     return Check("audit", True, f"{sum(o.spec.audit for o in outcomes)} call(s) recorded in the audit log")
+
+
+def _logs_tool(line: dict[str, Any], tool: str) -> bool:
+    """The line names ``tool``: as it is, or (capped or repaired) by the sha256 of the full name."""
+    import hashlib
+
+    if line.get("tool") == tool:
+        return True
+    return line.get("tool_sha256") == "sha256:" + hashlib.sha256(tool.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def check_canary(arena: Arena) -> Check:

@@ -179,6 +179,14 @@ def _apply_step(
             raise ScenarioError(f"{where}: {step.path} has no line {step.line}", path=arena.scenario)
         del lines[given(step.line) - 1]
         target.write_bytes(b"".join(lines))
+    elif do == "truncate":
+        target = arena.resolve(given(step.path))
+        lines = target.read_bytes().splitlines(keepends=True)
+        if given(step.line) > len(lines):
+            raise ScenarioError(f"{where}: {step.path} has no line {step.line}", path=arena.scenario)
+        target.write_bytes(b"".join(lines[: given(step.line) - 1]))
+    elif do == "tamper-line":
+        tamper_line(arena, step, where)
     elif do == "policy":
         write_policy(arena, given(step.text))
     elif do == "tooldir":
@@ -228,6 +236,36 @@ def corrupt(arena: Arena, path: str, line: int, column: int, where: str) -> None
     row[column - 1] = ord("B") if row[column - 1] == ord("A") else ord("A")
     lines[line - 1] = bytes(row)
     target.write_bytes(b"\n".join(lines))
+
+
+def tamper_line(arena: Arena, step: Step, where: str) -> None:
+    """Rewrite one JSON line so that it keeps (or, duplicate-key, disputes) its parsed content:
+    ``whitespace`` (a space after the first comma), ``reorder`` (keys in reverse order),
+    ``escape`` (the first character of the ``tool`` value as a \\u escape), ``duplicate-key``
+    (another ``"tool"`` key holding ``text``, default "innocent", put first: a parser keeping the
+    first of two keys sees it, one keeping the last, like Python's, sees the original)."""
+    path, line, how = given(step.path), given(step.line), given(step.how)
+    target = arena.resolve(path)
+    lines = target.read_bytes().splitlines(keepends=True)
+    if line > len(lines):
+        raise ScenarioError(f"{where}: {path} has no line {line}", path=arena.scenario)
+    raw = lines[line - 1].rstrip(b"\n")
+    if how == "whitespace":
+        new = raw.replace(b",", b", ", 1)
+    elif how == "reorder":
+        record = json.loads(raw)
+        new = json.dumps(dict(reversed(list(record.items()))), separators=(",", ":")).encode()
+    elif how == "escape":
+        at = raw.find(b'"tool":"') + len(b'"tool":"')
+        if at < len(b'"tool":"') or raw[at] in b'"\\':
+            raise ScenarioError(f"{where}: line {line} has no plain 'tool' value to escape", path=arena.scenario)
+        new = raw[:at] + f"\\u{raw[at]:04x}".encode() + raw[at + 1 :]
+    else:
+        new = b'{"tool":' + json.dumps(step.text or "innocent").encode() + b"," + raw[1:]
+    if new == raw:
+        raise ScenarioError(f"{where}: tampering ({how}) left line {line} unchanged", path=arena.scenario)
+    lines[line - 1] = new + b"\n"
+    target.write_bytes(b"".join(lines))
 
 
 def pin(arena: Arena, package: Path, builtins: tuple[BuiltinSpec, ...], where: str) -> None:
@@ -497,7 +535,7 @@ def call(runtime: Runtime, spec: CallSpec, arena: Arena) -> CallOutcome:
         text = arena.substitute(text.replace("{port}", port) if listener is not None else text)
         target = runtime.session if spec.via == "session" else runtime.registry
         t0 = time.monotonic()
-        result = runtime.listing() if spec.via == "listing" else target.call(spec.tool, json.loads(text))
+        result = runtime.listing() if spec.via == "listing" else target.call(spec.name, json.loads(text))
         seconds = time.monotonic() - t0
         connections = _accepted(listener) if listener is not None else 0
     leftovers = wait_for_no_processes(arena.marker, 5.0) if spec.check_processes else ()

@@ -1,44 +1,89 @@
-"""The audit log: one JSON line per call and per denial, hash-chained and fsynced.
+"""The audit log: one JSON line per call and per denial, hash-chained, fsynced and byte-exact.
 
 Every line carries ``seq`` (1, 2, ...), ``prev`` (the previous line's ``hash``; 64 zeros for the
-first) and ``hash`` = sha256 over the canonical JSON of the line without ``hash``. So an edited line
-fails its own hash, a deleted or reordered line breaks ``seq`` and ``prev`` where it happens, and
-:func:`verify` names the first line that is wrong. Truncating the *tail* leaves a valid shorter
-chain: compare :attr:`VerifyReport.head` with a copy kept elsewhere to detect that.
+first) and ``hash`` = sha256 over the canonical serialisation of the line without ``hash``. The
+canonical serialisation (:func:`canonical`) is the only form ever written: compact separators,
+sorted keys, ASCII only (every non-ASCII character as a lowercase ``\\uXXXX`` escape), no NaN or
+Infinity. A line is valid only if its bytes *equal* the canonical serialisation of its parsed
+content, parsed strictly (duplicate keys refused), so whitespace, key order, escapes and forged
+duplicate keys are caught as well as edits, deletions and moves; :func:`verify` names the first
+broken line and why (a stable ``code``).
 
-Appends take an exclusive ``flock`` so several processes (a CLI run beside ``tooldir serve``) keep
-one chain. The file is created 0600 in the user's state directory.
+Lines written before this format (``"v": 1``) were serialised the same way except that non-ASCII
+characters were written raw (UTF-8); they are checked against that form.
+
+Every free-text field is capped (:data:`TEXT_CAP` characters, :data:`REASON_CAP` for ``reason``);
+a capped or repaired value (lone surrogates become U+FFFD) carries ``<field>_sha256`` (of the full
+value, UTF-8 with surrogates passed through) and ``<field>_length`` (its length in characters). The
+writer never raises on odd strings, only ``OSError`` when the log cannot be written.
+
+The chain head (:class:`~tooldir.state.ChainHead`: the newest ``seq``, ``hash`` and the log size)
+is kept beside the log in ``audit.head``, written atomically under the log's lock after every
+line. The appender takes the next ``seq`` and ``prev`` from it (never from a bounded tail read, so
+no line length can break the chain); a log without a head (written by an older version) is read
+backwards to its last line once and the head created. :func:`verify` compares the log with the head
+("N lines missing at the end"), and with a copy kept elsewhere (``expect_head``).
+
+Appends take an exclusive ``flock`` on the log so several processes (a CLI run beside
+``tooldir serve``) keep one chain. Files are created 0600 in the user's state directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
+import re
 import threading
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from ._internal.strictjson import dumps_canonical
+from ._internal.strictjson import StrictJSONError, dumps_canonical, loads
+from .errors import StateError
+from .state import ChainHead, audit_head_path, load_chain_head, save_chain_head
 
 AUDIT_FILE = "audit.jsonl"
 GENESIS = "0" * 64
-_TAIL = 1 << 16
+RECORD_VERSION = 2
+TEXT_CAP = 256
+"""Characters kept of every free-text field of a line (tool name, source, session, ...)."""
+REASON_CAP = 1024
+"""Characters kept of ``reason`` (the error code and message)."""
+_CAPS = {"reason": REASON_CAP}
+_MAX_LAST_LINE = 1 << 24  # a head-less log whose last line is longer than 16 MiB is treated as damaged
+_MAX_INT = 1 << 53
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+_HEAD_TEXT = re.compile(r"^(?:(\d{1,18}):)?([0-9a-f]{64})$")
 
 
-def _canonical(value: Any) -> bytes:
-    return dumps_canonical(value).encode()
+def canonical(value: Any) -> bytes:
+    """The one serialisation of audit lines, for writing and for verifying.
+
+    Raises:
+        ValueError: a non-finite number (records are built so that this never happens).
+    """
+    return _ENCODER.encode(value).encode("ascii")
+
+
+def _canonical_v1(value: Any) -> bytes:
+    return dumps_canonical(value).encode("utf-8")
+
+
+_SERIALISERS: dict[Any, Callable[[Any], bytes]] = {1: _canonical_v1, RECORD_VERSION: canonical}
 
 
 def input_digest(value: Any) -> str:
     """sha256 of the canonical JSON of a tool input (inputs are never logged, only hashed)."""
     try:
-        data = _canonical(value)
+        data = dumps_canonical(value).encode()
     except (TypeError, ValueError):
         data = repr(value).encode("utf-8", "replace")
     return "sha256:" + hashlib.sha256(data).hexdigest()
@@ -71,10 +116,38 @@ class AuditEvent:
             "reason": self.reason,
             "status": self.status,
             "error_code": self.error_code,
-            "duration_ms": round(self.duration_ms, 3),
+            "duration_ms": self.duration_ms,
             "snapshot": self.snapshot,
             "session": self.session,
         }
+
+
+def bounded_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields as they are logged: strings capped and made encodable, with ``<field>_sha256``
+    and ``<field>_length`` of any value that was changed; numbers finite (else null); anything else
+    as its ``repr``. Never raises."""
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if value is None or type(value) is bool or (type(value) is int and abs(value) < _MAX_INT):
+            out[key] = value
+        elif isinstance(value, float):
+            out[key] = round(value, 3) if math.isfinite(value) else None
+        else:
+            text = value if isinstance(value, str) else _repr(value)
+            shown = _SURROGATE.sub("\ufffd", text[: _CAPS.get(key, TEXT_CAP)])
+            out[key] = shown
+            if shown != text:
+                full = text.encode("utf-8", "surrogatepass")
+                out[f"{key}_sha256"] = "sha256:" + hashlib.sha256(full).hexdigest()
+                out[f"{key}_length"] = len(text)
+    return out
+
+
+def _repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception:
+        return f"<unrepresentable {type(value).__name__}>"
 
 
 class AuditSink(Protocol):
@@ -83,13 +156,20 @@ class AuditSink(Protocol):
         ...
 
 
-class JsonlAudit:
-    """The hash-chained JSONL sink at ``<state_dir>/audit.jsonl``."""
+@dataclass(frozen=True, slots=True)
+class _Known:
+    head: ChainHead
+    head_id: tuple[int, int, int]  # (inode, mtime ns, size) of the head file we wrote
 
-    def __init__(self, path: Path) -> None:
+
+class JsonlAudit:
+    """The hash-chained JSONL sink at ``<state_dir>/audit.jsonl``, head in ``audit.head``."""
+
+    def __init__(self, path: Path, head_path: Path | None = None) -> None:
         self.path = Path(path)
+        self.head_path = Path(head_path) if head_path is not None else audit_head_path(self.path)
         self._lock = threading.Lock()
-        self._cache: tuple[int, int, str] | None = None  # (file size, last seq, last hash)
+        self._known: _Known | None = None  # the head this sink last wrote
 
     @classmethod
     def in_state_dir(cls, state_dir: Path) -> JsonlAudit:
@@ -97,110 +177,406 @@ class JsonlAudit:
 
     def record(self, event: AuditEvent) -> str:
         audit_id = uuid.uuid4().hex
+        fields = bounded_fields(event.fields())
         with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            fd, size = self._open_locked()
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                size = os.fstat(fd).st_size
-                if self._cache is not None and self._cache[0] == size:
-                    seq, prev = self._cache[1], self._cache[2]
-                else:
-                    seq, prev = _last_link(self.path, size)
+                seq, prev, sep, recorded = self._link(fd, size)
                 line: dict[str, Any] = {
-                    "v": 1,
+                    "v": RECORD_VERSION,
                     "seq": seq + 1,
                     "id": audit_id,
                     "time": datetime.now(UTC).isoformat(timespec="microseconds"),
-                    **event.fields(),
+                    **fields,
                     "prev": prev,
                 }
-                digest = hashlib.sha256(_canonical(line)).hexdigest()
+                digest = hashlib.sha256(canonical(line)).hexdigest()
                 line["hash"] = digest
-                data = _canonical(line) + b"\n"
-                os.write(fd, data)
+                data = sep + canonical(line) + b"\n"
+                _write_all(fd, data)
                 os.fdatasync(fd)  # appended data and the new size reach the disk
-                self._cache = (size + len(data), seq + 1, digest)
+                head = ChainHead(seq + 1, digest, size + len(data))
+                # Both slots when the head does not simply advance (none yet, or a chain restarted
+                # after damage), so an older slot with a higher seq cannot outrank it.
+                save_chain_head(self.head_path, head, both=recorded is None or head.seq <= recorded)
+                self._known = _Known(head, _file_id(self.head_path) or (0, 0, 0))
             finally:
                 os.close(fd)  # also releases the flock
         return audit_id
 
+    def _open_locked(self) -> tuple[int, int]:
+        """The log, opened for append and locked (reopened if it was replaced while we waited),
+        and its size."""
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        for _ in range(8):
+            try:
+                fd = os.open(self.path, flags, 0o600)
+            except FileNotFoundError:  # no state directory yet
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                fd = os.open(self.path, flags, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            try:
+                same = os.stat(self.path, follow_symlinks=False).st_ino == st.st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                return fd, st.st_size
+            os.close(fd)
+        raise OSError(f"the audit log {self.path} keeps being replaced")
 
-def _last_link(path: Path, size: int) -> tuple[int, str]:
-    """(seq, hash) of the last line of the log, or (0, GENESIS) for an empty one."""
-    if size == 0:
-        return 0, GENESIS
-    with open(path, "rb") as fh:
-        fh.seek(max(0, size - _TAIL))
-        tail = fh.read(_TAIL)
-    lines = [ln for ln in tail.split(b"\n") if ln.strip()]
-    if not lines:
-        return 0, GENESIS
+    def _link(self, fd: int, size: int) -> tuple[int, str, bytes, int | None]:
+        """(seq, hash) to chain the next line to, a separator to write first (a newline after a
+        torn last line, so the damage stays on its own line), and the seq of the recorded head
+        (None when there is no valid one)."""
+        known = self._known
+        if known is not None and known.head.size == size and _file_id(self.head_path) == known.head_id:
+            return known.head.seq, known.head.hash, b"", known.head.seq
+        try:
+            head = load_chain_head(self.head_path)
+        except StateError:
+            head = None  # a damaged head: verify reports it; the log itself says where the chain is
+        if head is not None and head.size == size:
+            return head.seq, head.hash, b"", head.seq
+        if head is not None and head.size > size:
+            # Lines are missing at the end: keep counting from the head so the gap stays visible.
+            return head.seq, head.hash, _separator(fd, size), head.seq
+        # No head (an older version's log: migrate), or lines appended after it (a crash between an
+        # append and its head update, or an older writer): chain to the log's own last line.
+        floor = head.size if head is not None else 0
+        found = _last_link(fd, size, floor)
+        recorded = None if head is None else head.seq
+        if found is None:
+            seq, prev = (head.seq, head.hash) if head is not None else (0, GENESIS)
+            return seq, prev, _separator(fd, size), recorded
+        return found[0], found[1], _separator(fd, size), recorded
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _file_id(path: Path) -> tuple[int, int, int] | None:
     try:
-        last = json.loads(lines[-1])
-        return int(last["seq"]), str(last["hash"])
-    except (ValueError, KeyError, TypeError):
-        # A damaged tail: keep appending, chained to the raw bytes, so verify reports the damage.
-        return 0, hashlib.sha256(lines[-1]).hexdigest()
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _separator(fd: int, size: int) -> bytes:
+    return b"\n" if size and os.pread(fd, 1, size - 1) != b"\n" else b""
+
+
+def _last_link(fd: int, size: int, floor: int) -> tuple[int, str] | None:
+    """(seq, hash) of the last complete line of the log at or after byte ``floor``, read backwards
+    in growing chunks (any line length up to 16 MiB); a torn fragment after it is skipped. None when
+    there is no complete line there."""
+    chunk = 1 << 16
+    while True:
+        start = max(floor, size - chunk)
+        data = os.pread(fd, size - start, start)
+        end = data.rfind(b"\n")  # the newline ending the last complete line
+        cut = data.rfind(b"\n", 0, end) if end >= 0 else -1  # the one before it
+        if cut >= 0 or start == floor or size - start > _MAX_LAST_LINE:
+            break
+        chunk *= 4
+    if end < 0:
+        return None
+    last = data[cut + 1 : end]
+    try:
+        record = json.loads(last)
+        seq, digest = record["seq"], record["hash"]
+        if type(seq) is int and isinstance(digest, str):
+            return seq, digest
+    except (ValueError, KeyError, TypeError, RecursionError):
+        pass
+    # A damaged last line: chain to its raw bytes, so verify reports the damage where it is.
+    return 0, hashlib.sha256(last).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Verification
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One finding of :func:`verify`. ``code`` is stable: not-terminated, invalid-json,
+    duplicate-key, not-a-record, unknown-version, hash-mismatch, not-canonical, seq-mismatch,
+    prev-mismatch, too-long, missing-lines, log-missing, head-mismatch, head-missing, head-invalid,
+    head-behind, expected-head-not-found. ``line`` is 1-based (None: not about one line)."""
+
+    code: str
+    message: str
+    line: int | None = None
+    severity: str = "error"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"line": self.line, "code": self.code, "severity": self.severity, "message": self.message}
 
 
 @dataclass(frozen=True, slots=True)
 class VerifyReport:
-    """``ok`` with ``lines`` entries, or the first broken line (1-based) and why."""
+    """``ok`` when no problem is an error. ``lines`` lines form an intact chain ending at
+    ``head_seq``/``head``; ``broken_line``/``reason_code``/``reason`` describe the first error."""
 
     ok: bool
     lines: int
     head: str
-    broken_line: int | None = None
-    reason: str | None = None
+    head_seq: int = 0
+    recorded_head: ChainHead | None = None
+    problems: tuple[Problem, ...] = field(default=())
+
+    @property
+    def first_error(self) -> Problem | None:
+        return next((p for p in self.problems if p.severity == "error"), None)
+
+    @property
+    def broken_line(self) -> int | None:
+        first = self.first_error
+        return None if first is None else first.line
+
+    @property
+    def reason_code(self) -> str | None:
+        first = self.first_error
+        return None if first is None else first.code
+
+    @property
+    def reason(self) -> str | None:
+        first = self.first_error
+        return None if first is None else first.message
 
     def to_json(self) -> dict[str, Any]:
+        recorded = self.recorded_head
         return {
             "ok": self.ok,
             "lines": self.lines,
-            "head": self.head,
+            "head": {"seq": self.head_seq, "hash": self.head},
+            "recorded_head": None if recorded is None else {"seq": recorded.seq, "hash": recorded.hash},
             "broken_line": self.broken_line,
+            "reason_code": self.reason_code,
             "reason": self.reason,
+            "problems": [p.to_json() for p in self.problems],
         }
 
 
-def verify(path: Path) -> VerifyReport:
-    """Check the whole chain. A missing file is an empty, valid log.
+def parse_head(text: str) -> tuple[int | None, str]:
+    """``SEQ:HASH`` or ``HASH`` (64 lowercase hex digits) -> (seq or None, hash).
 
     Raises:
-        OSError: the file exists but cannot be read.
+        ValueError: anything else.
     """
+    match = _HEAD_TEXT.match(text.strip().lower())
+    if match is None:
+        raise ValueError("expected SEQ:HASH or HASH, e.g. 12:3f9a... (64 hex digits), as 'tooldir audit head' prints")
+    return (int(match.group(1)) if match.group(1) else None), match.group(2)
+
+
+def verify(
+    path: Path,
+    *,
+    head_path: Path | None = None,
+    expect_head: tuple[int | None, str] | None = None,
+    require_head: bool = True,
+) -> VerifyReport:
+    """Check the whole chain, byte for byte, then compare its end with the recorded head (and with
+    ``expect_head``, a copy kept elsewhere, from :func:`parse_head`). A missing log with no head is
+    an empty, valid log. A log with lines but no head is an error (``head-missing``), a warning
+    with ``require_head=False`` (a log of an older version before its first new append).
+
+    Raises:
+        OSError: the log exists but cannot be read.
+    """
+    path = Path(path)
+    problems: list[Problem] = []
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed below
     except FileNotFoundError:
-        return VerifyReport(True, 0, GENESIS)
-    prev = GENESIS
-    count = 0
-    with fh:
-        for number, raw in enumerate(fh, start=1):
-            problem, digest = _check_line(raw, number, prev)
-            if problem is not None:
-                return VerifyReport(False, count, prev, number, problem)
-            prev = digest
-            count = number
-    return VerifyReport(True, count, prev)
+        fh = None
+    with contextlib.ExitStack() as stack:
+        limit = 0
+        if fh is not None:
+            stack.enter_context(fh)
+            # The head and the log's size as one snapshot: appends hold the lock exclusively while
+            # they write both, so lines appended while we read are simply not part of this check.
+            fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
+            try:
+                recorded, head_problem = _recorded_head(path, head_path)
+                limit = os.fstat(fh.fileno()).st_size
+            finally:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        else:
+            recorded, head_problem = _recorded_head(path, head_path)
+        if head_problem is not None:
+            problems.append(head_problem)
+        want_seq, want_hash = expect_head if expect_head is not None else (None, None)
+        seen_expected = False
+        marks: dict[int, str] = {}  # seq -> hash of the lines the heads point at
+        points = {s for s in (want_seq, recorded.seq if recorded else None) if s}
+        prev, count, broken = GENESIS, 0, False
+        if fh is None:
+            if recorded is not None and recorded.seq > 0:
+                problems.append(
+                    Problem(
+                        "log-missing",
+                        f"the audit log is missing: {recorded.seq} lines missing at the end "
+                        f"(the recorded head is {recorded.text})",
+                        1,
+                    )
+                )
+                broken = True
+        else:
+            number = 0
+            while limit > 0:
+                raw = fh.readline(min(limit, _MAX_LAST_LINE + 1))
+                if not raw:
+                    break
+                limit -= len(raw)
+                number += 1
+                if len(raw) > _MAX_LAST_LINE:
+                    problem: Problem | None = Problem(
+                        "too-long", f"the line is longer than {_MAX_LAST_LINE} bytes", number
+                    )
+                else:
+                    problem, digest = _check_line(raw, number, prev)
+                if problem is not None:
+                    problems.append(problem)
+                    broken = True
+                    break
+                prev, count = digest, number
+                if number in points:
+                    marks[number] = digest
+                if digest == want_hash:
+                    seen_expected = True
+    if not broken:
+        problems.extend(_head_problems(count, prev, recorded, marks, require_head))
+        if expect_head is not None:
+            problems.extend(_expected_problems(count, marks, want_seq, str(want_hash), seen_expected))
+    ok = not any(p.severity == "error" for p in problems)
+    return VerifyReport(ok, count, prev, count, recorded, tuple(problems))
 
 
-def _check_line(raw: bytes, number: int, prev: str) -> tuple[str | None, str]:
-    if not raw.endswith(b"\n"):
-        return "the line is not terminated (torn write or truncation)", prev
+def _recorded_head(path: Path, head_path: Path | None) -> tuple[ChainHead | None, Problem | None]:
     try:
-        line = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return "not valid JSON", prev
+        return load_chain_head(head_path if head_path is not None else audit_head_path(path)), None
+    except StateError as exc:
+        return None, Problem("head-invalid", f"the chain head {exc.path} is damaged: {exc.message}")
+
+
+def _head_problems(
+    count: int, last: str, recorded: ChainHead | None, marks: Mapping[int, str], require_head: bool
+) -> list[Problem]:
+    if recorded is None:
+        if count == 0:
+            return []
+        return [
+            Problem(
+                "head-missing",
+                "no chain head is recorded beside the log, so lines missing at the end cannot be detected "
+                "(a log written before heads existed gets one at its next append)",
+                None,
+                "error" if require_head else "warning",
+            )
+        ]
+    if recorded.seq > count:
+        missing = recorded.seq - count
+        return [
+            Problem(
+                "missing-lines",
+                f"{missing} line{'s' if missing != 1 else ''} missing at the end: the log ends at line {count} "
+                f"but the recorded head is {recorded.text}",
+                count + 1,
+            )
+        ]
+    at = last if recorded.seq == count else marks.get(recorded.seq)
+    if recorded.seq > 0 and at != recorded.hash:
+        return [
+            Problem(
+                "head-mismatch",
+                f"line {recorded.seq} has hash {at} but the recorded head is {recorded.text} (the log was rewritten)",
+                recorded.seq,
+            )
+        ]
+    if recorded.seq < count:
+        extra = count - recorded.seq
+        return [
+            Problem(
+                "head-behind",
+                f"{extra} line{'s' if extra != 1 else ''} after the recorded head {recorded.text} (an append "
+                f"interrupted before its head update, or a head restored from an older copy)",
+                recorded.seq + 1,
+                "warning",
+            )
+        ]
+    return []
+
+
+def _expected_problems(count: int, marks: Mapping[int, str], seq: int | None, digest: str, seen: bool) -> list[Problem]:
+    if seq is None:
+        if seen or (count == 0 and digest == GENESIS):
+            return []
+        return [Problem("expected-head-not-found", f"no line of the log has the expected head hash {digest}")]
+    if seq > count:
+        missing = seq - count
+        return [
+            Problem(
+                "missing-lines",
+                f"{missing} line{'s' if missing != 1 else ''} missing at the end: the log ends at line {count} "
+                f"but the expected head is {seq}:{digest}",
+                count + 1,
+            )
+        ]
+    at = marks.get(seq, GENESIS if seq == 0 else None)
+    if at != digest:
+        return [
+            Problem(
+                "head-mismatch",
+                f"line {seq} has hash {at} but the expected head is {seq}:{digest} (the log was rewritten)",
+                seq or None,
+            )
+        ]
+    return []
+
+
+def _check_line(raw: bytes, number: int, prev: str) -> tuple[Problem | None, str]:
+    def bad(code: str, message: str) -> tuple[Problem, str]:
+        return Problem(code, message, number), prev
+
+    if not raw.endswith(b"\n"):
+        return bad("not-terminated", "the line is not terminated (torn write or truncation)")
+    body = raw[:-1]
+    try:
+        line = loads(body)
+    except StrictJSONError as exc:
+        code = "duplicate-key" if exc.code == "duplicate-key" else "invalid-json"
+        return bad(code, f"not valid strict JSON ({exc.code}): {exc.message}")
     if not isinstance(line, Mapping) or not isinstance(line.get("hash"), str):
-        return "not an audit record (no hash)", prev
-    body = {k: v for k, v in line.items() if k != "hash"}
-    digest = hashlib.sha256(_canonical(body)).hexdigest()
+        return bad("not-a-record", "not an audit record (no hash)")
+    serialise = _SERIALISERS.get(line.get("v")) if type(line.get("v")) is int else None
+    if serialise is None:
+        return bad("unknown-version", f"unknown record version {line.get('v')!r}")
+    try:
+        digest = hashlib.sha256(serialise({k: v for k, v in line.items() if k != "hash"})).hexdigest()
+        exact = serialise(line) == body
+    except (ValueError, TypeError) as exc:
+        return bad("not-canonical", f"the content cannot be serialised canonically ({exc})")
     if digest != line["hash"]:
-        return "the line was edited: its content does not match its hash", prev
+        return bad("hash-mismatch", "the line was edited: its content does not match its hash")
+    if not exact:
+        return bad(
+            "not-canonical",
+            "the line's bytes differ from the canonical form of its content (whitespace, key order "
+            "or escapes were changed)",
+        )
     if line.get("seq") != number:
-        return f"sequence number {line.get('seq')!r} where {number} was expected (a line was deleted or moved)", prev
+        return bad(
+            "seq-mismatch",
+            f"sequence number {line.get('seq')!r} where {number} was expected (a line was deleted or moved)",
+        )
     if line.get("prev") != prev:
-        return "the previous-line hash does not match (a line before it was deleted, moved or replaced)", prev
+        return bad(
+            "prev-mismatch", "the previous-line hash does not match (a line before it was deleted, moved or replaced)"
+        )
     return None, digest

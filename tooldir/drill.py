@@ -150,6 +150,8 @@ StepKind = Literal[
     "replace",
     "corrupt",
     "delete-line",
+    "tamper-line",
+    "truncate",
     "plant",
     "policy",
     "tooldir",
@@ -169,6 +171,8 @@ _STEP_NEEDS: dict[str, tuple[str, ...]] = {
     "replace": ("path", "old", "text"),
     "corrupt": ("path", "line", "column"),
     "delete-line": ("path", "line"),
+    "tamper-line": ("path", "line", "how"),
+    "truncate": ("path", "line"),
     "plant": ("plant",),
     "policy": ("text",),
     "tooldir": (),
@@ -196,6 +200,7 @@ class Step(_Frozen):
     line: int | None = Field(default=None, ge=1)  # corrupt: 1-based line of the character to change
     column: int | None = Field(default=None, ge=1)  # corrupt: 1-based column
     key: str | None = None  # sign-ssh: arena path of the OpenSSH private key
+    how: Literal["whitespace", "reorder", "duplicate-key", "escape"] | None = None  # tamper-line: how
     namespace: str = "tooldir"  # sign-ssh: the SSHSIG namespace
 
     @model_validator(mode="after")
@@ -214,6 +219,8 @@ class CallSpec(_Frozen):
     """One attempt to run a tool through ``Registry.call`` after the load."""
 
     tool: str
+    repeat: int = Field(default=1, ge=1, le=1_000_000)
+    """The name called is ``tool`` repeated this many times (an oversized name)."""
     input: dict[str, Any] = Field(default_factory=dict)
     via: Literal["registry", "session", "listing"] = "registry"
     """``session``: the model's call inside one conversation (``Session.call``), so guard tools
@@ -239,6 +246,11 @@ class CallSpec(_Frozen):
     check_processes: bool = False
     """After the call, no process may still carry the drill's {marker} on its command line."""
     audit: bool = True
+
+    @property
+    def name(self) -> str:
+        """The tool name as called (``tool`` times ``repeat``)."""
+        return self.tool * self.repeat
 
 
 class Storm(_Frozen):

@@ -1,4 +1,4 @@
-"""``tooldir run NAME --input JSON`` and ``tooldir audit verify``.
+"""``tooldir run NAME --input JSON``, ``tooldir audit verify`` and ``tooldir audit head``.
 
 ``run --json`` prints ``{"ok", "content", "error": {"code", "message"} | null, "audit_id", "sandbox"}``:
 the four keys of DESIGN §8, plus ``"sandbox": {"backend", "memory_bound"}`` for a directory tool
@@ -6,6 +6,13 @@ the four keys of DESIGN §8, plus ``"sandbox": {"backend", "memory_bound"}`` for
 ``"rlimit"``), null otherwise.
 Exit codes: 0 ok; 1 the tool ran and failed (``tool-failed``, ``tool-error``, ``timeout``, ...);
 2 bad input or unknown tool; 3 refused (permission, hooks, trust status, sandbox unavailable).
+
+``audit verify [--expect-head SEQ:HASH] [--allow-missing-head]`` exits 0 when the chain is intact
+and ends at the recorded head (and passes through the expected one), 1 otherwise; ``--json`` prints
+``{"path", "ok", "lines", "head": {"seq", "hash"}, "recorded_head": {"seq", "hash"} | null,
+"broken_line", "reason_code", "reason", "problems": [{"line", "code", "severity", "message"}]}``.
+``audit head`` prints the recorded head as ``SEQ:HASH`` (``--json``: ``{"path", "seq", "hash"}``),
+the form to ship elsewhere and give back to ``--expect-head``.
 """
 
 from __future__ import annotations
@@ -17,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from .._internal.strictjson import StrictJSONError, loads, thaw
-from ..audit import AUDIT_FILE, verify
+from ..audit import AUDIT_FILE, GENESIS, parse_head, verify
+from ..errors import StateError
 from ..loader import Loader
 from ..registry import CallResult, Registry
 from ..snapshot import SnapshotStore
+from ..state import audit_head_path, load_chain_head
 from .common import (
     EXIT_FOUND_ERRORS,
     EXIT_OK,
@@ -58,8 +67,20 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=cmd_run)
     p = sub.add_parser("audit", help="the audit log")
     audit_sub = p.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
-    v = audit_sub.add_parser("verify", parents=[parent], help="check the audit log's hash chain")
+    v = audit_sub.add_parser("verify", parents=[parent], help="check the audit log's hash chain, byte for byte")
+    v.add_argument(
+        "--expect-head",
+        metavar="SEQ:HASH",
+        help="a head printed earlier by 'tooldir audit head' and kept elsewhere: the log must pass through it",
+    )
+    v.add_argument(
+        "--allow-missing-head",
+        action="store_true",
+        help="WEAKER: accept a log without a recorded head (a log of an older version), as a warning",
+    )
     v.set_defaults(handler=cmd_audit_verify)
+    h = audit_sub.add_parser("head", parents=[parent], help="print the audit chain head (SEQ:HASH) to keep elsewhere")
+    h.set_defaults(handler=cmd_audit_head)
 
 
 def exit_code_for(result: CallResult) -> int:
@@ -129,16 +150,54 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     path = Path(config.state_dir) / AUDIT_FILE
+    expect = None
+    if args.expect_head is not None:
+        try:
+            expect = parse_head(args.expect_head)
+        except ValueError as exc:
+            raise CommandError(f"--expect-head {args.expect_head!r}: {exc}") from None
     try:
-        report = verify(path)
+        report = verify(path, expect_head=expect, require_head=not args.allow_missing_head)
     except OSError as exc:
         raise CommandError(f"cannot read the audit log {path}: {exc.strerror}", exit_code=EXIT_FOUND_ERRORS) from None
     if args.json:
         print_json({"path": str(path), **report.to_json()})
-    elif report.ok:
-        console().print(safe(f"audit log {path}: {report.lines} lines, chain intact (head {report.head})"))
+        return EXIT_OK if report.ok else EXIT_FOUND_ERRORS
+    head = f"{report.head_seq}:{report.head}"
+    if report.ok:
+        console().print(safe(f"audit log {path}: {report.lines} lines, chain intact, head {head}"))
     else:
-        console().print(
-            safe(f"audit log {path}: BROKEN at line {report.broken_line}: {report.reason}", "red"),
-        )
+        console().print(safe(f"audit log {path}: BROKEN", "red"))
+    for problem in report.problems:
+        where = f"line {problem.line}: " if problem.line is not None else ""
+        style = "red" if problem.severity == "error" else "yellow"
+        console().print(safe(f"  {problem.severity} {where}{problem.code}: {problem.message}", style))
+    if not report.ok:
+        intact = {0: "no line is", 1: "line 1 is"}.get(report.lines, f"lines 1-{report.lines} are")
+        console().print(safe(f"  {intact} intact (head {head})"))
     return EXIT_OK if report.ok else EXIT_FOUND_ERRORS
+
+
+def cmd_audit_head(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    log_path = Path(config.state_dir) / AUDIT_FILE
+    path = audit_head_path(log_path)
+    try:
+        head = load_chain_head(path)
+    except StateError as exc:
+        raise CommandError(exc.diagnostics(), exit_code=EXIT_FOUND_ERRORS) from None
+    if head is None:
+        if log_path.exists() and log_path.stat().st_size > 0:
+            raise CommandError(
+                f"no chain head is recorded in {path} (head-missing): a log written by an older version "
+                "gets one at its next call; run 'tooldir audit verify'",
+                exit_code=EXIT_FOUND_ERRORS,
+            )
+        seq, digest = 0, GENESIS
+    else:
+        seq, digest = head.seq, head.hash
+    if args.json:
+        print_json({"path": str(path), "seq": seq, "hash": digest})
+    else:
+        print(f"{seq}:{digest}")
+    return EXIT_OK
