@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from . import _drill_exec as ex
 from ._drill_plant import Arena
 from ._drill_storm import StormReport
+from ._drill_watch import WatchReport
 from .model import Status
 from .snapshot import Snapshot
 
@@ -36,6 +37,7 @@ def check_outcome(
     outcomes: Sequence[ex.CallOutcome],
     *,
     storm: StormReport | None = None,
+    watch: WatchReport | None = None,
 ) -> Check:
     expect = scenario.expect
     problems: list[str] = []
@@ -67,6 +69,8 @@ def check_outcome(
     problems.extend(call_problems(arena, outcomes))
     if storm is not None:
         problems.extend(storm.problems)
+    if watch is not None:
+        problems.extend(watch.problems)
     if expect.audit_verify is not None:
         ok, line, reason = ex.verify_audit(arena.state)
         verdict = expect.audit_verify

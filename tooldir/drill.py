@@ -48,6 +48,7 @@ from ._drill_plant import (
     write_control,
 )
 from ._drill_storm import plant_storm, run_storm
+from ._drill_watch import run_watch
 from .errors import ConfigError
 from .model import BuiltinSpec, Risk
 
@@ -219,6 +220,17 @@ class Storm(_Frozen):
     settle_s: float = Field(default=30.0, gt=0, le=300)
 
 
+class WatchSpec(_Frozen):
+    """watch:exhaust: run the watcher over the arena (see _drill_watch)."""
+
+    max_inotify_watches: int = Field(ge=1)
+    """Bound on the inotify watches the running watcher may hold."""
+    edit: str | None = None
+    """Arena path of a file of ``tool`` that is edited (and restored): the watcher must publish both."""
+    tool: str | None = None
+    settle_s: float = Field(default=20.0, gt=0, le=300)
+
+
 class AuditVerify(_Frozen):
     ok: bool
     broken_line: int | None = None
@@ -279,6 +291,7 @@ class Scenario(_Frozen):
     calls: tuple[CallSpec, ...] = ()
     after_calls: tuple[Step, ...] = ()
     storm: Storm | None = None
+    watch: WatchSpec | None = None
     expect: Expect = Field(default_factory=Expect)
     folder: str = ""
 
@@ -465,13 +478,26 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
             settle_s=scenario.storm.settle_s,
         )
         snapshot = ex.load(builtins)  # controls are checked after the storm
+    watched = None
+    if scenario.watch is not None:
+        wspec = scenario.watch
+        watched = run_watch(
+            arena,
+            ex.user_policy(),
+            builtins,
+            max_inotify_watches=wspec.max_inotify_watches,
+            edit=wspec.edit,
+            tool=wspec.tool,
+            settle_s=wspec.settle_s,
+        )
+        snapshot = ex.load(builtins)
     audit = ck.check_audit(arena, outcomes) if outcomes else None  # before any tampering below
     for i, step in enumerate(scenario.after_calls):
         ex.apply_step(step, arena, builtins, f"after_calls[{i}] ({step.do})", runtime)
     after = fingerprint(arena)
 
     checks = [
-        ck.check_outcome(scenario, arena, snapshot, elapsed, outcomes, storm=storm),
+        ck.check_outcome(scenario, arena, snapshot, elapsed, outcomes, storm=storm, watch=watched),
         ck.check_canary(arena),
         ck.check_controls(scenario, snapshot),
         ck.check_state(before, after),
@@ -483,6 +509,8 @@ def _run(scenario: Scenario, arena: Arena, started: float) -> DrillResult:
         observed = "; ".join([*(o.describe() for o in outcomes), observed])
     if storm is not None:
         observed = f"{storm.describe()}; {observed}"
+    if watched is not None:
+        observed = f"{watched.describe()}; {observed}"
     return DrillResult(scenario, observed, tuple(checks), time.monotonic() - started)
 
 
