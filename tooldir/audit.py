@@ -117,7 +117,7 @@ class JsonlAudit:
                     "seq": seq + 1,
                     "id": audit_id,
                     "time": datetime.now(UTC).isoformat(timespec="microseconds"),
-                    **event.fields(),
+                    **_encodable(event.fields()),
                     "prev": prev,
                 }
                 digest = hashlib.sha256(_canonical(line)).hexdigest()
@@ -129,6 +129,20 @@ class JsonlAudit:
             finally:
                 os.close(fd)  # also releases the flock
         return audit_id
+
+
+def _encodable(fields: dict[str, Any]) -> dict[str, Any]:
+    """The event's fields with every string UTF-8 can encode: a lone surrogate (a name from
+    ``os.fsdecode`` or a client's ``"\\udcff"``) is written as the escape ``\\udcff``, so one
+    odd value never costs the audit line."""
+    out = dict(fields)
+    for key, value in fields.items():
+        if isinstance(value, str) and not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                out[key] = value.encode("utf-8", "backslashreplace").decode()
+    return out
 
 
 def _last_link(path: Path, size: int) -> tuple[int, str]:

@@ -124,3 +124,12 @@ def test_appending_after_damage_keeps_the_damage_visible(tmp_path: Path) -> None
     path.write_bytes(b"".join(content))
     JsonlAudit(path).record(event(9))
     assert verify(path).broken_line == 2
+
+
+def test_an_event_with_lone_surrogates_is_written_escaped_and_the_chain_verifies(tmp_path: Path) -> None:
+    sink = JsonlAudit(tmp_path / "audit.jsonl")
+    event = AuditEvent("\udcff", None, None, "sha256:0", "deny", "unknown-tool: \ud800", "denied", "x\udcfe", 0.1)
+    sink.record(event)
+    line = (tmp_path / "audit.jsonl").read_text(encoding="utf-8")
+    assert "\\\\udcff" in line and "\\\\udcfe" in line
+    assert verify(tmp_path / "audit.jsonl").ok
