@@ -431,14 +431,15 @@ class Watcher:
             self._partial = partial
             if first:
                 self._next_rescan = min(self._next_rescan or float("inf"), time.monotonic() + self._rescan_interval)
-        count = sum(len(v) for v in partial.values())
-        if count and not self._budget_reported:
+        names = sorted(os.path.join(root, name) for root, held in partial.items() for name in held)
+        if names and not self._budget_reported:
             self._budget_reported = True
             limits = self._loader.config.policy.limits
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
             self._report(
                 "watch-budget",
-                f"{count} tool folder(s) hold more folders than are watched (at most {limits.max_package_files} "
-                f"per package, {self._max_watches} in all); changes in them are picked up by a rescan every "
+                f"{shown}: more folders than are watched (at most {limits.max_package_files} per package, "
+                f"{self._max_watches} in all); changes there are picked up by a rescan every "
                 f"{self._rescan_interval:g} s",
             )
 
