@@ -272,7 +272,7 @@ class Watcher:
         self._failures = 0
         self._last_problem: WatchProblem | None = None
         self._targets = self._make_targets()
-        self._max_watches = max_watches if max_watches is not None else self._default_budget()
+        self._max_watches_arg = max_watches
         self._partial: dict[str, set[str]] = {}  # RootSpec.path -> packages not fully watched
         self._overfull: set[str] = set()  # roots (folder paths) over max_root_entries: only the root is watched
         self._budget_reported = False
@@ -394,6 +394,11 @@ class Watcher:
         return want
 
     # -- what discovery reads: the folders inside the roots (watch:exhaust) ----------------------
+
+    @property
+    def _max_watches(self) -> int:
+        """``max_watches`` as given, or derived from the policy's current limits."""
+        return self._max_watches_arg if self._max_watches_arg is not None else self._default_budget()
 
     def _default_budget(self) -> int:
         """The most watches this watcher may hold: every chain folder, and per root its tool
@@ -698,7 +703,10 @@ class Watcher:
             self._arm_packages(batch.repack)
         full = batch.full
         if batch.policy and self._policy_file is not None:
-            full = self._reload_policy() or full
+            reloaded = self._reload_policy()
+            if reloaded:
+                self._arm()  # the limits may have changed, and with them what discovery reads
+            full = reloaded or full
             if not full and not batch.changes and not batch.trust:
                 return
         current = self._store.current

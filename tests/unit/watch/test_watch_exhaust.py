@@ -153,3 +153,18 @@ def test_package_folders_follow_discoverys_limits(tmp_path: Path) -> None:
         str(tmp_path / "root" / "y"),
     ]
     assert root_packages(str(tmp_path / "root"), Limits(max_root_entries=2)) is None
+
+
+def test_a_reloaded_policy_with_other_limits_rearms_the_watches(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    make_tool(user, "alpha")
+    plant_tree(user / "alpha" / "tree", 4, 4)  # 20 folders below alpha
+    policy_file = tmp_path / "policy.toml"
+    policy_file.write_text("")
+    config = config_for(tmp_path, user=[user])
+    before = inotify_watches()
+    with watching(config, policy_file=policy_file) as (watcher, _):
+        wide = inotify_watches() - before
+        policy_file.write_text("[limits]\nmax_package_depth = 1\n")  # only the tool folder is read now
+        watcher.wait_for(lambda s: s.generation >= 2, WAIT_S)
+        assert inotify_watches() - before <= wide - 20
