@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import _drill_exec as ex
 from ._drill_plant import DRILL_ENV_PREFIX, Arena, Planted
 from ._drill_storm import StormReport
+from ._drill_watch import WatchReport
 from .model import Status
 from .snapshot import Snapshot
 
@@ -102,6 +103,7 @@ def check_outcome(
     *,
     storm: StormReport | None = None,
     connections: int = 0,
+    watch: WatchReport | None = None,
 ) -> Check:
     expect = scenario.expect
     problems: list[str] = []
@@ -136,6 +138,8 @@ def check_outcome(
     problems.extend(call_problems(arena, outcomes))
     if storm is not None:
         problems.extend(storm.problems)
+    if watch is not None:
+        problems.extend(watch.problems)
     if expect.audit_verify is not None:
         ok, line, reason = ex.verify_audit(arena.state)
         verdict = expect.audit_verify

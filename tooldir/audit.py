@@ -105,9 +105,14 @@ class AuditEvent:
     duration_ms: float
     snapshot: str | None = None
     session: str | None = None
+    tool_sha256: str | None = None
+    """sha256 of the requested name when ``tool`` is an escaped or capped form of it (else None,
+    and the key is left out of the line)."""
 
     def fields(self) -> dict[str, Any]:
+        extra = {} if self.tool_sha256 is None else {"tool_sha256": self.tool_sha256}
         return {
+            **extra,
             "tool": self.tool,
             "source": self.source,
             "digest": self.digest,

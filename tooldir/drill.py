@@ -59,6 +59,7 @@ from ._drill_plant import (
     write_control,
 )
 from ._drill_storm import plant_storm, run_storm, storm_name
+from ._drill_watch import run_watch
 from .errors import ConfigError
 from .model import BuiltinSpec, Risk
 
@@ -261,6 +262,17 @@ class Storm(_Frozen):
     settle_s: float = Field(default=30.0, gt=0, le=300)
 
 
+class WatchSpec(_Frozen):
+    """watch:exhaust: run the watcher over the arena (see _drill_watch)."""
+
+    max_inotify_watches: int = Field(ge=1)
+    """Bound on the inotify watches the running watcher may hold."""
+    edit: str | None = None
+    """Arena path of a file of ``tool`` that is edited (and restored): the watcher must publish both."""
+    tool: str | None = None
+    settle_s: float = Field(default=20.0, gt=0, le=300)
+
+
 class AuditVerify(_Frozen):
     ok: bool
     broken_line: int | None = None
@@ -326,6 +338,7 @@ class Scenario(_Frozen):
     listen: bool = False
     """A 127.0.0.1 listener open from materialisation to the end: ``{port}`` in tree files, plants,
     steps, the policy and call inputs; it must accept no connection (load, calls, everything)."""
+    watch: WatchSpec | None = None
     expect: Expect = Field(default_factory=Expect)
     folder: str = ""
 
@@ -626,6 +639,19 @@ def _run(
             settle_s=scenario.storm.settle_s,
         )
         snapshot = ex.load(builtins)  # controls are checked after the storm
+    watched = None
+    if scenario.watch is not None:
+        wspec = scenario.watch
+        watched = run_watch(
+            arena,
+            ex.user_policy(),
+            builtins,
+            max_inotify_watches=wspec.max_inotify_watches,
+            edit=wspec.edit,
+            tool=wspec.tool,
+            settle_s=wspec.settle_s,
+        )
+        snapshot = ex.load(builtins)
     audit = ck.check_audit(arena, outcomes) if outcomes else None  # before any tampering below
     for i, step in enumerate(scenario.after_calls):
         ex.apply_step(step, arena, builtins, f"after_calls[{i}] ({step.do})", runtime)
@@ -634,7 +660,9 @@ def _run(
 
     checks = [
         planted,
-        ck.check_outcome(scenario, arena, snapshot, elapsed, outcomes, storm=storm, connections=connections),
+        ck.check_outcome(
+            scenario, arena, snapshot, elapsed, outcomes, storm=storm, watch=watched, connections=connections
+        ),
         ck.check_canary(arena),
         ck.check_controls(scenario, snapshot),
         ck.check_state(before, after, (ex.high_water_key(arena), marks_before, ex.high_water(arena))),
@@ -648,6 +676,8 @@ def _run(
         observed = "; ".join([*(o.describe() for o in outcomes), observed])
     if storm is not None:
         observed = f"{storm.describe()}; {observed}"
+    if watched is not None:
+        observed = f"{watched.describe()}; {observed}"
     return DrillResult(scenario, observed, tuple(checks), time.monotonic() - started)
 
 

@@ -43,11 +43,11 @@ from anyio.from_thread import BlockingPortal
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.session import ServerSession
-from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp_types import methods as _methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from ._mcp_stdio import guarded_stdio
 from .catalog import ToolDef
 from .loader import LoadConfig, Loader
 from .model import Risk
@@ -569,7 +569,7 @@ async def serve_stdio(
     Raises:
         ToolDirError: the roots, state or policy could not be loaded (before any MCP traffic).
     """
-    async with stdio_server() as (read_stream, write_stream):
+    async with guarded_stdio() as (read_stream, write_stream):  # malformed lines get JSON-RPC errors
         front = await anyio.to_thread.run_sync(
             lambda: ToolServer.open(config, watch=watch, policy_file=policy_file, turn_idle_s=turn_idle_s)
         )

@@ -88,3 +88,80 @@ def _char_name(ch: str) -> str:
     return unicodedata.name(ch, "") or (
         "control character" if unicodedata.category(ch) == "Cc" else "unnamed character"
     )
+
+
+_GLOB_SPECIAL = frozenset("*?[")
+#: What a class in a glob can match in a tool name (names are ASCII ``[A-Za-z0-9_-]``).
+_NAME_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+_NEVER = "\x00"  # no skeleton contains NUL: a class that can match nothing
+
+
+def _glob_tokens(pattern: str) -> list[tuple[str, str]]:
+    """Split an ``fnmatch`` glob into ("lit", text), ("any", "*"), ("one", "?"), ("class", "[...]")
+    tokens, with fnmatch's rules: ``[!...]`` negates, a ``]`` right after ``[`` or ``[!`` is a
+    member, and a ``[`` without a closing ``]`` is a literal."""
+    tokens: list[tuple[str, str]] = []
+    literal: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch in "*?":
+            if literal:
+                tokens.append(("lit", "".join(literal)))
+                literal = []
+            tokens.append(("any", "*") if ch == "*" else ("one", "?"))
+            i += 1
+            continue
+        if ch == "[":
+            j = i + 1
+            if j < n and pattern[j] == "!":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            j = pattern.find("]", j)
+            if j >= 0:
+                if literal:
+                    tokens.append(("lit", "".join(literal)))
+                    literal = []
+                tokens.append(("class", pattern[i : j + 1]))
+                i = j + 1
+                continue
+        literal.append(ch)
+        i += 1
+    if literal:
+        tokens.append(("lit", "".join(literal)))
+    return tokens
+
+
+def _escape_glob(text: str) -> str:
+    return "".join(f"[{ch}]" if ch in _GLOB_SPECIAL else ch for ch in text)
+
+
+@lru_cache(maxsize=4096)
+def skeleton_pattern(pattern: str) -> str:
+    """The glob that matches the :func:`skeleton` of every name ``pattern`` is about.
+
+    Literal parts become their skeleton; ``*`` and ``?`` stay; a ``[...]`` class becomes the class
+    of the skeletons of every name character it matches (so ``[A-Z]`` also covers ``0``'s and
+    ``1``'s look-alikes ``o`` and ``l``). Used to make ``deny`` rules catch look-alike spellings:
+    ``fnmatchcase(skeleton(name), skeleton_pattern(p))``. It errs on the broad side, which is what
+    a deny rule wants and why no ``allow`` rule uses it.
+    """
+    import fnmatch
+
+    out: list[str] = []
+    for kind, text in _glob_tokens(pattern):
+        if kind == "lit":
+            out.append(_escape_glob(skeleton(text)))
+        elif kind == "class":
+            members = sorted({skeleton(ch) for ch in _NAME_ALPHABET if fnmatch.fnmatchcase(ch, text)})
+            members = [m for m in members if len(m) == 1]
+            if not members:
+                out.append(_NEVER)
+            else:
+                # ']' first, '-' last and '!' not first keep every member literal inside the class
+                body = "".join(sorted(members, key=lambda m: (m != "]", m == "-", m == "!", m)))
+                out.append(f"[{body}]")
+        else:
+            out.append(text)
+    return "".join(out)

@@ -6,8 +6,16 @@ pass); an **empty composite denies**, so a forgotten rule list never means "allo
 
 :func:`from_policy` builds the default chain from ``[permissions]``:
 
-- ``deny`` globs win over everything (``permission-denied``, reason names the rule);
-- the name must match an ``allow`` glob;
+- ``deny`` globs win over everything (``permission-denied``, reason names the rule). A deny glob
+  matches the name as written, its case-folded form and its confusable :func:`~.names.skeleton`
+  (the glob normalised the same way), so ``Delete_tag``, ``DELETE_REPO`` and ``de1ete_issue`` are
+  all caught by ``deny = ["*delete*"]``;
+- the name must match an ``allow`` glob **exactly** (case-sensitive, no look-alike folding).
+
+Fail closed: a deny rule is read broadly (one more spelling refused is a nuisance; one spelling
+let through is a hole), an allow rule narrowly (it grants only what it literally says; widening it
+by case or look-alikes would let ``De1ete_all`` in through ``allow = ["delete_*"]``).
+
 - ``mode = "plan"`` lets only ``read`` and ``external-read`` tools run;
 - ``max_risk`` (optional) caps the risk of any tool, builtins included.
 """
@@ -16,11 +24,12 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from .errors import PermissionDeniedError
 from .model import Risk, Source
+from .names import skeleton, skeleton_pattern
 from .policy import PermissionsPolicy
 
 PLAN_RISKS = frozenset({Risk.READ, Risk.EXTERNAL_READ})
@@ -45,16 +54,43 @@ def deny(message: str) -> PermissionDeniedError:
 
 @dataclass(frozen=True, slots=True)
 class DenyNames:
+    """Deny rules, matched on the name, its case-folded form and its confusable skeleton."""
+
     patterns: tuple[str, ...]
+    _forms: tuple[tuple[str, str, str], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        forms = tuple((p, p.casefold(), skeleton_pattern(p)) for p in self.patterns)
+        object.__setattr__(self, "_forms", forms)
 
     def check(self, request: PermissionRequest) -> None:
-        for pattern in self.patterns:
-            if fnmatch.fnmatchcase(request.tool, pattern):
-                raise deny(f"{request.tool!r} matches the policy deny rule {pattern!r}")
+        hit = deny_match(request.tool, self._forms)
+        if hit is not None:
+            pattern, how = hit
+            raise deny(f"{request.tool!r} matches the policy deny rule {pattern!r}{how}")
+
+
+def deny_match(name: str, forms: Iterable[tuple[str, str, str]]) -> tuple[str, str] | None:
+    """The first deny rule (pattern, casefolded pattern, skeleton pattern) that ``name`` matches,
+    with how it matched ('' exactly, or the normalised form), or None."""
+    folded: str | None = None
+    skel: str | None = None
+    for pattern, folded_pattern, skeleton_glob in forms:
+        if fnmatch.fnmatchcase(name, pattern):
+            return pattern, ""
+        if folded is None:
+            folded, skel = name.casefold(), skeleton(name)
+        if fnmatch.fnmatchcase(folded, folded_pattern):
+            return pattern, f" (compared case-insensitively as {folded!r})"
+        if fnmatch.fnmatchcase(skel or "", skeleton_glob):
+            return pattern, f" (compared as the look-alike skeleton {skel!r})"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
 class AllowNames:
+    """Allow rules: exact, case-sensitive globs (never widened; see the module docstring)."""
+
     patterns: tuple[str, ...]
 
     def check(self, request: PermissionRequest) -> None:

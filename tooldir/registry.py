@@ -28,11 +28,18 @@ denials included, is one audit line. Error codes (``CallResult.error.code``) are
 ``handler-failed``            a builtin handler raised
 ``invalid-output``            a builtin or a post hook produced content that is not plain JSON
 ``audit-failed``              the audit line could not be written (the result is withheld)
+``internal-error``            tooldir itself failed on this call (a bug; nothing more ran)
 ============================  =====================================================================
+
+Names are untrusted input too (an MCP client or ``os.fsdecode`` can hand over lone surrogates, NUL,
+megabytes): a name that is not a valid tool name is ``unknown-tool`` saying why, and the audit line
+records it escaped and capped at :data:`AUDIT_NAME_MAX` characters, with ``tool_sha256`` (sha256 of
+the name's UTF-8 bytes, lone surrogates passed through) whenever the recorded form differs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -60,7 +67,7 @@ from .audit import AuditEvent, AuditSink, JsonlAudit, input_digest
 from .errors import ExecutionError, PermissionDeniedError
 from .hooks import Deny, HookCall, HookSet, PostHook, PreHook, Redact, Rewrite, make_hook
 from .model import BuiltinSpec, Risk, Source, Status, ToolRecord, Trust
-from .names import GUARD_TOOLS, is_valid_name
+from .names import GUARD_TOOLS, explain_invalid, is_valid_name
 from .permissions import PermissionCheck, PermissionRequest, from_policy
 from .policy import Policy
 from .sandbox import RunRequest, RunResult, Sandbox
@@ -72,6 +79,9 @@ log = logging.getLogger("tooldir")
 _VALIDATOR_CACHE = 1024
 _MESSAGE_MAX = 500
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+#: Longest tool name written to the audit log as is; longer (or unprintable) ones are escaped,
+#: capped and identified by their sha256.
+AUDIT_NAME_MAX = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +131,7 @@ class _Stop(Exception):
     def __init__(self, code: str, message: str, *, ran: bool = False, content: Any = None) -> None:
         super().__init__(message)
         self.code = code
-        self.message = _clip(message)
+        self.message = _clip(_utf8_safe(message))
         self.ran = ran
         self.content = content
 
@@ -278,6 +288,10 @@ class Registry:
         except _Stop as stop:
             trace.ran = trace.ran or stop.ran
             return self._finish(trace, name, session_id, snapshot.id, error=stop)
+        except Exception as exc:  # a bug in tooldir: still a result and an audit line, never a traceback
+            log.exception("internal error in Registry.call")
+            failure = _Stop("internal-error", f"tooldir failed on this call: {type(exc).__name__}: {exc}")
+            return self._finish(trace, name, session_id, snapshot.id, error=failure)
         return self._finish(trace, name, session_id, snapshot.id, content=content)
 
     def _pipeline(
@@ -343,7 +357,7 @@ class Registry:
         if record is None:
             others = [r for r in snapshot.records(name) if r.source is not Source.BUILTIN]
             if not others:
-                raise _Stop("unknown-tool", f"no tool named {name!r}")
+                raise _Stop("unknown-tool", _unknown_name_message(name))
             record = others[-1]
         ranked = sorted(record.diagnostics, key=lambda d: _SEVERITY_RANK.get(str(d.severity), 3))
         why = next((f"{d.code}: {d.message}" for d in ranked if str(d.severity) != "info"), None)
@@ -381,10 +395,11 @@ class Registry:
             raise _Stop("invalid-input", f"input must be a JSON object, not {type(raw).__name__}")
         try:
             text = json.dumps(raw, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+            size = len(text.encode())  # a lone surrogate (UnicodeEncodeError) is not JSON text either
         except (TypeError, ValueError) as exc:
             raise _Stop("invalid-input", f"input is not plain JSON: {exc}") from None
         limit = self._policy.sandbox.max_input_bytes
-        if len(text.encode()) > limit:
+        if size > limit:
             raise _Stop("invalid-input", f"input is larger than {limit} bytes")
         try:
             data: dict[str, Any] = thaw(loads(text.encode(), max_depth=self._policy.limits.max_json_depth))
@@ -510,18 +525,20 @@ class Registry:
         if error is not None:
             content = error.content
         record = trace.record
+        tool, tool_sha256 = audit_name(name)
         event = AuditEvent(
-            tool=name if isinstance(name, str) else repr(name)[:100],
+            tool=tool,
+            tool_sha256=tool_sha256,
             source=None if record is None else str(record.source),
             digest=None if record is None else record.digest,
             input_sha256=input_digest(trace.input),
             decision="allow" if trace.ran else "deny",
-            reason=None if code is None else f"{code}: {message}",
+            reason=None if code is None else _utf8_safe(f"{code}: {message}"),
             status="ok" if ok else ("error" if trace.ran else "denied"),
-            error_code=code,
+            error_code=None if code is None else _utf8_safe(code),
             duration_ms=(time.perf_counter() - trace.started) * 1000,
             snapshot=snapshot_id,
-            session=None if session_id is None else str(session_id),
+            session=None if session_id is None else _utf8_safe(str(session_id))[:AUDIT_NAME_MAX],
         )
         try:
             audit_id = self._audit.record(event)
@@ -532,6 +549,45 @@ class Registry:
             )
         failure = None if ok else CallError(code or "tool-failed", message or "")
         return CallResult(ok, content, failure, audit_id)
+
+
+def _unknown_name_message(name: str) -> str:
+    if is_valid_name(name):
+        return f"no tool named {name!r}"
+    shown, digest = audit_name(name)
+    return f"no tool named '{shown}' ({digest}): not a valid tool name; {explain_invalid(name)}"
+
+
+def audit_name(name: Any) -> tuple[str, str | None]:
+    """How a requested tool name is written to the audit log: (printable form, sha256 or None).
+
+    A valid name is written as is. Anything else (not a string, lone surrogates, control
+    characters, longer than :data:`AUDIT_NAME_MAX`) is escaped (``repr`` style), capped, and
+    identified by ``sha256:`` of the raw name's bytes (UTF-8 with surrogates passed through; the
+    ``repr`` for a non-string), so two different odd names never share an audit identity."""
+    if isinstance(name, str) and is_valid_name(name) and len(name) <= AUDIT_NAME_MAX:
+        return name, None
+    if isinstance(name, str):
+        raw = name.encode("utf-8", "surrogatepass")
+        shown = repr(name)[1:-1]  # escapes surrogates, controls and quotes alike
+    else:
+        shown = repr(name)
+        raw = _utf8_safe(shown).encode()
+    shown = _utf8_safe(shown)
+    if len(shown) > AUDIT_NAME_MAX:
+        shown = shown[: AUDIT_NAME_MAX - 3] + "..."
+    return shown, "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def _utf8_safe(text: str) -> str:
+    """``text`` with anything UTF-8 cannot encode (lone surrogates) written as ``\\udcff``."""
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
 
 
 def _interpret(result: RunResult, timeout: float, cap: int) -> Any:

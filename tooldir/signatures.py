@@ -7,7 +7,9 @@
   SHA-2 signatures, namespace checked by the caller (``tooldir``).
 - Keys are made and lock files signed in :mod:`tooldir.keys`.
 - **allowed_signers** files (``principals [options] keytype key [comment]``) with ``namespaces``,
-  ``valid-after`` and ``valid-before``; ``cert-authority`` lines are not supported (reported).
+  ``valid-after`` and ``valid-before``; ``cert-authority`` lines are not supported (reported). A
+  line OpenSSH refuses (an option twice, an unquoted value, ``valid-before`` not after
+  ``valid-after``) is refused here too, that line only, reported as ``<file> line N: ...``.
 
 Key identities are strings used in state and revocation lists: ``minisign:<16 hex key id>`` and
 ``ssh:SHA256:<base64 fingerprint>``. Verification results are cached by a hash of key, signature and
@@ -415,6 +417,35 @@ def _unquote(value: str) -> str:
     return value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else value
 
 
+_SIGNER_OPTIONS = ("namespaces", "valid-after", "valid-before")
+
+
+def _signer_options(field: str) -> dict[str, str]:
+    """The options field of an allowed_signers line, refused the way OpenSSH's ``sshsigopt_parse``
+    refuses it: an option given twice (``multiple "namespaces" clauses``: which one would count?),
+    a value without double quotes, an unknown option. Names compare case-insensitively. The
+    refusal is for the whole line, as in ``ssh-keygen -Y verify``: that line's key is not trusted,
+    the other lines still count.
+
+    Raises:
+        SignatureFormatError
+    """
+    options: dict[str, str] = {}
+    for option in _OPTION_SPLIT.split(field):
+        name, eq, value = option.partition("=")
+        name = name.lower()
+        if name == "cert-authority" and not eq:
+            raise SignatureFormatError("cert-authority lines are not supported")
+        if name not in _SIGNER_OPTIONS or not eq:
+            raise SignatureFormatError(f"bad options: unknown key option {option!r}")
+        if name in options:
+            raise SignatureFormatError(f'bad options: multiple "{name}" clauses')
+        if len(value) < 2 or value[0] != '"' or value[-1] != '"' or '"' in value[1:-1]:
+            raise SignatureFormatError(f"bad options: {name} needs a double-quoted value, not {value!r}")
+        options[name] = value[1:-1]
+    return options
+
+
 def parse_allowed_signer_line(line: str, number: int) -> AllowedSigner | None:
     """One line of an allowed_signers file; None for blank lines and comments.
 
@@ -433,14 +464,7 @@ def parse_allowed_signer_line(line: str, number: int) -> AllowedSigner | None:
     rest = tokens[1:]
     options: dict[str, str] = {}
     if rest[0] not in KEY_TYPES and not rest[0].startswith(("ssh-", "ecdsa-", "sk-")):
-        for option in _OPTION_SPLIT.split(rest[0]):
-            name, _, value = option.partition("=")
-            name = name.lower()
-            if name == "cert-authority":
-                raise SignatureFormatError("cert-authority lines are not supported")
-            if name not in ("namespaces", "valid-after", "valid-before") or not value:
-                raise SignatureFormatError(f"unsupported option {option!r}")
-            options[name] = _unquote(value)
+        options = _signer_options(rest[0])
         rest = rest[1:]
     if len(rest) < 2:
         raise SignatureFormatError("missing key type or key")
@@ -456,6 +480,8 @@ def parse_allowed_signer_line(line: str, number: int) -> AllowedSigner | None:
         namespaces = tuple(ns.strip() for ns in options["namespaces"].split(",") if ns.strip())
     after = _ssh_time(options["valid-after"]) if "valid-after" in options else None
     before = _ssh_time(options["valid-before"]) if "valid-before" in options else None
+    if after is not None and before is not None and before <= after:
+        raise SignatureFormatError('bad options: "valid-before" time is before "valid-after"')
     return AllowedSigner(principals, blob, namespaces, after, before, number)
 
 

@@ -7,11 +7,19 @@ watches when a root or one of its parent folders changed, asks the loader to reb
 changed and publishes the result with one reference swap. A build that fails keeps the last good
 snapshot, is reported, and is retried (cold) with a bounded back-off.
 
-What is watched (inotify, via watchdog): every root recursively, and non-recursively every
-folder from the parent of the root's anchor down to the root, so a root that appears, vanishes
-or is replaced (also by a symlink) is noticed; the user's state folder (approvals, signature
-high-water marks), so ``tooldir allow`` flips a tool from pending to active; and the policy file's
-folder. When the kernel runs out of inotify watches or instances, or drops events (queue
+What is watched (inotify, one instance, every watch non-recursive: see
+``tooldir._internal.inotify``): every folder from the parent of the root's anchor down to the
+root, so a root that appears, vanishes or is replaced (also by a symlink) is noticed; inside each
+root exactly the folders discovery reads - the tool folders and, below each, its folders down to
+``max_package_depth``, not below a folder with more than ``max_package_files`` entries, at most
+``max_package_files`` folders per package, and nothing inside a root with more than
+``max_root_entries`` entries (discovery loads nothing from it) - so a project cannot spend the
+user's inotify watches by planting folder trees (``watch:exhaust``); the user's state folder
+(approvals, signature high-water marks), so ``tooldir allow`` flips a tool from pending to active;
+and the policy file's folder. Folders that appear or vanish inside a package re-arm that package's
+watches only. A package with more folders than it may have watched, or any beyond the watcher's
+total ``max_watches``, is re-read every ``rescan_interval_s`` instead (reported once as
+``watch-budget``). When the kernel runs out of inotify watches or instances, or drops events (queue
 overflow), the watcher says so (``WatchProblem``), logs it, and falls back to full rescans every
 ``rescan_interval_s`` for as long as it is degraded.
 """
@@ -25,6 +33,7 @@ import stat
 import threading
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -50,7 +59,7 @@ from watchdog.events import (
 from .discover import RootSpec
 from .errors import PolicyError
 from .loader import Loader
-from .policy import Policy, load_policy
+from .policy import Limits, Policy, load_policy
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
 from .state import APPROVALS, HIGH_WATER
 
@@ -117,9 +126,10 @@ class Observer(Protocol):
 
 
 def default_observer() -> Observer:
-    from watchdog.observers import Observer as PlatformObserver
+    """One inotify instance for every watch (watchdog's observers start a thread per folder)."""
+    from ._internal.inotify import FlatInotifyObserver
 
-    observer: Observer = PlatformObserver()
+    observer: Observer = FlatInotifyObserver()
     return observer
 
 
@@ -148,6 +158,7 @@ class _Pending:
     policy: bool = False
     rearm: bool = False
     stale: set[str] = field(default_factory=set)  # folders replaced: watches at or below them are renewed
+    repack: dict[str, set[str]] = field(default_factory=dict)  # root folder -> packages whose folders changed
     full: bool = False
     first: float = 0.0
     last: float = 0.0
@@ -180,6 +191,9 @@ class _Handler(FileSystemEventHandler):
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         self._watcher._on_event(event)
+
+    def on_overflow(self) -> None:  # called by FlatInotifyObserver
+        self._watcher._on_overflow()
 
 
 class _OverflowHook(logging.Handler):
@@ -225,6 +239,7 @@ class Watcher:
         observer_factory: Callable[[], Observer] = default_observer,
         on_problem: Callable[[WatchProblem], None] | None = None,
         on_policy: Callable[[Policy], None] | None = None,
+        max_watches: int | None = None,
     ) -> None:
         if debounce_s < 0 or min(max_delay_s, rescan_interval_s, trust_interval_s, retry_s) <= 0:
             raise ValueError("debounce_s must be >= 0; max_delay_s, the intervals and retry_s > 0")
@@ -258,6 +273,10 @@ class Watcher:
         self._failures = 0
         self._last_problem: WatchProblem | None = None
         self._targets = self._make_targets()
+        self._max_watches_arg = max_watches
+        self._partial: dict[str, set[str]] = {}  # RootSpec.path -> packages not fully watched
+        self._overfull: set[str] = set()  # roots (folder paths) over max_root_entries: only the root is watched
+        self._budget_reported = False
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -372,10 +391,136 @@ class Watcher:
                 ident = _identity(folder, follow=i < target.trusted)
                 if ident is None:
                     break  # missing, not a folder, or a symlink below the anchor: its parent's watch reports changes
-                last = i == len(chain) - 1
-                key = (folder, target.kind == "root" and last)
-                want[key] = ident
+                want[(folder, False)] = ident
         return want
+
+    # -- what discovery reads: the folders inside the roots (watch:exhaust) ----------------------
+
+    @property
+    def _max_watches(self) -> int:
+        """``max_watches`` as given, or derived from the policy's current limits."""
+        return self._max_watches_arg if self._max_watches_arg is not None else self._default_budget()
+
+    def _default_budget(self) -> int:
+        """The most watches this watcher may hold: every chain folder, and per root its tool
+        folders (at most ``max_root_entries``) plus as many folders again below them, plus one
+        package's worth (``max_package_files``)."""
+        limits = self._loader.config.policy.limits
+        chains = sum(len(t.chain()) for t in self._targets)
+        return chains + 64 + len(self._loader.config.roots) * (2 * limits.max_root_entries + limits.max_package_files)
+
+    def _root_contents(self, want: dict[tuple[str, bool], tuple[int, int]]) -> dict[str, set[str]]:
+        """Add the folders discovery reads inside every watched root to ``want`` (parents first),
+        within the budget; returns the packages that could not be watched whole."""
+        limits = self._loader.config.policy.limits
+        partial: dict[str, set[str]] = {}
+        self._overfull = set()
+        for target in self._targets:
+            if target.kind != "root" or target.root is None or (target.path, False) not in want:
+                continue
+            packages = root_packages(target.path, limits)
+            if packages is None:
+                self._overfull.add(target.path)
+                continue
+            for pkg in packages:
+                room = self._max_watches - len(want)
+                folders, complete = package_folders(pkg, limits, min(limits.max_package_files, max(room, 0)))
+                for folder, ident in folders:
+                    want[(folder, False)] = ident
+                if not complete:
+                    partial.setdefault(target.root.path, set()).add(os.path.basename(pkg))
+        return partial
+
+    def _set_partial(self, partial: dict[str, set[str]]) -> None:
+        with self._cond:
+            first = not self._partial and partial
+            self._partial = partial
+            if first:
+                self._next_rescan = min(self._next_rescan or float("inf"), time.monotonic() + self._rescan_interval)
+        names = sorted(os.path.join(root, name) for root, held in partial.items() for name in held)
+        if names and not self._budget_reported:
+            self._budget_reported = True
+            limits = self._loader.config.policy.limits
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            self._report(
+                "watch-budget",
+                f"{shown}: more folders than are watched (at most {limits.max_package_files} per package, "
+                f"{self._max_watches} in all); changes there are picked up by a rescan every "
+                f"{self._rescan_interval:g} s",
+            )
+
+    def _arm_packages(self, repack: dict[str, set[str]]) -> None:
+        """Re-arm the watches of the named packages only (a folder appeared or vanished in them);
+        a root whose entry count crossed ``max_root_entries`` gets a full re-arm."""
+        observer = self._observer
+        if observer is None:
+            return
+        limits = self._loader.config.policy.limits
+        partial = {k: set(v) for k, v in self._partial.items()}
+        for target in self._targets:
+            names = repack.get(target.path)
+            if not names or target.root is None or (target.path, False) not in self._watches:
+                continue
+            appeared = target.path in self._overfull or any(
+                (os.path.join(target.path, n), False) not in self._watches for n in names
+            )
+            # a tool folder appeared or vanished: the root's entry count may have crossed the limit
+            if appeared and (root_packages(target.path, limits) is None) != (target.path in self._overfull):
+                self._arm()
+                return
+            if target.path in self._overfull:
+                continue
+            for name in sorted(names):
+                if not name or name.startswith(".") or os.sep in name:
+                    continue
+                pkg = os.path.join(target.path, name)
+                for _ in range(3):  # again while new folders appear under ones just watched
+                    room = self._max_watches - len(self._watches)
+                    folders, complete = package_folders(pkg, limits, limits.max_package_files)
+                    added, fits = self._sync_folders(pkg, dict(folders), room)
+                    if not added:
+                        break
+                held = partial.setdefault(target.root.path, set())
+                if complete and fits:
+                    held.discard(name)
+                else:
+                    held.add(name)
+                if not held:
+                    del partial[target.root.path]
+        self._set_partial(partial)
+
+    def _sync_folders(self, top: str, want: dict[str, tuple[int, int]], room: int) -> tuple[bool, bool]:
+        """Make the watches at or below ``top`` exactly ``want`` (parents first), adding at most
+        ``room`` new ones. (anything added, everything fitted)."""
+        observer = self._observer
+        assert observer is not None  # noqa: S101 - callers check
+        prefix = top + os.sep
+        for key, (watch, ident) in list(self._watches.items()):
+            folder = key[0]
+            if (folder == top or folder.startswith(prefix)) and want.get(folder) != ident:
+                del self._watches[key]
+                try:
+                    observer.unschedule(watch)
+                except (KeyError, OSError) as exc:
+                    log.debug("unschedule %s: %s", folder, exc)
+        added = False
+        for folder, ident in want.items():
+            key = (folder, False)
+            if key in self._watches:
+                continue
+            if room <= 0:
+                return added, False
+            try:
+                watch = observer.schedule(self._handler, folder, recursive=False, event_filter=EVENT_FILTER)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError as exc:
+                self._degrade(exc, folder)
+                return added, False
+            self._watches[key] = (watch, ident)
+            room -= 1
+            added = True
+        return added, True
 
     def _arm(self, stale: set[str] | frozenset[str] = frozenset()) -> None:
         """Bring the scheduled watches in line with the folders that exist now; watches at or
@@ -384,6 +529,7 @@ class Watcher:
         if observer is None:
             return
         desired = self._desired()
+        partial = self._root_contents(desired)
         for key, (watch, ident) in list(self._watches.items()):
             if desired.get(key) != ident or any(_under(key[0], s) is not None for s in stale):
                 del self._watches[key]
@@ -401,8 +547,11 @@ class Watcher:
                 continue  # vanished meanwhile: the parent's watch reports it
             except OSError as exc:
                 self._degrade(exc, folder)
+                if exc.errno in (errno.EMFILE, errno.ENOSPC):
+                    break  # the kernel's limit: the periodic full rescan covers the rest
                 continue
             self._watches[key] = (watch, ident)
+        self._set_partial(partial)
         if self._degraded in ("inotify-limit", "watch-failed") and len(self._watches) == len(desired):
             with self._cond:
                 self._degraded = None
@@ -455,7 +604,10 @@ class Watcher:
             rel = _under(path, target.path)
             if rel is not None and rel:  # inside the target
                 if target.kind == "root" and target.root is not None:
-                    pending.touch(target.root.path, rel.split(os.sep, 1)[0])
+                    name = rel.split(os.sep, 1)[0]
+                    pending.touch(target.root.path, name)
+                    if kind in _STRUCTURAL:  # a folder may have appeared or vanished: re-arm that package
+                        pending.repack.setdefault(target.path, set()).add(name)
                     noted = True
                 elif target.kind == "state" and rel in (APPROVALS, HIGH_WATER):
                     pending.trust = noted = True
@@ -515,7 +667,7 @@ class Watcher:
                         self._next_trust = now + self._trust_interval
                         continue
                     waits = [self._next_trust]
-                    if self._degraded:
+                    if self._degraded or self._partial:
                         waits.append(self._next_rescan)
                     if self._retry_at is not None:
                         waits.append(self._retry_at)
@@ -527,6 +679,13 @@ class Watcher:
                         pending.rearm = bool(self._degraded)
                         pending.first = pending.last = now
                         self._retry_at = None
+                        self._next_rescan = now + self._rescan_interval
+                        continue
+                    if self._partial and self._next_rescan <= now:
+                        for root_path, names in self._partial.items():  # not fully watched: re-read them
+                            for name in names:
+                                pending.touch(root_path, name)
+                        pending.first = pending.last = now
                         self._next_rescan = now + self._rescan_interval
                         continue
                     self._cond.wait(due - now)
@@ -541,9 +700,14 @@ class Watcher:
     def _process(self, batch: _Pending) -> None:
         if batch.rearm:
             self._arm(batch.stale)
+        elif batch.repack:
+            self._arm_packages(batch.repack)
         full = batch.full
         if batch.policy and self._policy_file is not None:
-            full = self._reload_policy() or full
+            reloaded = self._reload_policy()
+            if reloaded:
+                self._arm()  # the limits may have changed, and with them what discovery reads
+            full = reloaded or full
             if not full and not batch.changes and not batch.trust:
                 return
         current = self._store.current
@@ -604,6 +768,61 @@ class Watcher:
                 self._on_problem(problem)
             except Exception:
                 log.exception("watch problem callback failed")
+
+
+def root_packages(root: str, limits: Limits) -> list[str] | None:
+    """The tool folders directly under ``root`` as discovery lists them (no dot names, no links),
+    sorted; None when the root has more than ``max_root_entries`` entries (nothing is loaded
+    from it, so nothing in it is watched)."""
+    found: list[str] = []
+    try:
+        with os.scandir(root) as entries:
+            for count, entry in enumerate(entries, start=1):
+                if count > limits.max_root_entries:
+                    return None
+                if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False):
+                    found.append(entry.path)
+    except OSError:
+        return []
+    found.sort()
+    return found
+
+
+def package_folders(pkg: str, limits: Limits, cap: int) -> tuple[list[tuple[str, tuple[int, int]]], bool]:
+    """The folders discovery reads in the package ``pkg``, parents first, with their identity:
+    the package folder and its folders down to ``max_package_depth`` (the package folder is
+    depth 1, as in discovery), never below a folder with more than ``max_package_files`` entries
+    (discovery refuses it) and never through a link; at most ``cap`` of them.
+    Returns (folders, complete): complete is False when ``cap`` cut the list short."""
+    ident = _identity(pkg, follow=False)
+    if ident is None or cap <= 0:
+        return [], ident is None
+    out = [(pkg, ident)]
+    queue: deque[tuple[str, int]] = deque([(pkg, 1)])
+    while queue:
+        folder, depth = queue.popleft()
+        if depth >= limits.max_package_depth:
+            continue  # deeper folders are refused (too-deep); this folder's own watch sees them appear
+        children: list[str] = []
+        try:
+            with os.scandir(folder) as entries:
+                for count, entry in enumerate(entries, start=1):
+                    if count > limits.max_package_files:
+                        children = []  # discovery stops here (too-many-entries): do not descend
+                        break
+                    if entry.is_dir(follow_symlinks=False):
+                        children.append(entry.path)
+        except OSError:
+            continue
+        for child in sorted(children):
+            child_ident = _identity(child, follow=False)
+            if child_ident is None:
+                continue
+            if len(out) >= cap:
+                return out, False
+            out.append((child, child_ident))
+            queue.append((child, depth + 1))
+    return out, True
 
 
 def _identity(path: str, *, follow: bool) -> tuple[int, int] | None:

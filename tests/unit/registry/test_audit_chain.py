@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 import stat
 import threading
@@ -124,3 +125,16 @@ def test_appending_after_damage_keeps_the_damage_visible(tmp_path: Path) -> None
     path.write_bytes(b"".join(content))
     JsonlAudit(path).record(event(9))
     assert verify(path).broken_line == 2
+
+
+def test_an_event_with_lone_surrogates_is_written_repaired_with_the_raw_sha256_and_the_chain_verifies(
+    tmp_path: Path,
+) -> None:
+    sink = JsonlAudit(tmp_path / "audit.jsonl")
+    event = AuditEvent("\udcff", None, None, "sha256:0", "deny", "unknown-tool: \ud800", "denied", "x\udcfe", 0.1)
+    sink.record(event)
+    record = json.loads((tmp_path / "audit.jsonl").read_text(encoding="utf-8"))
+    assert record["tool"] == "\ufffd" and record["error_code"] == "x\ufffd"
+    raw = hashlib.sha256("\udcff".encode("utf-8", "surrogatepass")).hexdigest()
+    assert record["tool_sha256"] == f"sha256:{raw}"
+    assert verify(tmp_path / "audit.jsonl").ok

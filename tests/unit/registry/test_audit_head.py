@@ -274,7 +274,10 @@ def test_a_registry_call_with_lone_surrogates_in_the_name_is_audited(tmp_path: P
     result = setup.registry.call("evil\udcff\ud800", {"k": "\ud800"})
     assert result.error is not None and result.error.code == "unknown-tool" and result.audit_id is not None
     record = json.loads(lines(setup.state / "audit.jsonl")[0])
-    assert record["tool"] == "evil\ufffd\ufffd" and record["tool_sha256"].startswith("sha256:")
+    # the registry writes an odd name escaped (repr style), identified by the sha256 of its raw bytes
+    raw = "evil\udcff\ud800".encode("utf-8", "surrogatepass")
+    assert record["tool"] == "evil\\udcff\\ud800"
+    assert record["tool_sha256"] == "sha256:" + hashlib.sha256(raw).hexdigest()
     assert verify(setup.state / "audit.jsonl").ok
 
 
