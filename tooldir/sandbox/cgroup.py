@@ -12,6 +12,13 @@ The run's cgroup gets ``memory.max = memory_mb``, ``memory.swap.max = 0``, ``mem
 and ``pids.max``; bubblewrap is started with ``--block-fd``, and both its processes (the launcher and
 the sandbox's init, whose pid comes from ``--info-fd``) are moved in *before* the block is released,
 so no tool code ever runs outside the cgroup and every process it forks inherits it.
+
+On a cgroup **v1** host (no usable v2 parent), :class:`RunCgroupV1` does the same with a child of
+this process's own v1 ``memory`` cgroup (and of its ``pids`` cgroup where that hierarchy is
+mounted and writable): ``memory.limit_in_bytes = memory_mb``, ``memory.memsw.limit_in_bytes`` the
+same where swap is accounted, the OOM killer on, ``pids.max``. v1 charges memfd, tmpfs and shared
+memory pages to the cgroup that faults them in, so this bounds the tool as a whole too. Both
+flavours are a :class:`RunGroup`: the hand-over does not care which.
 """
 
 from __future__ import annotations
@@ -21,7 +28,10 @@ import os
 import secrets
 import signal
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 _KILL_WAIT_S = 5.0
 REQUIRED_CONTROLLERS = ("memory", "pids")
@@ -83,6 +93,18 @@ def find_parent(configured: str | None) -> tuple[Path | None, str]:
     return (None, why) if why else (path, "")
 
 
+class RunGroup(Protocol):
+    """What the hand-over needs of a run's cgroup, v2 or v1 (``path`` names it in messages)."""
+
+    path: Path
+
+    def add(self, pid: int) -> None: ...
+
+    def oom_killed(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
 class RunCgroup:
     """One run's cgroup: created with its limits, processes added, then killed and removed."""
 
@@ -106,16 +128,7 @@ class RunCgroup:
         return group
 
     def _write(self, name: str, value: str, *, optional: bool = False) -> None:
-        try:
-            fd = os.open(self.path / name, os.O_WRONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            if optional:
-                return
-            raise
-        try:
-            os.write(fd, value.encode())
-        finally:
-            os.close(fd)
+        _write(self.path / name, value, optional=optional)
 
     def add(self, pid: int) -> None:
         self._write("cgroup.procs", str(pid))
@@ -143,16 +156,188 @@ class RunCgroup:
             for pid in self.pids():
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
+        _remove(self.path, time.monotonic() + _KILL_WAIT_S)
+
+
+def _write(path: Path, value: str, *, optional: bool = False) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if optional:
+            return
+        raise
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def _remove(path: Path, deadline: float) -> None:
+    """rmdir a run's cgroup, retrying while its last tasks exit (bounded: never fatal)."""
+    pause = 0.0005
+    while True:
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                return  # still busy (a task in D state): left for the next cleanup, never fatal
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+
+# --------------------------------------------------------------------------- cgroup v1
+
+
+def v1_dir(mountinfo: str, proc_cgroup: str, controller: str) -> Path | None:
+    """This process's own cgroup directory in the v1 hierarchy of ``controller`` (from
+    /proc/self/mountinfo and /proc/self/cgroup text), or None when that hierarchy is not mounted or
+    the mount does not show this process's cgroup."""
+    own = None
+    for line in proc_cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and controller in parts[1].split(","):
+            own = parts[2].strip()
+    if not own:
+        return None
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 5 or len(tail) < 3 or tail[0] != "cgroup":
+            continue
+        if controller not in tail[2].split(","):
+            continue
+        root, mount = fields[3].replace("\\040", " "), fields[4].replace("\\040", " ")
+        if root == "/":
+            return Path(mount + own.rstrip("/")) if own != "/" else Path(mount)
+        if own == root or own.startswith(root.rstrip("/") + "/"):
+            return Path(mount + own[len(root) :].rstrip("/"))
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class V1Parents:
+    """Where a cgroup v1 run gets its cgroups: a child of ``memory``, and of ``pids`` if not None."""
+
+    memory: Path
+    pids: Path | None
+
+
+def find_v1_parents() -> tuple[V1Parents | None, str]:
+    """This process's own v1 memory (and pids) cgroups, if a run's child cgroup with a memory limit
+    can really be made in them (a probe child is created and removed), else (None, why not)."""
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            mountinfo = fh.read()
+        with open("/proc/self/cgroup") as fh:
+            proc_cgroup = fh.read()
+    except OSError as exc:
+        return None, f"cannot read this process's cgroups: {exc.strerror}"
+    memory = v1_dir(mountinfo, proc_cgroup, "memory")
+    if memory is None:
+        return None, "no cgroup v1 memory hierarchy shows this process's cgroup"
+    if not os.access(memory, os.W_OK | os.X_OK):
+        return None, f"{memory} is not writable by uid {os.geteuid()}"
+    pids = v1_dir(mountinfo, proc_cgroup, "pids")
+    if pids is not None and not os.access(pids, os.W_OK | os.X_OK):
+        pids = None  # RLIMIT_NPROC still bounds the processes
+    parents = V1Parents(memory, pids)
+    try:
+        RunCgroupV1.create(parents, memory_bytes=_PROBE_BYTES, max_processes=1).close()
+    except OSError as exc:
+        if pids is None:
+            return None, f"cannot make a cgroup v1 child of {memory}: {exc.strerror or exc}"
+        parents = V1Parents(memory, None)  # the pids hierarchy refused: the memory bound is what counts
+        try:
+            RunCgroupV1.create(parents, memory_bytes=_PROBE_BYTES, max_processes=1).close()
+        except OSError as again:
+            return None, f"cannot make a cgroup v1 child of {memory}: {again.strerror or again}"
+    return parents, ""
+
+
+_PROBE_BYTES = 64 * 1024 * 1024
+
+
+class RunCgroupV1:
+    """One run's cgroup v1 children (memory, and pids where usable): created with their limits,
+    processes added to both, then killed and removed. v1 has no ``cgroup.kill``: the processes
+    listed are killed until none is left."""
+
+    def __init__(self, memory: Path, pids: Path | None) -> None:
+        self.path = memory
+        self.pids_path = pids
+
+    def _dirs(self) -> list[Path]:
+        return [self.path] if self.pids_path is None else [self.path, self.pids_path]
+
+    @classmethod
+    def create(cls, parents: V1Parents, *, memory_bytes: int, max_processes: int) -> RunCgroupV1:
+        """Raises OSError when a cgroup or one of its limits cannot be set (the run must not start)."""
+        name = f"tooldir-{os.getpid()}-{secrets.token_hex(4)}"
+        os.mkdir(parents.memory / name, 0o755)
+        group = cls(parents.memory / name, None)
+        try:
+            _write(group.path / "memory.limit_in_bytes", str(memory_bytes))
+            # swap counts too where it is accounted (the file is absent otherwise)
+            _write(group.path / "memory.memsw.limit_in_bytes", str(memory_bytes), optional=True)
+            # the OOM killer on (a child inherits oom_kill_disable): over the limit the tool is killed
+            _write(group.path / "memory.oom_control", "0", optional=True)
+            if parents.pids is not None:
+                os.mkdir(parents.pids / name, 0o755)
+                group.pids_path = parents.pids / name
+                _write(group.pids_path / "pids.max", str(max_processes))
+        except OSError:
+            group.close()
+            raise
+        return group
+
+    def add(self, pid: int) -> None:
+        for folder in self._dirs():
+            _write(folder / "cgroup.procs", str(pid))
+
+    def oom_killed(self) -> bool:
+        """True if the memory limit made the kernel kill something in this cgroup."""
+        try:
+            fields = (self.path / "memory.oom_control").read_text().split()
+        except OSError:
+            return False
+        counts = dict(zip(fields[::2], fields[1::2], strict=False))
+        return counts.get("oom_kill", "0") != "0"
+
+    def pids(self) -> list[int]:
+        found: set[int] = set()
+        for folder in self._dirs():
+            with contextlib.suppress(OSError, ValueError):
+                found.update(int(p) for p in (folder / "cgroup.procs").read_text().split())
+        return sorted(found)
+
+    def close(self) -> None:
+        """Kill whatever is left in the cgroups until they are empty (bounded wait), remove them."""
         deadline = time.monotonic() + _KILL_WAIT_S
         pause = 0.0005
-        while True:
-            try:
-                os.rmdir(self.path)
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    return  # still busy (a task in D state): left for the next cleanup, never fatal
-                time.sleep(pause)
-                pause = min(pause * 2, 0.05)
+        while (left := self.pids()) and time.monotonic() < deadline:
+            _kill_members(left, self.pids)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        for folder in self._dirs():
+            _remove(folder, deadline)
+
+
+def _kill_members(listed: list[int], members: Callable[[], list[int]]) -> None:
+    """SIGKILL the listed processes that are still members once pinned by a pidfd: a pid that
+    exited and was reused by a process elsewhere between the listing and the kill is never hit."""
+    pinned: list[tuple[int, int]] = []
+    try:
+        for pid in listed:
+            with contextlib.suppress(OSError):
+                pinned.append((pid, os.pidfd_open(pid)))
+        still = set(members())
+        for pid, fd in pinned:
+            if pid in still:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+    finally:
+        for _, fd in pinned:
+            os.close(fd)

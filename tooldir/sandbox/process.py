@@ -20,7 +20,7 @@ from functools import cache
 from ..errors import SandboxError
 from ..policy import SandboxPolicy
 from . import RunResult
-from .cgroup import RunCgroup
+from .cgroup import RunGroup
 from .output import CappedBuffer
 
 _KILL_WAIT_S = 5.0
@@ -134,7 +134,7 @@ def spawn_and_collect(
     info_fd: int | None = None,
     close_after_spawn: Sequence[int] = (),
     address_space: int | None = -1,
-    cgroup: RunCgroup | None = None,
+    cgroup: RunGroup | None = None,
     release_fd: int | None = None,
     wrapper: Sequence[str] = (),
 ) -> RunResult:
@@ -211,7 +211,7 @@ def spawn_and_collect(
 
 def _enter_cgroup(
     proc: subprocess.Popen[bytes],
-    cgroup: RunCgroup,
+    cgroup: RunGroup,
     *,
     info_fd: int,
     info: CappedBuffer,
