@@ -605,6 +605,8 @@ def _interpret(result: RunResult, timeout: float, cap: int) -> Any:
         )
     if result.exit_code != 0:
         how = f"was killed by signal {result.signal}" if result.signal else f"exited with status {result.exit_code}"
+        if result.memory_exceeded:
+            how += " after going over its memory limit (sandbox.memory_mb)"
         raise _Stop("tool-failed", f"the tool {how}" + (f": {err_tail[-_MESSAGE_MAX:]}" if err_tail else ""), ran=True)
     text = result.stdout.decode("utf-8", "replace")
     stripped = text.strip()

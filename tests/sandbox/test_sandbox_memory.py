@@ -1,4 +1,4 @@
-"""The memory bound (cgroup v2, or RLIMIT_AS + seccomp), common runtimes under the default policy,
+"""The memory bound (cgroup v2, cgroup v1, a systemd scope, or RLIMIT_AS + seccomp), common runtimes under the default policy,
 the seccomp opt-out on an untabulated arch, and the cgroup hand-over before any tool code runs."""
 
 from __future__ import annotations
@@ -110,6 +110,7 @@ def test_memory_bound_cgroup_refuses_to_run_where_no_cgroup_can_be_made(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(bubblewrap, "find_parent", lambda configured: (None, "no delegated cgroup here"))
+    monkeypatch.setattr(bubblewrap, "find_v1_parents", lambda: (None, "no writable cgroup v1 here"))
     monkeypatch.setattr(scope, "unusable", lambda: "no systemd user manager here")
     policy = Policy.model_validate({"sandbox": {"memory_bound": "cgroup"}})
     result = registry_with(tmp_path, policy).call("probe_tool", {"text": "x"})

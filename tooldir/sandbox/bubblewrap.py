@@ -22,7 +22,9 @@ What a tool gets (see README "Sandbox guarantees"):
 - ``/proc/keys`` and ``/proc/key-users`` masked by empty files (and the keyring calls denied);
 - a memory bound (:attr:`BubblewrapSandbox.memory_bound`): ``cgroup`` -- a per-run cgroup v2 with
   ``memory.max = memory_mb`` counting everything the tool holds (RLIMIT_AS is then lifted, so
-  runtimes that reserve address space such as node work); ``systemd-scope`` -- the same limit
+  runtimes that reserve address space such as node work); ``cgroup-v1`` -- the same with per-run
+  children of this process's own cgroup v1 memory (and pids) cgroups, ``memory.limit_in_bytes =
+  memory_mb``; ``systemd-scope`` -- the same limit
   through ``systemd-run --user --scope`` for an unprivileged user; or ``rlimit+seccomp`` --
   RLIMIT_AS = ``memory_mb + address_space_slack_mb`` per process and the calls that hold memory
   outside it (memfd_create, memfd_secret, shmget, mq_open) denied.
@@ -44,7 +46,7 @@ from ..errors import SandboxError
 from ..model import ToolRecord
 from ..policy import SandboxPolicy
 from . import RunRequest, RunResult, scope
-from .cgroup import RunCgroup, find_parent
+from .cgroup import RunCgroup, RunCgroupV1, RunGroup, V1Parents, find_parent, find_v1_parents
 from .process import TRUSTED_PATH, Identity, identity_for, limits_prefix, spawn_and_collect
 from .seccomp import build_filter
 from .store import verified_files
@@ -66,7 +68,7 @@ TOOL_DIR = "/tool"
 MASKED_PROC = ("/proc/keys", "/proc/key-users")  # the caller's keys, by description and by owner
 BWRAP_PROCESSES = 2  # bubblewrap's launcher and the sandbox's init, counted in the cgroup's pids.max
 
-MemoryBound = Literal["cgroup", "systemd-scope", "rlimit+seccomp"]
+MemoryBound = Literal["cgroup", "cgroup-v1", "systemd-scope", "rlimit+seccomp"]
 log = logging.getLogger("tooldir")
 
 
@@ -171,22 +173,29 @@ def sandbox_env(extra: dict[str, str] | None = None) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Bound:
-    """How a sandbox's memory is bounded: ``parent`` for per-run cgroups; ``why`` no cgroup limit."""
+    """How a sandbox's memory is bounded: ``parent`` for per-run cgroups v2, ``v1`` for per-run
+    cgroups v1; ``why`` no cgroup limit."""
 
     kind: MemoryBound
     parent: Path | None = None
     why: str = ""
+    v1: V1Parents | None = None
 
 
 def choose_bound(policy: SandboxPolicy) -> Bound:
-    """A cgroup limit where one can be had -- per-run cgroups under a usable parent, else (no
-    ``cgroup_parent`` configured) a systemd user scope -- else rlimit+seccomp."""
+    """A cgroup limit where one can be had -- per-run cgroups v2 under a usable parent, else (no
+    ``cgroup_parent`` configured) per-run children of this process's own cgroup v1 memory cgroup,
+    else a systemd user scope -- else rlimit+seccomp."""
     if policy.memory_bound == "rlimit+seccomp":
         return Bound("rlimit+seccomp", why="the policy sets sandbox.memory_bound = 'rlimit+seccomp'")
     parent, why = find_parent(policy.cgroup_parent)
     if parent is not None:
         return Bound("cgroup", parent)
     if policy.cgroup_parent is None:
+        v1, v1_why = find_v1_parents()
+        if v1 is not None:
+            return Bound("cgroup-v1", v1=v1)
+        why = f"{why}; {v1_why}"
         scope_why = scope.unusable()
         if scope_why is None:
             return Bound("systemd-scope")
@@ -205,24 +214,23 @@ class BubblewrapSandbox:
         self.bound = bound or choose_bound(policy)
         self.memory_bound: MemoryBound = self.bound.kind
 
-    def _cgroup(self) -> RunCgroup | None:
+    def _cgroup(self) -> RunGroup | None:
         if self.bound.kind == "rlimit+seccomp" and self.policy.memory_bound == "cgroup":
             raise SandboxError(
                 f"sandbox.memory_bound = 'cgroup' but no cgroup limit can be had: {self.bound.why}",
                 code="sandbox-unavailable",
             )
-        if self.bound.parent is None:
+        where = self.bound.parent or (self.bound.v1.memory if self.bound.v1 else None)
+        if where is None:
             return None
+        memory = self.policy.memory_mb * 1024 * 1024
+        processes = self.policy.max_processes + BWRAP_PROCESSES
         try:
-            return RunCgroup.create(
-                self.bound.parent,
-                memory_bytes=self.policy.memory_mb * 1024 * 1024,
-                max_processes=self.policy.max_processes + BWRAP_PROCESSES,
-            )
+            if self.bound.v1 is not None:
+                return RunCgroupV1.create(self.bound.v1, memory_bytes=memory, max_processes=processes)
+            return RunCgroup.create(where, memory_bytes=memory, max_processes=processes)
         except OSError as exc:  # fail closed: never run unbounded when a cgroup was promised
-            raise SandboxError(
-                f"cannot create the run's cgroup under {self.bound.parent}: {exc}", code="sandbox-failed"
-            ) from None
+            raise SandboxError(f"cannot create the run's cgroup under {where}: {exc}", code="sandbox-failed") from None
 
     def run(self, request: RunRequest) -> RunResult:
         _, contents = verified_files(request.record, self.store_dir)
