@@ -35,6 +35,7 @@ OUTPUT_CAP = 64 * 1024
 MEMORY_MB = 512
 # beyond RLIMIT_AS without a cgroup (memory_mb + address_space_slack_mb), beyond memory.max with one
 HOARD_MB = MEMORY_MB + 512 + 256
+CGROUP_BOUNDS = ("cgroup", "cgroup-v1", "systemd-scope")  # a limit on everything the tool holds
 
 POLICY = Policy.model_validate(
     {
@@ -475,7 +476,7 @@ def problems(attack: str, outcome: dict[str, Any], host: Host) -> list[str]:
     if attack == "keyring" and not host_sees_key(host.key_desc):
         found.append(f"control: the key planted on the host is not in its /proc/keys (add_key: {host.key_id})")
     expect_ok = attack not in ("flood", "hang")
-    if attack == "memory" and outcome["memory_bound"] == "cgroup" and not result["ok"]:
+    if attack == "memory" and outcome["memory_bound"] in CGROUP_BOUNDS and not result["ok"]:
         return found  # the cgroup's memory limit killed the hoarder: contained
     if expect_ok and not result["ok"]:
         found.append(f"the attack tool did not run to its report: {result['error']}")
