@@ -200,8 +200,9 @@ class SandboxPolicy(_Frozen):
     max_input_bytes: int = Field(default=1 << 20, ge=1024)
     """Largest tool input (as compact JSON) the registry accepts."""
     memory_bound: Literal["auto", "cgroup", "rlimit+seccomp"] = "auto"
-    """How ``memory_mb`` is enforced: ``cgroup`` (a cgroup v2 memory limit on everything the run
-    holds -- per-run cgroups, or a ``systemd-run --user`` scope; refuse to run without one),
+    """How ``memory_mb`` is enforced: ``cgroup`` (a cgroup memory limit on everything the run
+    holds -- per-run cgroups v2, per-run cgroups v1 on a v1 host, or a ``systemd-run --user`` scope;
+    refuse to run without one),
     ``rlimit+seccomp`` (per-process RLIMIT_AS, memfd/SysV/POSIX shared memory denied), ``auto``
     (a cgroup limit where one can be had, else rlimit+seccomp)."""
     cgroup_parent: str | None = None

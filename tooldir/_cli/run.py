@@ -2,7 +2,7 @@
 
 ``run --json`` prints ``{"ok", "content", "error": {"code", "message"} | null, "audit_id", "sandbox"}``:
 the four keys of DESIGN §8, plus ``"sandbox": {"backend", "memory_bound"}`` for a directory tool
-(``memory_bound`` is ``"cgroup"``, ``"systemd-scope"``, ``"rlimit+seccomp"`` or, unsandboxed,
+(``memory_bound`` is ``"cgroup"``, ``"cgroup-v1"``, ``"systemd-scope"``, ``"rlimit+seccomp"`` or, unsandboxed,
 ``"rlimit"``), null otherwise.
 Exit codes: 0 ok; 1 the tool ran and failed (``tool-failed``, ``tool-error``, ``timeout``, ...);
 2 bad input or unknown tool; 3 refused (permission, hooks, trust status, sandbox unavailable).
