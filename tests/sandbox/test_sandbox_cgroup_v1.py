@@ -268,3 +268,17 @@ def test_an_unprivileged_user_on_a_v1_host_falls_back_to_rlimit_seccomp_and_tool
             assert printed["sandbox"] == {"backend": "bubblewrap", "memory_bound": "rlimit+seccomp"}
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_a_v1_run_cgroup_that_cannot_be_made_fails_the_run_closed_before_the_tool_starts(tmp_path: Path) -> None:
+    gone = tmp_path / "no-such-cgroup"
+    bound = bubblewrap.Bound("cgroup-v1", v1=cgroup.V1Parents(gone, None))
+    box = BubblewrapSandbox(Policy().sandbox, tmp_path / "state", bound=bound)
+    assert box.memory_bound == "cgroup-v1"
+    canary = tmp_path / "ran"
+    script = f"import json, sys\njson.load(sys.stdin)\nopen({str(canary)!r}, 'w')\n"
+    result = registry_with(tmp_path, Policy(), sandbox=box, script=script).call("probe_tool", {"text": "x"})
+    assert result.error is not None and result.error.code == "sandbox-failed"
+    assert str(gone) in result.error.message
+    assert not canary.exists()
