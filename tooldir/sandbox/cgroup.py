@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import signal
 import time
@@ -243,6 +244,9 @@ def find_v1_parents() -> tuple[V1Parents | None, str]:
     pids = v1_dir(mountinfo, proc_cgroup, "pids")
     if pids is not None and not os.access(pids, os.W_OK | os.X_OK):
         pids = None  # RLIMIT_NPROC still bounds the processes
+    for parent in (memory, pids):
+        if parent is not None:
+            sweep_stale(parent)
     parents = V1Parents(memory, pids)
     try:
         RunCgroupV1.create(parents, memory_bytes=_PROBE_BYTES, max_processes=1).close()
@@ -258,6 +262,42 @@ def find_v1_parents() -> tuple[V1Parents | None, str]:
 
 
 _PROBE_BYTES = 64 * 1024 * 1024
+_STALE_AFTER_S = 60.0
+_RUN_NAME = re.compile(r"tooldir-([0-9]+)-[0-9a-f]{8}")
+
+
+def sweep_stale(parent: Path, *, older_than_s: float = _STALE_AFTER_S) -> list[Path]:
+    """Remove the run cgroups a tooldir process left behind when it was killed mid-run (returns
+    them): named like a run's, made by a pid that is gone, older than ``older_than_s``. rmdir only
+    ever removes an *empty* cgroup, so a run still going (or another pid namespace's) is never hit."""
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    now = time.time()
+    for entry in entries:
+        match = _RUN_NAME.fullmatch(entry.name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        try:
+            if now - entry.stat(follow_symlinks=False).st_mtime < older_than_s:
+                continue
+            os.rmdir(entry.path)
+        except OSError:
+            continue
+        removed.append(Path(entry.path))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 class RunCgroupV1:
