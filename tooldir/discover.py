@@ -8,6 +8,7 @@ files with one link, checks owner and mode of every directory and file, and boun
 
 from __future__ import annotations
 
+import enum
 import errno
 import grp
 import hashlib
@@ -27,14 +28,68 @@ from .policy import Limits
 from .text import CONTROL, character_class
 
 MANIFEST = "schema.json"
+# The lock and its signatures (tooldir.lockfile reads them): kept in memory during the scan and
+# never listed in the lock itself.
+LOCK = "tool.lock"
+MINISIG = "tool.lock.minisig"
+SSHSIG = "tool.lock.sig"
+UNLISTED = frozenset({LOCK, MINISIG, SSHSIG})
 #: Files whose bytes later stages need (trust); every other file is only hashed.
-KEPT_FILES = frozenset({MANIFEST, "tool.lock", "tool.lock.minisig", "tool.lock.sig"})
+KEPT_FILES = frozenset({MANIFEST, *UNLISTED})
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 _CHUNK = 1 << 20
 _GROUP_OR_WORLD_WRITABLE = stat.S_IWGRP | stat.S_IWOTH
-_FILE, _DIR, _LINK, _OTHER = 0, 1, 2, 3  # entry kinds, from the directory listing
+
+
+class EntryKind(enum.Enum):
+    """What a folder entry is, never following a link: the one classification of discovery, the
+    loader's incremental refresh and the watcher."""
+
+    FILE = "file"  # a regular file
+    DIR = "dir"  # a real folder
+    LINK = "link"  # a symbolic link, to whatever
+    OTHER = "other"  # FIFO, socket or device
+
+
+def entry_kind(entry: os.DirEntry[str]) -> EntryKind:
+    """From the listing itself (d_type): a FIFO or device is never opened, a link never followed."""
+    if entry.is_file(follow_symlinks=False):
+        return EntryKind.FILE
+    if entry.is_dir(follow_symlinks=False):
+        return EntryKind.DIR
+    return EntryKind.LINK if entry.is_symlink() else EntryKind.OTHER
+
+
+def mode_kind(mode: int) -> EntryKind:
+    """The same classification from an ``lstat`` mode."""
+    if stat.S_ISREG(mode):
+        return EntryKind.FILE
+    if stat.S_ISDIR(mode):
+        return EntryKind.DIR
+    return EntryKind.LINK if stat.S_ISLNK(mode) else EntryKind.OTHER
+
+
+def is_hidden(name: str) -> bool:
+    """A dot name directly under a root: editor and VCS droppings; never a valid tool name, never
+    loaded, never reported, never watched."""
+    return name.startswith(".")
+
+
+def root_entry(root: RootSpec, name: str, kind: EntryKind) -> Diagnostic | None:
+    """Why an entry directly under a root is not a tool folder, or None when it is one to scan
+    (or a hidden name, to skip: see :func:`is_hidden`)."""
+    if is_hidden(name) or kind is EntryKind.DIR:  # a real folder (a link to one is not a dir here)
+        return None
+    shown = display_name(name)  # only entries that are reported need a printable path
+    path = os.path.join(root.path, shown)
+    where = {"tool": shown, "source": root.source, "path": path}
+    if kind is EntryKind.LINK:
+        return error("symlink", f"tool folder {path} is a symbolic link; not followed", **where)
+    if kind is EntryKind.FILE:
+        return info("stray-file", f"{path} is a file, not a tool folder; ignored", **where)
+    return error("not-regular-file", f"{path} is a FIFO, socket or device, not a tool folder", **where)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,32 +270,24 @@ def list_packages(root_fd: int, root: RootSpec, limits: Limits) -> tuple[list[st
     names: list[str] = []
     diags: list[Diagnostic] = []
     count = 0
-    root_path = root.path
     with os.scandir(root_fd) as entries:
         for entry in entries:
             count += 1
             if count > limits.max_root_entries:
                 return None
             name = entry.name
-            if name.startswith("."):
-                continue  # editor and VCS droppings; never a valid tool name, never loaded
-            if entry.is_dir(follow_symlinks=False):  # a real folder (a link to one is not a dir here)
+            kind = entry_kind(entry)
+            problem = root_entry(root, name, kind)
+            if problem is not None:
+                diags.append(problem)
+            elif kind is EntryKind.DIR and not is_hidden(name):
                 names.append(name)
-                continue
-            # only entries that are reported need a printable path
-            shown = display_name(name)
-            path = os.path.join(root_path, shown)
-            where = {"tool": shown, "source": root.source, "path": path}
-            if entry.is_symlink():
-                diags.append(error("symlink", f"tool folder {path} is a symbolic link; not followed", **where))
-            elif entry.is_file(follow_symlinks=False):
-                diags.append(info("stray-file", f"{path} is a file, not a tool folder; ignored", **where))
-            else:
-                diags.append(
-                    error("not-regular-file", f"{path} is a FIFO, socket or device, not a tool folder", **where)
-                )
     names.sort()
     return names, diags
+
+
+def _first(item: tuple[str, EntryKind]) -> str:
+    return item[0]
 
 
 class _Walk:
@@ -270,22 +317,16 @@ class _Walk:
             self.fail("too-deep", prefix, f"folders nested deeper than {self.limits.max_package_depth}")
             return False
         cap = self.limits.max_package_files
-        entries: list[tuple[str, int]] = []
+        entries: list[tuple[str, EntryKind]] = []
         with os.scandir(dir_fd) as it:
             for e in it:
                 # d_type from the directory itself: links, folders and special files are known
                 # without opening them (a FIFO or device is never opened at all)
-                if e.is_file(follow_symlinks=False):  # a regular file, never a link to one
-                    kind = _FILE
-                elif e.is_dir(follow_symlinks=False):
-                    kind = _DIR
-                else:
-                    kind = _LINK if e.is_symlink() else _OTHER
-                entries.append((e.name, kind))
+                entries.append((e.name, entry_kind(e)))
                 if len(entries) > cap:  # bounded memory even for a folder with millions of entries
                     self.fail("too-many-entries", prefix, f"more than {cap} entries in folder {prefix or '.'}")
                     return False
-        entries.sort()
+        entries.sort(key=_first)
         for name, kind in entries:
             rel = prefix + name
             if not (name.isascii() and name.isprintable()):
@@ -293,12 +334,12 @@ class _Walk:
             if display_name(name) != name:
                 self.fail("invalid-encoding", display_name(rel), f"{display_name(rel)!r}: file names must be UTF-8")
                 continue
-            if kind == _FILE:
+            if kind is EntryKind.FILE:
                 if not self.read_file(dir_fd, name, rel):
                     return False
-            elif kind == _LINK:
+            elif kind is EntryKind.LINK:
                 self.fail("symlink", rel, f"{rel} is a symbolic link; tool packages may not contain links")
-            elif kind == _OTHER:
+            elif kind is EntryKind.OTHER:
                 self.fail("not-regular-file", rel, f"{rel} is not a regular file (FIFO, socket or device)")
             elif rel in KEPT_FILES:
                 self.fail("not-regular-file", rel, f"{rel} is a folder, not a regular file")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -26,10 +25,10 @@ from pathlib import Path
 from typing import Protocol
 
 from ._internal.gcpause import gc_paused
-from .discover import RootSpec, list_packages, open_root, scan_package
+from .discover import EntryKind, RootSpec, is_hidden, list_packages, mode_kind, open_root, root_entry, scan_package
 from .errors import StateError
 from .lockfile import UNLISTED
-from .model import BuiltinSpec, Diagnostic, Source, ToolRecord, error, info, warning
+from .model import BuiltinSpec, Diagnostic, Source, ToolRecord, error, warning
 from .names import skeleton
 from .policy import Policy, config_home, policy_diagnostics
 from .resolve import Assessed, resolve
@@ -322,41 +321,29 @@ class Loader:
         return state
 
     def _refresh_entry(self, fd: int, root: RootSpec, state: _Root, name: str, work: _Work) -> None:
-        """Re-read one entry directly under an open root, classifying it as ``list_packages`` does."""
-        path = os.path.join(root.path, name)
-        where = {"tool": name, "source": root.source, "path": path}
+        """Re-read one entry directly under an open root, classified as ``list_packages`` does
+        (:func:`tooldir.discover.root_entry`)."""
         state.listing.pop(name, None)
         try:
-            mode: int | None = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+            kind = mode_kind(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
         except FileNotFoundError:
             state.entries.discard(name)
             self._set_package(root, state, name, None, work)
             return
         except OSError:
-            mode = None  # let the package scan report why it cannot be read
+            kind = EntryKind.DIR  # let the package scan report why it cannot be read
         state.entries.add(name)
         candidate: Candidate | None = None
-        if name.startswith("."):
-            pass  # editor and VCS droppings; never a valid tool name, never loaded
-        elif mode is not None and stat.S_ISLNK(mode):
-            state.listing[name] = diag_entry(
-                error("symlink", f"tool folder {path} is a symbolic link; not followed", **where)
-            )
-        elif mode is None or stat.S_ISDIR(mode):
+        problem = root_entry(root, name, kind)
+        if problem is not None:
+            state.listing[name] = diag_entry(problem)
+        elif kind is EntryKind.DIR and not is_hidden(name):
             limits = self.config.policy.limits
             scan = scan_package(fd, root, name, limits)
             if scan.diagnostics and all(d.code == "missing-file" for d in scan.diagnostics):
                 state.entries.discard(name)  # vanished between the stat and the scan
             else:
                 candidate = validate_package(scan, self.config.policy)
-        elif stat.S_ISREG(mode):
-            state.listing[name] = diag_entry(
-                info("stray-file", f"{path} is a file, not a tool folder; ignored", **where)
-            )
-        else:
-            state.listing[name] = diag_entry(
-                error("not-regular-file", f"{path} is a FIFO, socket or device, not a tool folder", **where)
-            )
         self._set_package(root, state, name, candidate, work)
 
     def _set_package(

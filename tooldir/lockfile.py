@@ -27,14 +27,15 @@ from types import MappingProxyType
 from typing import Any
 
 from ._internal.strictjson import escape_pointer
+from .discover import LOCK as LOCK  # noqa: PLC0414 - re-exported (the names live in discover)
+from .discover import MINISIG as MINISIG  # noqa: PLC0414
+from .discover import SSHSIG as SSHSIG  # noqa: PLC0414
+from .discover import UNLISTED as UNLISTED  # noqa: PLC0414
 from .model import PackageFile
 from .names import is_valid_name
 
-LOCK = "tool.lock"
-MINISIG = "tool.lock.minisig"
-SSHSIG = "tool.lock.sig"
-#: Files never listed in a lock: the lock itself and its signatures.
-UNLISTED = frozenset({LOCK, MINISIG, SSHSIG})
+# The file names (the lock, its signatures, and UNLISTED: files never listed in a lock) are
+# defined with the rest of the folder layout in tooldir.discover, and re-exported here.
 FORMAT = "tooldir-lock/1"
 MAX_VERSION = 2**53 - 1
 

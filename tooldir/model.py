@@ -10,14 +10,24 @@ Nothing here does I/O.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictStr,
+    StringConstraints,
+    WithJsonSchema,
+    field_validator,
+)
 
 from ._internal.strictjson import FrozenDict
-from .names import NAME_RE
+from .names import NAME_FORBIDDEN, NAME_JSON_SCHEMA, NAME_MAX_LENGTH, explain_invalid
 
 
 class Source(enum.StrEnum):
@@ -106,31 +116,120 @@ def info(code: str, message: str, **where: Any) -> Diagnostic:
 # (tooldir/manifest.schema.json, kept in sync by a test).
 
 
+def _name_chars_only(value: str) -> str:
+    if _NAME_FORBIDDEN.search(value) is not None:
+        raise ValueError(explain_invalid(value))
+    return value
+
+
+def _env_chars_only(value: str) -> str:
+    if _ENV_FORBIDDEN.search(value) is not None:
+        raise ValueError("a variable name uses only ASCII letters, digits and '_'")
+    return value
+
+
+def _object_schema(value: FrozenDict) -> FrozenDict:
+    if value.get("type") != "object":
+        raise ValueError('input_schema must have "type": "object"')
+    return value
+
+
+_NAME_FORBIDDEN = re.compile(NAME_FORBIDDEN)
+_ENV_FORBIDDEN_CLASS = "[^A-Za-z0-9_]"
+_ENV_FORBIDDEN = re.compile(_ENV_FORBIDDEN_CLASS)
+
+#: A tool name (:mod:`tooldir.names` holds the rule); the schema never uses an anchored pattern.
+ToolName = Annotated[
+    StrictStr,
+    StringConstraints(min_length=1, max_length=NAME_MAX_LENGTH),
+    AfterValidator(_name_chars_only),
+    WithJsonSchema({"type": "string", **NAME_JSON_SCHEMA}),
+]
+EnvName = Annotated[
+    StrictStr,
+    StringConstraints(min_length=1, max_length=128, pattern="^[A-Za-z_]"),
+    AfterValidator(_env_chars_only),
+    WithJsonSchema(
+        {
+            "$comment": "A variable name: a letter or '_', then letters, digits, '_'; at most 128. "
+            "No regex '$' (see name).",
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 128,
+            "pattern": "^[A-Za-z_]",
+            "not": {"pattern": _ENV_FORBIDDEN_CLASS},
+        }
+    ),
+]
+InputSchema = Annotated[
+    FrozenDict,
+    AfterValidator(_object_schema),
+    WithJsonSchema({"type": "object", "required": ["type"], "properties": {"type": {"const": "object"}}}),
+]
+
+
 class ExecuteSpec(BaseModel):
     """How to run the tool: an argv array, never a shell string."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # strict: no coercion ("yes" is not True, "3" is not 3); arrays arrive as JSON lists, so the
+    # tuple fields alone take a list (their items stay strict)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    command: tuple[str, ...] = Field(
-        min_length=1, max_length=64, description="argv; argv[0] is a package file or an allowed interpreter"
+    command: tuple[Annotated[StrictStr, StringConstraints(min_length=1, max_length=1024)], ...] = Field(
+        min_length=1,
+        max_length=64,
+        strict=False,
+        description="argv array; argv[0] is a package file or an interpreter the policy allows. No shell.",
     )
-    timeout_s: float | None = Field(default=None, gt=0, le=3600, description="wall-clock limit; capped by policy")
+    timeout_s: float | None = Field(
+        default=None, gt=0, le=3600, description="wall-clock limit in seconds; capped by policy"
+    )
     network: bool = Field(default=False, description="the tool needs network access (policy decides)")
-    env: tuple[str, ...] = Field(
-        default=(), max_length=64, description="environment variable names to pass through, if policy allows"
+    env: tuple[EnvName, ...] = Field(
+        default=(),
+        max_length=64,
+        strict=False,
+        description="environment variable names to pass through, if policy allows",
     )
+
+    @field_validator("timeout_s", mode="before")
+    @classmethod
+    def _no_null_timeout(cls, value: Any) -> Any:
+        # the default (no limit of its own) is written by leaving the key out; JSON null is refused
+        if value is None:
+            raise ValueError("timeout_s must be a number; leave it out for the policy's limit")
+        return value
 
 
 class Manifest(BaseModel):
-    """A validated schema.json. ``input_schema`` is a deep-frozen JSON object."""
+    """A validated schema.json. ``input_schema`` is a deep-frozen JSON object.
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    The source of truth of the published ``tooldir/manifest.schema.json``
+    (``python -m tooldir._internal.genschema`` writes it; a test keeps them equal).
+    """
 
-    name: str = Field(min_length=1, max_length=64, pattern=NAME_RE.pattern)
-    description: str = Field(min_length=1, max_length=4096)
-    input_schema: FrozenDict
-    risk: Risk
-    keywords: tuple[str, ...] = Field(default=(), max_length=32)
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        strict=True,
+        arbitrary_types_allowed=True,
+        title="tooldir tool manifest (schema.json)",
+        json_schema_extra={"description": "A static description of one tool package. Unknown keys are errors."},
+    )
+
+    name: ToolName = Field(
+        description="ASCII tool name, valid for Anthropic, OpenAI and MCP; equal to the folder name."
+    )
+    description: StrictStr = Field(
+        min_length=1, max_length=4096, description="What the tool does, for the model and the reviewer."
+    )
+    input_schema: InputSchema = Field(
+        description="JSON Schema (draft 2020-12) of the tool's input; its type is object."
+    )
+    risk: Risk = Field(strict=False, description="What the tool may do, ordered by danger.")  # a value of the enum
+    keywords: tuple[Annotated[StrictStr, StringConstraints(min_length=1, max_length=64)], ...] = Field(
+        default=(), max_length=32, strict=False, description="Extra search terms."
+    )
     execute: ExecuteSpec
 
 

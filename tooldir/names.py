@@ -13,9 +13,26 @@ import unicodedata
 from functools import lru_cache
 
 _RUNS = re.compile(r"_+")
-#: Use with ``fullmatch`` only: Python's ``$`` also matches before a final newline, so
-#: ``match``/``search`` would accept "abc\n" (the published schema avoids ``$`` for the same reason).
-NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# The tool-name rule, the one definition: the model (tooldir.model.ToolName), the published
+# manifest schema (generated from the model) and every check here are built from these.
+NAME_MAX_LENGTH = 64
+#: The characters a name may use, as the body of a regex class.
+NAME_CHARS = "A-Za-z0-9_-"
+#: One character a name may not use. Schemas say ``not: {pattern: NAME_FORBIDDEN}`` plus
+#: ``minLength``/``maxLength``, never an anchored pattern: engines disagree whether ``$`` matches
+#: before a final newline (Python's does, so ``match``/``search`` with ``$`` would accept "abc\n").
+NAME_FORBIDDEN = f"[^{NAME_CHARS}]"
+_FORBIDDEN_RE = re.compile(NAME_FORBIDDEN)
+#: Use with ``fullmatch`` only (it has no anchors).
+NAME_RE = re.compile(f"[{NAME_CHARS}]{{1,{NAME_MAX_LENGTH}}}")
+#: The name rule as JSON Schema (2020-12), for the published manifest schema.
+NAME_JSON_SCHEMA: dict[str, object] = {
+    "$comment": f"1-{NAME_MAX_LENGTH} of A-Z a-z 0-9 _ -. No regex '$': engines disagree whether it "
+    "matches before a final newline.",
+    "minLength": 1,
+    "maxLength": NAME_MAX_LENGTH,
+    "not": {"pattern": NAME_FORBIDDEN},
+}
 GUARD_TOOLS = frozenset({"tool_search", "defer_execute_tool"})
 
 # Homoglyphs of ASCII letters that NFKC does not fold (Cyrillic, Greek, and a few others).
@@ -76,9 +93,9 @@ def skeleton(name: str) -> str:
 def explain_invalid(name: str) -> str:
     if not name:
         return "name is empty"
-    if len(name) > 64:
-        return f"name is {len(name)} characters; at most 64 are allowed"
-    bad = sorted({ch for ch in name if not (ch.isascii() and (ch.isalnum() or ch in "_-"))})
+    if len(name) > NAME_MAX_LENGTH:
+        return f"name is {len(name)} characters; at most {NAME_MAX_LENGTH} are allowed"
+    bad = sorted(set(_FORBIDDEN_RE.findall(name)))
     shown = ", ".join(f"U+{ord(ch):04X} {_char_name(ch)}" for ch in bad[:5])
     return f"name may use only ASCII letters, digits, '_' and '-'; found {shown}"
 

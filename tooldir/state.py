@@ -2,8 +2,8 @@
 
 The location comes only from the CLI (``--state-dir``), the environment of the user's own shell
 (``TOOLDIR_STATE_DIR``, ``XDG_STATE_HOME``) or the default; never from a project. Files are JSON,
-written atomically (temp file, fsync, ``os.replace``) with mode 0600, so a crash leaves the old or
-the new content, never a torn file.
+written atomically (:func:`tooldir._internal.atomic.write_atomic`: temp file, fsync, ``os.replace``)
+with mode 0600, so a crash leaves the old or the new content, never a torn file.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import fcntl
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._internal.atomic import write_atomic
 from .errors import StateDirError, StateError
 from .model import ToolRecord
 
@@ -91,12 +91,7 @@ def read_json(path: Path, default: dict[str, Any]) -> dict[str, Any]:
 
 def write_json_atomic(path: Path, value: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    _write_bytes_atomic(path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("utf-8"))
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomic(path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("utf-8"), sync_dir=True)
 
 
 def load_approvals(state_dir: Path) -> dict[str, Approval]:
@@ -261,22 +256,8 @@ def record_verified(state_dir: Path, digests: Iterable[bytes]) -> int:
         if not new:
             return 0
         merged = (body + b"".join(new))[-MAX_VERIFIED * _DIGEST :]
-        _write_bytes_atomic(path, _VERIFIED_MAGIC + merged)
+        write_atomic(path, _VERIFIED_MAGIC + merged)
     return len(new)
-
-
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # ---------------------------------------------------------------------------------------------

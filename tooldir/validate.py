@@ -21,6 +21,7 @@ import jsonschema_rs
 from pydantic import ValidationError
 
 from ._internal.inputschema import (
+    DRAFT_2020_12,
     compile_error,
     compile_input_schema,
     inspect_schema,
@@ -40,7 +41,6 @@ from .names import explain_invalid, is_valid_name
 from .policy import Policy
 from .text import check_strings, plainly_clean
 
-_DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 _SHELL_META = re.compile(r"[;&|`<>]|\$\(|\$\{|^\$|\$[A-Za-z_]")
 #: An argument made only of these cannot hold a path separator, '~', '=', a variable or shell syntax.
 _PLAIN_ARG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+,@%-]*")
@@ -86,7 +86,7 @@ def _input_schema_meta_validator() -> Any:
     """Draft 2020-12 meta-schema with format assertion, so a ``pattern`` that is not a valid
     regex is caught here (plain meta-validation treats ``format`` as an annotation)."""
     return jsonschema_rs.Draft202012Validator(
-        {"$ref": _DRAFT_2020_12}, validate_formats=True, retriever=refuse_retrieval
+        {"$ref": DRAFT_2020_12}, validate_formats=True, retriever=refuse_retrieval
     )
 
 
@@ -99,7 +99,7 @@ def _all_clear_validator() -> Any:
         "$defs": {"manifest": manifest_schema()},
         "allOf": [
             {"$ref": "#/$defs/manifest"},
-            {"properties": {"input_schema": {"$ref": _DRAFT_2020_12}}},
+            {"properties": {"input_schema": {"$ref": DRAFT_2020_12}}},
         ],
     }
     try:

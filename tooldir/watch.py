@@ -56,7 +56,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 
-from .discover import RootSpec
+from .discover import EntryKind, RootSpec, entry_kind, is_hidden
 from .errors import PolicyError
 from .loader import Loader
 from .policy import Limits, Policy, load_policy
@@ -471,7 +471,7 @@ class Watcher:
             if target.path in self._overfull:
                 continue
             for name in sorted(names):
-                if not name or name.startswith(".") or os.sep in name:
+                if not name or is_hidden(name) or os.sep in name:
                     continue
                 pkg = os.path.join(target.path, name)
                 for _ in range(3):  # again while new folders appear under ones just watched
@@ -780,7 +780,7 @@ def root_packages(root: str, limits: Limits) -> list[str] | None:
             for count, entry in enumerate(entries, start=1):
                 if count > limits.max_root_entries:
                     return None
-                if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False):
+                if not is_hidden(entry.name) and entry_kind(entry) is EntryKind.DIR:  # as list_packages
                     found.append(entry.path)
     except OSError:
         return []

@@ -17,6 +17,7 @@ from typing import Any
 
 from rich.table import Table
 
+from .._internal.atomic import write_atomic
 from ..discover import RootSpec, scan_one
 from ..errors import DiscoveryError
 from ..keys import generate_minisign_key, minisign_sign, parse_minisign_secret_key
@@ -249,21 +250,6 @@ def cmd_revoke(args: argparse.Namespace) -> int:
 # lock / keygen / sign
 
 
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _valid_package(args: argparse.Namespace, policy: Policy) -> tuple[Candidate, str]:
     package = _locate_path(args.dir, _bare_config(args, policy))
     candidate = _read(package, policy)
@@ -306,7 +292,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
         raise CommandError("--version must be a non-negative integer")
     data = render_lock(name, version, expires, candidate.scan.files)
     target = Path(candidate.scan.path) / LOCK
-    _write_atomic(target, data, 0o644)
+    write_atomic(target, data, mode=0o644, sync_dir=True)
     stale = [s for s in ("tool.lock.minisig", "tool.lock.sig") if s in candidate.scan.contents]
     files = [f.path for f in candidate.scan.files if f.path not in (LOCK, *stale)]
     if args.json:
@@ -336,7 +322,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     key, secret_text, public_text = generate_minisign_key()
     for path, text, mode in ((secret_path, secret_text, 0o600), (public_path, public_text, 0o644)):
         try:
-            _write_atomic(path, text.encode(), mode)
+            write_atomic(path, text.encode(), mode=mode, sync_dir=True)
         except OSError as exc:
             raise CommandError(f"cannot write {path}: {exc.strerror}") from None
     line = public_text.splitlines()[1]
@@ -374,7 +360,7 @@ def cmd_sign(args: argparse.Namespace) -> int:
     now = _now()
     comment = f"timestamp:{int(now.timestamp())}\tfile:{LOCK}\thashed\ttool:{lock.name}\tversion:{lock.version}"
     target = Path(candidate.scan.path) / MINISIG
-    _write_atomic(target, minisign_sign(key, lock_bytes, comment), 0o644)
+    write_atomic(target, minisign_sign(key, lock_bytes, comment), mode=0o644, sync_dir=True)
     key_id = key.public_key().id_hex
     if args.json:
         print_json({"signature": str(target), "key_id": key_id, "name": lock.name, "version": lock.version})

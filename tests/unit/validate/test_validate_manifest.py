@@ -449,8 +449,8 @@ _MUTATIONS = [
 
 @pytest.mark.parametrize("mutate", [m for _, m in _MUTATIONS], ids=[n for n, _ in _MUTATIONS])
 def test_the_published_schema_rejects_every_broken_manifest_and_so_does_the_load(mutate: Any, tmp_path: Path) -> None:
-    # The model alone is lax where pydantic coerces (e.g. "yes" -> True); the schema runs first,
-    # so what reaches the model has already passed the stricter published schema.
+    # The schema runs first; the strict model (the schema's source) refuses the same
+    # (tests/unit/validate/test_manifest_one_source.py).
     for path in _example_manifests():
         data = copy.deepcopy(json.loads(path.read_bytes()))
         mutate(data)

@@ -1,0 +1,113 @@
+"""Write the published manifest schema from the pydantic model (its one source of truth).
+
+``python -m tooldir._internal.genschema`` rewrites ``tooldir/manifest.schema.json``;
+``--check`` exits 1 when the committed file differs from what the model generates (a test runs
+the same comparison). The schema is the model's ``model_json_schema()`` made self-contained and
+plain: references inlined, generated titles dropped, an optional field is "may be left out"
+(never JSON ``null``), an enum lists its values only, keys in a fixed order.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .inputschema import DRAFT_2020_12
+
+SCHEMA_ID = "https://tooldir.invalid/schema/manifest-v1.json"
+SCHEMA_FILE = Path(__file__).resolve().parent.parent / "manifest.schema.json"
+
+_KEY_ORDER = (
+    "$schema",
+    "$id",
+    "title",
+    "description",
+    "$comment",
+    "type",
+    "additionalProperties",
+    "required",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "not",
+    "minItems",
+    "maxItems",
+    "items",
+    "exclusiveMinimum",
+    "maximum",
+    "enum",
+    "const",
+    "properties",
+    "default",
+)
+
+
+def generate() -> dict[str, Any]:
+    """The published manifest schema, from :class:`tooldir.model.Manifest`."""
+    from ..model import Manifest
+
+    raw = Manifest.model_json_schema()
+    defs: dict[str, Any] = raw.pop("$defs", {})
+    body = _plain(raw, defs, top=True)
+    return _ordered({"$schema": DRAFT_2020_12, "$id": SCHEMA_ID, **body})
+
+
+def render() -> str:
+    return json.dumps(generate(), indent=2, ensure_ascii=False) + "\n"
+
+
+def _plain(node: Any, defs: dict[str, Any], *, top: bool = False) -> Any:
+    if isinstance(node, list):
+        return [_plain(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = dict(node)
+    ref = node.pop("$ref", None)
+    if ref is not None:  # inline "#/$defs/X"; the field's own keywords (its description) win
+        node = {**defs[ref.rsplit("/", 1)[-1]], **node}
+    branches = node.get("anyOf")
+    if isinstance(branches, list) and {"type": "null"} in branches:
+        # an optional field: leaving it out is how a manifest says "none"; null is not accepted
+        rest = [b for b in branches if b != {"type": "null"}]
+        if len(rest) == 1:
+            del node["anyOf"]
+            node = {**rest[0], **node}
+            if node.get("default", 0) is None:
+                del node["default"]
+    if not top:
+        node.pop("title", None)
+    if "enum" in node:
+        node.pop("type", None)  # the values say it; a second keyword would double every report
+    out = {key: _plain(value, defs) if key != "properties" else _properties(value, defs) for key, value in node.items()}
+    return _ordered(out)
+
+
+def _properties(props: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    return {name: _plain(schema, defs) for name, schema in props.items()}
+
+
+def _ordered(node: dict[str, Any]) -> dict[str, Any]:
+    rank = {key: i for i, key in enumerate(_KEY_ORDER)}
+    return dict(sorted(node.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    text = render()
+    if args == ["--check"]:
+        current = SCHEMA_FILE.read_text("utf-8") if SCHEMA_FILE.exists() else ""
+        if current != text:
+            print(f"{SCHEMA_FILE} differs from the model; run python -m tooldir._internal.genschema", file=sys.stderr)
+            return 1
+        return 0
+    if args:
+        print("usage: python -m tooldir._internal.genschema [--check]", file=sys.stderr)
+        return 2
+    SCHEMA_FILE.write_text(text, "utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
