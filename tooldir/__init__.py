@@ -18,6 +18,7 @@ from .errors import (
 from .hooks import Deny, HookCall, Redact, Rewrite
 from .loader import LoadConfig, Loader, load, make_config, remember_load
 from .model import BuiltinSpec, Diagnostic, Manifest, Risk, Severity, Source, Status, ToolRecord, Trust
+from .permissions import PermissionCheck, PermissionRequest
 from .policy import Policy, load_policy
 from .registry import CallError, CallGate, CallResult, Registry
 from .search import SearchIndex
@@ -40,7 +41,9 @@ __all__ = [
     "LoadConfig",
     "Loader",
     "Manifest",
+    "PermissionCheck",
     "PermissionDeniedError",
+    "PermissionRequest",
     "Policy",
     "PolicyError",
     "Redact",

@@ -253,6 +253,12 @@ class Registry:
     def policy(self) -> Policy:
         return self._policy
 
+    @property
+    def host_permissions(self) -> PermissionCheck | None:
+        """The host's ``permissions=`` check, if one was given: then it alone decides, for this
+        registry's calls and for the listing of every session over it (one object, one answer)."""
+        return None if self._own_permissions else self._permissions
+
     def update_policy(self, policy: Policy) -> None:
         """Enforce a reloaded user policy from the next call on (the watcher reloads the policy
         file; a long-running host such as ``tooldir serve`` passes it here). Permission rules and
