@@ -43,10 +43,10 @@ from .names import GUARD_TOOLS
 from .permissions import PermissionCheck, PermissionRequest, from_policy
 from .policy import Policy
 from .registry import CallError, CallResult, Registry
-from .resolve import builtin_record
 from .search import ParsedQuery, SearchIndex, parse_query
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
 from .tokens import TokenCounter, TokenReport, default_counter
+from .trust import builtin_record
 from .usage import Usage, end_turn, judge, load_priors, save_priors, start
 
 __all__ = ["MAX_TOP_K", "IndexFollower", "Match", "SearchResult", "Session"]

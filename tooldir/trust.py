@@ -24,7 +24,20 @@ from functools import cache, partial
 from typing import TypeVar, cast
 
 from .lockfile import LOCK, MINISIG, SSHSIG, LockError, compare_files, format_time, parse_lock
-from .model import Diagnostic, PackageFile, Severity, Status, Trust, error, warning
+from .model import (
+    BuiltinSpec,
+    Diagnostic,
+    Grant,
+    PackageFile,
+    Severity,
+    Source,
+    Status,
+    ToolRecord,
+    Trust,
+    _issue_seal,
+    error,
+    warning,
+)
 from .policy import Policy
 from .signatures import (
     NAMESPACE,
@@ -142,12 +155,42 @@ class Assessment:
     status: Status  # ACTIVE, PENDING or REJECTED
     trust: Trust
     diagnostics: tuple[Diagnostic, ...]
+    #: ACTIVE only: this stage's Grant for exactly the assessed package (what lets resolve make an
+    #: active record); an Assessment made anywhere else has none, so its tool can never run.
+    grant: Grant | None = None
 
 
 UNVERIFIED = Trust(False, "unverified")
-#: The verdict of every valid package of a source that requires nothing (immutable, so shared).
-_NONE_REQUIRED = Assessment(Status.ACTIVE, Trust(True, "none-required"), ())
+_NONE_REQUIRED = Trust(True, "none-required")
+_BUILTIN = Trust(True, "builtin")
 T = TypeVar("T")
+
+#: The only holder of the seal that makes a Grant (taken once, when this module is imported).
+_SEAL = _issue_seal()
+
+
+def _active(candidate: Candidate, trust: Trust, diagnostics: tuple[Diagnostic, ...] = ()) -> Assessment:
+    scan = candidate.scan
+    grant = Grant(candidate.name, scan.source, scan.digest, trust.method, seal=_SEAL)
+    return Assessment(Status.ACTIVE, trust, diagnostics, grant)
+
+
+def builtin_record(spec: BuiltinSpec, *, deferred: bool) -> ToolRecord:
+    """The snapshot record of a tool registered in Python by the host: the one place a builtin's
+    record (and its Grant) is made, for the resolver, the registry and the session alike."""
+    grant = Grant(spec.name, Source.BUILTIN, None, _BUILTIN.method, seal=_SEAL)
+    return ToolRecord(
+        name=spec.name,
+        source=Source.BUILTIN,
+        path=None,
+        status=Status.ACTIVE,
+        trust=_BUILTIN,
+        digest=None,
+        risk=spec.risk,
+        deferred=deferred,
+        manifest=None,
+        grant=grant,
+    )
 
 
 def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
@@ -173,13 +216,13 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
             ),
         )
     if not rules.require:
-        return _NONE_REQUIRED
+        return _active(candidate, _NONE_REQUIRED)
 
     diags: list[Diagnostic] = []
     if "pin" in rules.require:
         pinned = inputs.policy.pins.get(manifest.name)
         if pinned == scan.digest:
-            return Assessment(Status.ACTIVE, Trust(True, "pinned"), ())
+            return _active(candidate, Trust(True, "pinned"))
         if pinned is not None:
             diags.append(
                 warning("hash-mismatch", f"package digest {scan.digest} differs from the pinned {pinned}", **where)
@@ -188,17 +231,10 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
         verdict = inputs.check_signature(candidate)
         if verdict is not None:
             if verdict.trusted:
-                return Assessment(
-                    Status.ACTIVE,
-                    Trust(
-                        True,
-                        f"signed:{verdict.label or verdict.signer}",
-                        verdict.signer,
-                        verdict.version,
-                        verdict.signers,
-                    ),
-                    verdict.diagnostics,
+                signed = Trust(
+                    True, f"signed:{verdict.label or verdict.signer}", verdict.signer, verdict.version, verdict.signers
                 )
+                return _active(candidate, signed, verdict.diagnostics)
             diags.extend(verdict.diagnostics)
             if any(d.severity is Severity.ERROR for d in verdict.diagnostics):
                 # a bad, replayed, revoked, rolled-back or expired signature is an attack, not a pending review
@@ -216,7 +252,7 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
             )
             return Assessment(Status.REJECTED, UNVERIFIED, tuple(diags))
         if approval is not None and approval.digest == scan.digest and approval.name == manifest.name:
-            return Assessment(Status.ACTIVE, Trust(True, "approved", approval.key), tuple(diags))
+            return _active(candidate, Trust(True, "approved", approval.key), tuple(diags))
         if approval is not None:
             diags.append(
                 warning(
