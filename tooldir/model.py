@@ -175,46 +175,37 @@ def _issue_seal() -> object:
     return _SEAL[0]
 
 
-class Grant:
+class Grant(tuple[str, Source, str | None, str, object]):
     """The trust stage's word that one exact tool (name, source, digest) may run, and how it
     earned that (``method``). A private constructor: only :mod:`tooldir.trust` can make one
-    (anything else raises ``TypeError``), so no caller can mint a runnable record."""
+    (anything else raises ``TypeError``), so no caller can mint a runnable record. Immutable (a
+    tuple underneath, so a load of 10,000 tools pays next to nothing for it)."""
 
-    __slots__ = ("_seal", "digest", "method", "name", "source")
-    name: str
-    source: Source
-    digest: str | None
-    method: str
+    __slots__ = ()
 
-    def __init__(self, name: str, source: Source, digest: str | None, method: str, *, seal: object = None) -> None:
+    def __new__(cls, name: str, source: Source, digest: str | None, method: str, *, seal: object = None) -> Grant:
         if not _SEAL or seal is not _SEAL[0]:
             raise TypeError("a Grant is made only by the trust stage (tooldir.trust)")
-        for attr, value in (
-            ("_seal", seal),
-            ("name", name),
-            ("source", source),
-            ("digest", digest),
-            ("method", method),
-        ):
-            object.__setattr__(self, attr, value)
+        return tuple.__new__(cls, (name, source, digest, method, seal))
 
-    def __setattr__(self, attr: str, value: object) -> None:
-        raise AttributeError("a Grant is immutable")
+    @property
+    def name(self) -> str:
+        return self[0]
 
-    def __delattr__(self, attr: str) -> None:
-        raise AttributeError("a Grant is immutable")
+    @property
+    def source(self) -> Source:
+        return self[1]
 
-    def _key(self) -> tuple[str, Source, str | None, str]:
-        return (self.name, self.source, self.digest, self.method)
+    @property
+    def digest(self) -> str | None:
+        return self[2]
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Grant) and self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
+    @property
+    def method(self) -> str:
+        return self[3]
 
     def __repr__(self) -> str:
-        return f"Grant({self.name!r}, {self.source}, {self.digest!r}, {self.method!r})"
+        return f"Grant({self[0]!r}, {self[1]}, {self[2]!r}, {self[3]!r})"
 
     def __copy__(self) -> Grant:
         return self  # immutable
@@ -225,23 +216,21 @@ class Grant:
     def __reduce__(self) -> Any:
         raise TypeError("a Grant cannot be pickled: it is valid only in the process whose trust stage made it")
 
-    def covers(self, name: str, source: Source, digest: str | None) -> bool:
-        """True if this grant was made by the trust stage for exactly this tool."""
-        sealed = getattr(self, "_seal", None)  # a Grant.__new__ without __init__ has none
-        return (
-            sealed is not None
-            and sealed is _SEAL[0]
-            and (self.name, self.source, self.digest) == (name, source, digest)
-        )
+
+_ACTIVE = Status.ACTIVE  # a module constant: enum member lookups cost, once per record
 
 
 def is_runnable(record: ToolRecord) -> bool:
     """An active record with the trust stage's grant for exactly it (what the registry runs)."""
     grant = record.grant
     return (
-        record.status is Status.ACTIVE
+        record.status is _ACTIVE
         and type(grant) is Grant
-        and grant.covers(record.name, record.source, record.digest)
+        and len(grant) == 5
+        and grant[4] is _SEAL[0]
+        and grant[0] == record.name
+        and grant[1] is record.source
+        and grant[2] == record.digest
     )
 
 
@@ -266,7 +255,7 @@ class ToolRecord:
     grant: Grant | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.status is Status.ACTIVE:
+        if self.status is _ACTIVE:
             if not is_runnable(self):
                 raise ValueError(
                     f"tool {self.name!r}: an active record needs the trust stage's Grant for its name, source and digest"

@@ -182,10 +182,14 @@ T = TypeVar("T")
 _SEAL = _issue_seal()
 
 
+_ACTIVE = Status.ACTIVE
+
+
 def _active(candidate: Candidate, trust: Trust, diagnostics: tuple[Diagnostic, ...] = ()) -> Assessment:
     scan = candidate.scan
-    grant = Grant(candidate.name, scan.source, scan.digest, trust.method, seal=_SEAL)
-    return Assessment(Status.ACTIVE, trust, diagnostics, grant)
+    return Assessment(
+        _ACTIVE, trust, diagnostics, Grant(candidate.name, scan.source, scan.digest, trust.method, seal=_SEAL)
+    )
 
 
 def builtin_record(spec: BuiltinSpec, *, deferred: bool) -> ToolRecord:

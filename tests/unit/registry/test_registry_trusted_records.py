@@ -46,6 +46,10 @@ def test_making_a_grant_outside_the_trust_stage_raises(tmp_path: Path) -> None:
         Grant("echo", Source.USER, "sha256:" + "0" * 64, "approved", seal=object())
     with pytest.raises(RuntimeError):
         _issue_seal()  # the seal was handed to tooldir.trust once, for good
+    _, record, _ = _loaded(tmp_path)
+    assert record.grant is not None
+    with pytest.raises(AttributeError):
+        record.grant.digest = "sha256:" + "0" * 64  # type: ignore[misc]
 
 
 def test_constructing_an_active_record_outside_the_trust_stage_raises(tmp_path: Path) -> None:
@@ -89,7 +93,7 @@ def test_the_registry_refuses_a_grant_moved_onto_another_tool(tmp_path: Path) ->
     stolen = replace(other, status=Status.PENDING, grant=None)
     object.__setattr__(stolen, "status", Status.ACTIVE)
     object.__setattr__(stolen, "grant", good.grant)
-    half_made = Grant.__new__(Grant)  # no constructor, no seal
+    half_made = tuple.__new__(Grant, ("echo3", Source.USER, good.digest, "approved", object()))  # no seal
     blank = replace(good, name="echo3", status=Status.PENDING, grant=None)
     object.__setattr__(blank, "status", Status.ACTIVE)
     object.__setattr__(blank, "grant", half_made)
