@@ -34,3 +34,11 @@ def test_a_host_can_name_the_permission_check_it_passes_to_the_registry_from_the
     assert tooldir.PermissionCheck is PermissionCheck and tooldir.PermissionRequest is PermissionRequest
     annotation = inspect.signature(tooldir.Registry).parameters["permissions"].annotation
     assert "PermissionCheck" in str(annotation)
+
+
+def test_the_grant_a_public_tool_record_carries_is_public_but_cannot_be_made_by_a_host() -> None:
+    import pytest
+
+    assert tooldir.ToolRecord.__dataclass_fields__["grant"].type in ("Grant | None", tooldir.Grant | None)
+    with pytest.raises(TypeError):
+        tooldir.Grant("x", tooldir.Source.USER, None, "approved")
