@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -33,3 +34,18 @@ def require_sandbox() -> None:
     if os.environ.get("TOOLDIR_REQUIRE_SANDBOX") == "1":
         pytest.fail(f"the sandbox is required (TOOLDIR_REQUIRE_SANDBOX=1) but does not work: {problem}")
     pytest.skip(f"bubblewrap sandbox unavailable here: {problem}")
+
+
+def forge_active(record: Any, **changes: Any) -> Any:
+    """TEST-ONLY factory: ``record`` with ``changes``, still active, as if the trust stage had
+    granted the changed content. For tests of what the registry does with a snapshot that earlier
+    stages should have refused (e.g. an input schema validation missed); it takes the trust stage's
+    private seal, which nothing in tooldir outside tooldir.trust ever does."""
+    from dataclasses import replace
+
+    from tooldir import trust
+    from tooldir.model import Grant, Status
+
+    changed = replace(record, **changes, grant=None, status=Status.PENDING)
+    grant = Grant(changed.name, changed.source, changed.digest, changed.trust.method, seal=trust._SEAL)
+    return replace(changed, status=Status.ACTIVE, grant=grant)

@@ -23,3 +23,22 @@ def test_importing_tooldir_keeps_the_tokenizer_and_the_mcp_sdk_off_the_load_path
     code = "import sys, tooldir; print(sorted(m for m in ('bpe_openai', 'mcp') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_host_can_name_the_permission_check_it_passes_to_the_registry_from_the_public_api() -> None:
+    # Registry(permissions=...) takes a PermissionCheck, whose check() gets a PermissionRequest
+    import inspect
+
+    from tooldir.permissions import PermissionCheck, PermissionRequest
+
+    assert tooldir.PermissionCheck is PermissionCheck and tooldir.PermissionRequest is PermissionRequest
+    annotation = inspect.signature(tooldir.Registry).parameters["permissions"].annotation
+    assert "PermissionCheck" in str(annotation)
+
+
+def test_the_grant_a_public_tool_record_carries_is_public_but_cannot_be_made_by_a_host() -> None:
+    import pytest
+
+    assert tooldir.ToolRecord.__dataclass_fields__["grant"].type in ("Grant | None", tooldir.Grant | None)
+    with pytest.raises(TypeError):
+        tooldir.Grant("x", tooldir.Source.USER, None, "approved")

@@ -17,7 +17,8 @@ from .errors import (
 )
 from .hooks import Deny, HookCall, Redact, Rewrite
 from .loader import LoadConfig, Loader, load, make_config, remember_load
-from .model import BuiltinSpec, Diagnostic, Manifest, Risk, Severity, Source, Status, ToolRecord, Trust
+from .model import BuiltinSpec, Diagnostic, Grant, Manifest, Risk, Severity, Source, Status, ToolRecord, Trust
+from .permissions import PermissionCheck, PermissionRequest
 from .policy import Policy, load_policy
 from .registry import CallError, CallGate, CallResult, Registry
 from .search import SearchIndex
@@ -35,12 +36,15 @@ __all__ = [
     "Deny",
     "Diagnostic",
     "ExecutionError",
+    "Grant",
     "HookCall",
     "IndexFollower",
     "LoadConfig",
     "Loader",
     "Manifest",
+    "PermissionCheck",
     "PermissionDeniedError",
+    "PermissionRequest",
     "Policy",
     "PolicyError",
     "Redact",

@@ -32,7 +32,7 @@ from .model import BuiltinSpec, Diagnostic, Source, ToolRecord, error, warning
 from .names import skeleton
 from .policy import Policy, config_home, policy_diagnostics
 from .resolve import Assessed, resolve
-from .signatures import verified_digests
+from .signatures import parse_allowed_signers
 from .snapshot import DiagEntry, RecordEntry, Snapshot, assemble, diag_entry, record_entry
 from .state import (
     APPROVALS,
@@ -48,8 +48,11 @@ from .state import (
     record_versions,
 )
 from .trust import (
+    AllowedSigners,
     Assessment,
+    Keyring,
     SignatureCheck,
+    TrustCache,
     TrustInputs,
     assess,
     keyring_from_policy,
@@ -70,27 +73,66 @@ class SignatureCheckFactory(Protocol):
     holds high-water marks this process established itself (they count even if unwritten)."""
 
     def __call__(
-        self, policy: Policy, state_dir: Path, now: datetime, /, *, seen: Marks | None = None
+        self,
+        policy: Policy,
+        state_dir: Path,
+        now: datetime,
+        /,
+        *,
+        seen: Marks | None = None,
+        cache: TrustCache | None = None,
     ) -> SignatureCheck | None: ...
 
 
+def read_allowed_signers(path: str | None) -> AllowedSigners:
+    """Read the user's allowed_signers file (``~`` expanded) -> (signers, problems). A missing or
+    unreadable file means no SSH signer is trusted, and is reported as a problem."""
+    if not path:
+        return (), ()
+    file = os.path.expanduser(path)
+    try:
+        with open(file, "rb") as fh:
+            data = fh.read(1 << 20)
+    except OSError as exc:
+        return (), (f"{file}: cannot read allowed_signers: {exc.strerror}",)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return (), (f"{file}: allowed_signers is not UTF-8 text",)
+    return parse_allowed_signers(text, file)
+
+
+def read_keyring(policy: Policy, verified: frozenset[bytes] = frozenset()) -> Keyring:
+    """The keyring of ``policy`` with its allowed_signers file read here (the I/O edge; the trust
+    stage itself only gets the parsed lines)."""
+    return keyring_from_policy(policy, verified, read_allowed_signers(policy.keys.allowed_signers))
+
+
 def signature_check_factory(
-    policy: Policy, state_dir: Path, now: datetime, /, *, seen: Marks | None = None
+    policy: Policy,
+    state_dir: Path,
+    now: datetime,
+    /,
+    *,
+    seen: Marks | None = None,
+    cache: TrustCache | None = None,
 ) -> SignatureCheck:
     """The check for one load: the keyring, high-water marks and the record of earlier successful
-    verifications are read once, here (the I/O edge of the trust stage)."""
-    keyring = keyring_from_policy(policy, load_verified(state_dir))
+    verifications are read once, here (the I/O edge of the trust stage). ``cache``: the loader's
+    own :class:`~tooldir.trust.TrustCache` (parse and verification results)."""
+    keyring = read_keyring(policy, load_verified(state_dir))
     marks = with_marks(load_high_water(state_dir), seen or {})
-    return partial(verify_package, keyring=keyring, marks=marks, now=now)
+    return partial(verify_package, keyring=keyring, marks=marks, now=now, cache=cache)
 
 
-def remember_load(state_dir: Path, records: Iterable[ToolRecord]) -> None:
+def remember_load(state_dir: Path, records: Iterable[ToolRecord], *, loader: Loader | None = None) -> None:
     """Write what a load established to user state: the high-water mark of every signed version
-    seen (rollback protection) and the verifications that succeeded. Every ``Loader`` build does
-    this itself; a host calls it only for snapshots it got another way (e.g. a ``read_only`` load
-    it then decides to use)."""
+    seen (rollback protection) and, given the ``loader`` that made them, the verifications that
+    succeeded in it. Every ``Loader`` build does this itself; a host calls it only for snapshots it
+    got another way (e.g. a ``read_only`` load it then decides to use)."""
     record_seen_versions(state_dir, records)
-    record_verified(state_dir, verified_digests())
+    if loader is not None:
+        record_verified(state_dir, loader.trust_cache.verifications.verified_digests())
 
 
 def user_root_default() -> RootSpec:
@@ -186,6 +228,9 @@ class Loader:
         self._seen: dict[tuple[str, str], int] = {}
         self._unwritten: dict[tuple[str, str], int] = {}
         self._verified_written: set[bytes] = set()
+        # parse and verification results of this loader only (never module state): kept across
+        # resets, since they are facts about content, keys and signatures, not about this config
+        self._trust_cache = TrustCache()
         if config.read_only:
             log.info("read-only load: signed versions are not recorded (rollback protection not armed)")
         self._reset()
@@ -203,6 +248,11 @@ class Loader:
         # the policy's own warnings (values weaker than their defaults): part of every snapshot
         cfg = self.config
         self._policy_diags = tuple(diag_entry(d) for d in policy_diagnostics(cfg.policy, cfg.policy_file))
+
+    @property
+    def trust_cache(self) -> TrustCache:
+        """What this loader's trust stage remembers (parses, verifications); never shared."""
+        return self._trust_cache
 
     def reconfigure(self, config: LoadConfig) -> None:
         """Use a new configuration (e.g. a changed policy); the next build is a cold load."""
@@ -414,7 +464,11 @@ class Loader:
         if approvals_sig != self._approvals_sig:
             self._approvals = load_approvals(state_dir)
             self._approvals_sig = approvals_sig
-        check = cfg.signature_check(cfg.policy, state_dir, now, seen=self._seen) if cfg.signature_check else None
+        check = (
+            cfg.signature_check(cfg.policy, state_dir, now, seen=self._seen, cache=self._trust_cache)
+            if cfg.signature_check
+            else None
+        )
         inputs = TrustInputs(cfg.policy, self._approvals, now, check)
         for pkg in todo:
             verdict = assess(pkg.candidate, inputs)
@@ -449,7 +503,8 @@ class Loader:
                     # our own write: signed packages are re-assessed on every build anyway, so it
                     # need not make the next build re-assess every unsigned package too
                     self._trust_key = (self._trust_key[0], _stat_signature(state_dir / HIGH_WATER), self._trust_key[2])
-            fresh = [d for d in verified_digests() if d not in self._verified_written]
+            verified = self._trust_cache.verifications.verified_digests()
+            fresh = [d for d in verified if d not in self._verified_written]
             if fresh:
                 record_verified(state_dir, fresh)
                 self._verified_written.update(fresh)

@@ -4,6 +4,10 @@ The type name records how far data has been checked::
 
     PackageScan (discover)  ->  Candidate (validate)  ->  ToolRecord (resolve)  ->  Snapshot
 
+Trust is a type, not a flag: a :class:`ToolRecord` is ``active`` only if it carries a
+:class:`Grant` for exactly its name, source and digest, and only the trust stage
+(:mod:`tooldir.trust`, which holds the seal) can make a Grant. The registry runs nothing else.
+
 Nothing here does I/O.
 """
 
@@ -258,9 +262,82 @@ class Trust:
     signers: tuple[str, ...] = ()  # every key whose signature verified; each keeps a high-water mark
 
 
+_SEAL: list[object] = []  # filled once, by _issue_seal
+
+
+def _issue_seal() -> object:
+    """The token a :class:`Grant` is made with; handed out once, to :mod:`tooldir.trust` (which
+    takes it when it is imported, before anything else can ask)."""
+    if _SEAL:
+        raise RuntimeError("the grant seal belongs to tooldir.trust; only the trust stage makes a Grant")
+    _SEAL.append(object())
+    return _SEAL[0]
+
+
+class Grant(tuple[str, Source, str | None, str, object]):
+    """The trust stage's word that one exact tool (name, source, digest) may run, and how it
+    earned that (``method``). A private constructor: only :mod:`tooldir.trust` can make one
+    (anything else raises ``TypeError``), so no caller can mint a runnable record. Immutable (a
+    tuple underneath, so a load of 10,000 tools pays next to nothing for it)."""
+
+    __slots__ = ()
+
+    def __new__(cls, name: str, source: Source, digest: str | None, method: str, *, seal: object = None) -> Grant:
+        if not _SEAL or seal is not _SEAL[0]:
+            raise TypeError("a Grant is made only by the trust stage (tooldir.trust)")
+        return tuple.__new__(cls, (name, source, digest, method, seal))
+
+    @property
+    def name(self) -> str:
+        return self[0]
+
+    @property
+    def source(self) -> Source:
+        return self[1]
+
+    @property
+    def digest(self) -> str | None:
+        return self[2]
+
+    @property
+    def method(self) -> str:
+        return self[3]
+
+    def __repr__(self) -> str:
+        return f"Grant({self[0]!r}, {self[1]}, {self[2]!r}, {self[3]!r})"
+
+    def __copy__(self) -> Grant:
+        return self  # immutable
+
+    def __deepcopy__(self, memo: Any) -> Grant:
+        return self
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Grant cannot be pickled: it is valid only in the process whose trust stage made it")
+
+
+_ACTIVE = Status.ACTIVE  # a module constant: enum member lookups cost, once per record
+
+
+def is_runnable(record: ToolRecord) -> bool:
+    """An active record with the trust stage's grant for exactly it (what the registry runs)."""
+    grant = record.grant
+    return (
+        record.status is _ACTIVE
+        and type(grant) is Grant
+        and len(grant) == 5
+        and grant[4] is _SEAL[0]
+        and grant[0] == record.name
+        and grant[1] is record.source
+        and grant[2] == record.digest
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ToolRecord:
-    """One tool in a snapshot, whatever its status."""
+    """One tool in a snapshot, whatever its status. ``status=ACTIVE`` needs ``grant``, a
+    :class:`Grant` from the trust stage for this very name, source and digest (else ``ValueError``);
+    a record of any other status carries none."""
 
     name: str
     source: Source
@@ -274,6 +351,16 @@ class ToolRecord:
     files: tuple[PackageFile, ...] = ()
     diagnostics: tuple[Diagnostic, ...] = ()
     shadowed_by: str | None = None  # path (or "builtin:<name>") of the winner, when shadowed
+    grant: Grant | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.status is _ACTIVE:
+            if not is_runnable(self):
+                raise ValueError(
+                    f"tool {self.name!r}: an active record needs the trust stage's Grant for its name, source and digest"
+                )
+        elif self.grant is not None:
+            raise ValueError(f"tool {self.name!r}: a {self.status} record carries no Grant")
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -66,13 +66,14 @@ from ._internal.strictjson import StrictJSONError, freeze, loads, thaw
 from .audit import AuditEvent, AuditSink, JsonlAudit, input_digest
 from .errors import ExecutionError, PermissionDeniedError
 from .hooks import Deny, HookCall, HookSet, PostHook, PreHook, Redact, Rewrite, make_hook
-from .model import BuiltinSpec, Risk, Source, Status, ToolRecord, Trust
+from .model import BuiltinSpec, Risk, Source, Status, ToolRecord, is_runnable
 from .names import GUARD_TOOLS, explain_invalid, is_valid_name
 from .permissions import PermissionCheck, PermissionRequest, from_policy
 from .policy import Policy
 from .sandbox import RunRequest, RunResult, Sandbox
 from .sandbox.output import sanitize_json, sanitize_text
 from .snapshot import Snapshot, SnapshotStore
+from .trust import builtin_record
 
 log = logging.getLogger("tooldir")
 
@@ -214,17 +215,7 @@ class Registry:
         schema = _check_builtin_schema(name, input_schema)
         _check_handler(name, handler)
         spec = BuiltinSpec(name=name, description=description, input_schema=freeze(schema), risk=level)
-        record = ToolRecord(
-            name=name,
-            source=Source.BUILTIN,
-            path=None,
-            status=Status.ACTIVE,
-            trust=Trust(True, "builtin"),
-            digest=None,
-            risk=level,
-            deferred=False,
-            manifest=None,
-        )
+        record = builtin_record(spec, deferred=False)
         entry = _Builtin(spec, handler, record, _InProcess(compile_input_schema(schema)))
         with self._register_lock:
             if name in self._builtins:
@@ -252,6 +243,12 @@ class Registry:
     @property
     def policy(self) -> Policy:
         return self._policy
+
+    @property
+    def host_permissions(self) -> PermissionCheck | None:
+        """The host's ``permissions=`` check, if one was given: then it alone decides, for this
+        registry's calls and for the listing of every session over it (one object, one answer)."""
+        return None if self._own_permissions else self._permissions
 
     def update_policy(self, policy: Policy) -> None:
         """Enforce a reloaded user policy from the next call on (the watcher reloads the policy
@@ -307,6 +304,8 @@ class Registry:
         trace.input = raw_input  # hashed into the audit line even if the call is refused early
         builtin = self._builtins.get(name) if isinstance(name, str) else None
         record = builtin.record if builtin is not None else self._resolve(name, snapshot)
+        if builtin is not None and not is_runnable(record):  # never: register() made it through trust
+            raise _Stop("not-active", f"builtin {name!r} has no grant from the trust stage; refused")
         trace.record = record
         if session is not None:
             try:
@@ -352,8 +351,11 @@ class Registry:
         record = snapshot.by_name.get(name)
         if record is not None and record.source is Source.BUILTIN:
             raise _Stop("unknown-tool", f"builtin {name!r} is not registered in this registry")
-        if record is not None and record.status is Status.ACTIVE and record.manifest is not None:
+        if record is not None and record.manifest is not None and is_runnable(record):
             return record
+        if record is not None and record.status is Status.ACTIVE:
+            # marked active but not by the trust stage (hand-made or altered): never run
+            raise _Stop("not-active", f"tool {name!r} has no grant from the trust stage for its digest; refused")
         if record is None:
             others = [r for r in snapshot.records(name) if r.source is not Source.BUILTIN]
             if not others:

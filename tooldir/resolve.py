@@ -17,10 +17,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from .model import BuiltinSpec, Diagnostic, Source, Status, ToolRecord, Trust, error, warning
+from .model import BuiltinSpec, Diagnostic, Source, Status, ToolRecord, error, warning
 from .names import GUARD_TOOLS, is_valid_name, skeleton
 from .policy import Policy
-from .trust import Assessment
+from .trust import Assessment, builtin_record
 from .validate import Candidate
 
 
@@ -28,21 +28,6 @@ from .validate import Candidate
 class Assessed:
     candidate: Candidate
     assessment: Assessment
-
-
-def builtin_record(spec: BuiltinSpec, *, deferred: bool) -> ToolRecord:
-    """The snapshot record of a tool registered in Python by the host."""
-    return ToolRecord(
-        name=spec.name,
-        source=Source.BUILTIN,
-        path=None,
-        status=Status.ACTIVE,
-        trust=Trust(True, "builtin"),
-        digest=None,
-        risk=spec.risk,
-        deferred=deferred,
-        manifest=None,
-    )
 
 
 def resolve(assessed: Sequence[Assessed], builtins: Iterable[BuiltinSpec], policy: Policy) -> list[ToolRecord]:
@@ -60,7 +45,7 @@ def resolve(assessed: Sequence[Assessed], builtins: Iterable[BuiltinSpec], polic
     alive = [i for i, t in enumerate(tools) if t.status in (Status.ACTIVE, Status.PENDING)]
 
     def reject(i: int, diag: Diagnostic) -> None:
-        tools[i] = replace(tools[i], status=Status.REJECTED, diagnostics=(*tools[i].diagnostics, diag))
+        tools[i] = replace(tools[i], status=Status.REJECTED, diagnostics=(*tools[i].diagnostics, diag), grant=None)
 
     def where(t: ToolRecord) -> dict[str, object]:
         return {"tool": t.name, "source": t.source, "path": t.path}
@@ -150,6 +135,7 @@ def resolve(assessed: Sequence[Assessed], builtins: Iterable[BuiltinSpec], polic
         tools[loser] = replace(
             lz,
             status=Status.SHADOWED,
+            grant=None,
             shadowed_by=w.path,
             diagnostics=(
                 *lz.diagnostics,
@@ -178,9 +164,9 @@ def _initial(a: Assessed, policy: Policy) -> ToolRecord:
     c = a.candidate
     manifest = c.manifest
     name = c.name
-    status = a.assessment.status
+    status, grant = a.assessment.status, a.assessment.grant
     if not is_valid_name(name):
-        status = Status.REJECTED
+        status, grant = Status.REJECTED, None
     return ToolRecord(
         name=name,
         source=c.scan.source,
@@ -193,4 +179,5 @@ def _initial(a: Assessed, policy: Policy) -> ToolRecord:
         manifest=manifest,
         files=c.scan.files,
         diagnostics=c.diagnostics + a.assessment.diagnostics,
+        grant=grant if status is Status.ACTIVE else None,
     )

@@ -40,13 +40,13 @@ from .catalog import (
 from .errors import PermissionDeniedError
 from .model import BuiltinSpec, Risk, Source, Status, ToolRecord
 from .names import GUARD_TOOLS
-from .permissions import PermissionRequest, from_policy
+from .permissions import PermissionCheck, PermissionRequest, from_policy
 from .policy import Policy
 from .registry import CallError, CallResult, Registry
-from .resolve import builtin_record
 from .search import ParsedQuery, SearchIndex, parse_query
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
 from .tokens import TokenCounter, TokenReport, default_counter
+from .trust import builtin_record
 from .usage import Usage, end_turn, judge, load_priors, save_priors, start
 
 __all__ = ["MAX_TOP_K", "IndexFollower", "Match", "SearchResult", "Session"]
@@ -179,12 +179,26 @@ class Session:
 
     # ----------------------------------------------------------------------------- the view
 
+    def _permission_check(self) -> PermissionCheck:
+        """What the listing asks: the registry's host check when the host gave one (the same object
+        :meth:`Registry.call` asks), else the rules of this session's policy."""
+        host = self._registry.host_permissions if self._registry is not None else None
+        return host if host is not None else self._permissions
+
     def _view(self) -> _View:
         snapshot, _ = self._follower.current
         cached = self._view_cache
         if cached is not None and cached.snapshot_id == f"{snapshot.id}/{snapshot.generation}":
             return cached
-        key = (snapshot.id, snapshot.generation, self._policy_key, id(self._counter), tuple(sorted(self._builtins)))
+        host = self._registry.host_permissions if self._registry is not None else None
+        key = (
+            snapshot.id,
+            snapshot.generation,
+            self._policy_key,
+            id(self._counter),
+            tuple(sorted(self._builtins)),
+            None if host is None else id(host),  # a host's check is its own view: never shared by policy text
+        )
         view = self._follower.shared(key, lambda: self._compute_view(snapshot))
         self._view_cache = view
         return view
@@ -194,6 +208,7 @@ class Session:
         sources: dict[str, Source] = {}
         unavailable: dict[str, str] = {}
         records = dict(snapshot.by_name)
+        permissions = self._permission_check()
         for name, spec in self._builtins.items():
             records.setdefault(name, builtin_record(spec, deferred=False))
         for name, record in sorted(records.items()):
@@ -204,7 +219,7 @@ class Session:
                 unavailable[name] = f"{record.status}: {codes}; it cannot run until trusted (see `tooldir show {name}`)"
                 continue
             try:
-                self._permissions.check(PermissionRequest(name, record.source, record.risk or Risk.EXEC))
+                permissions.check(PermissionRequest(name, record.source, record.risk or Risk.EXEC))
             except PermissionDeniedError as exc:
                 unavailable[name] = f"permission: {exc.message}"
                 continue

@@ -12,9 +12,10 @@
   ``valid-after``) is refused here too, that line only, reported as ``<file> line N: ...``.
 
 Key identities are strings used in state and revocation lists: ``minisign:<16 hex key id>`` and
-``ssh:SHA256:<base64 fingerprint>``. Verification results are cached by a hash of key, signature and
-message, so a rebuild never re-verifies unchanged packages. Parsing and verification are pure; the
-only I/O here is :func:`read_allowed_signers`.
+``ssh:SHA256:<base64 fingerprint>``. Verification results are remembered by a hash of key, signature
+and message in a :class:`VerificationCache` the caller owns (one per ``Loader``; nothing is shared
+through module state), so a rebuild never re-verifies unchanged packages. No I/O here: parsing and
+verification are pure, and the allowed_signers file is read by the loader (the I/O edge).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import base64
 import binascii
 import fnmatch
 import hashlib
-import os
 import re
 import struct
 import threading
@@ -143,16 +143,27 @@ def parse_minisig(data: bytes) -> MinisignSignature:
 
 
 def verify_minisign(
-    sig: MinisignSignature, key: MinisignPublicKey, message: bytes, known: Collection[bytes] = frozenset()
+    sig: MinisignSignature,
+    key: MinisignPublicKey,
+    message: bytes,
+    known: Collection[bytes] = frozenset(),
+    cache: VerificationCache | None = None,
 ) -> str | None:
     """None if ``sig`` is a valid prehashed signature of ``message`` by ``key`` with a valid trusted
-    comment; otherwise the reason. ``known``: digests of verifications that succeeded before."""
+    comment; otherwise the reason. ``known``: digests of verifications that succeeded before;
+    ``cache``: where results are remembered (none: verify every time)."""
     if sig.key_id != key.key_id:
         return f"signed by key {sig.key_ident}, not {key.ident}"
     if sig.algorithm != _ED_PREHASHED:
         return "legacy non-prehashed minisign signature ('Ed'); only prehashed 'ED' signatures are accepted"
     return _cached(
-        b"minisign", key.public, _minisig_bytes(sig), message, lambda: _verify_minisign(sig, key, message), known=known
+        b"minisign",
+        key.public,
+        _minisig_bytes(sig),
+        message,
+        lambda: _verify_minisign(sig, key, message),
+        known=known,
+        cache=cache,
     )
 
 
@@ -315,12 +326,14 @@ def load_ssh_key(blob: bytes) -> ed25519.Ed25519PublicKey | ec.EllipticCurvePubl
     return key
 
 
-def verify_sshsig(sig: SshSignature, message: bytes, known: Collection[bytes] = frozenset()) -> str | None:
+def verify_sshsig(
+    sig: SshSignature, message: bytes, known: Collection[bytes] = frozenset(), cache: VerificationCache | None = None
+) -> str | None:
     """None if ``sig`` is a valid signature of ``message`` by its embedded key; otherwise the reason.
     The caller checks the namespace and whether the key is trusted."""
     return _cached(
         b"sshsig", sig.public_key, sig.signed_prefix + sig.sig_format.encode() + sig.sig_blob, message,
-        lambda: _verify_sshsig(sig, message), known=known,
+        lambda: _verify_sshsig(sig, message), known=known, cache=cache,
     )  # fmt: skip
 
 
@@ -501,24 +514,6 @@ def parse_allowed_signers(text: str, path: str) -> tuple[tuple[AllowedSigner, ..
     return tuple(signers), tuple(problems)
 
 
-def read_allowed_signers(path: str | None) -> tuple[tuple[AllowedSigner, ...], tuple[str, ...]]:
-    """Read the user's allowed_signers file (``~`` expanded). A missing or unreadable file means no
-    SSH signer is trusted, and is reported as a problem."""
-    if not path:
-        return (), ()
-    file = os.path.expanduser(path)
-    try:
-        with open(file, "rb") as fh:
-            data = fh.read(1 << 20)
-    except OSError as exc:
-        return (), (f"{file}: cannot read allowed_signers: {exc.strerror}",)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return (), (f"{file}: allowed_signers is not UTF-8 text",)
-    return parse_allowed_signers(text, file)
-
-
 # ---------------------------------------------------------------------------------------------
 # revocation identities
 
@@ -544,8 +539,40 @@ def key_ident(entry: str) -> str:
 # verification cache
 
 _CACHE_MAX = 1 << 16
-_cache: dict[bytes, str | None] = {}
-_cache_lock = threading.Lock()
+
+
+class VerificationCache:
+    """Results of signature verifications, by a hash of (kind, key, signature, message). Owned by
+    one ``Loader`` (through its ``TrustCache``): two loaders never see each other's results."""
+
+    def __init__(self, max_entries: int = _CACHE_MAX) -> None:
+        self._results: dict[bytes, str | None] = {}
+        self._lock = threading.Lock()
+        self._max = max_entries
+
+    def get(self, digest: bytes) -> tuple[bool, str | None]:
+        with self._lock:
+            if digest in self._results:
+                return True, self._results[digest]
+        return False, None
+
+    def put(self, digest: bytes, result: str | None) -> None:
+        with self._lock:
+            if len(self._results) >= self._max:
+                self._results.clear()
+            self._results[digest] = result
+
+    def clear(self) -> None:
+        with self._lock:
+            self._results.clear()
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def verified_digests(self) -> list[bytes]:
+        """Digests of the verifications that succeeded here (to persist, see tooldir.state)."""
+        with self._lock:
+            return [d for d, result in self._results.items() if result is None]
 
 
 def _cached(
@@ -556,6 +583,7 @@ def _cached(
     verify: Callable[[], str | None],
     *,
     known: Collection[bytes],
+    cache: VerificationCache | None,
 ) -> str | None:
     h = hashlib.sha256(b"tooldir-verification-v1\0" + kind)
     for part in (key, signature, message):
@@ -564,27 +592,11 @@ def _cached(
     digest = h.digest()
     if digest in known:
         return None
-    with _cache_lock:
-        if digest in _cache:
-            return _cache[digest]
+    if cache is None:
+        return verify()
+    found, result = cache.get(digest)
+    if found:
+        return result
     result = verify()
-    with _cache_lock:
-        if len(_cache) >= _CACHE_MAX:
-            _cache.clear()
-        _cache[digest] = result
+    cache.put(digest, result)
     return result
-
-
-def clear_cache() -> None:
-    with _cache_lock:
-        _cache.clear()
-
-
-def cache_size() -> int:
-    return len(_cache)
-
-
-def verified_digests() -> list[bytes]:
-    """Digests of the verifications that succeeded in this process (to persist, see tooldir.state)."""
-    with _cache_lock:
-        return [d for d, result in _cache.items() if result is None]

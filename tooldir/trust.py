@@ -1,4 +1,6 @@
-"""Candidate + user-side trust material -> Assessment. Pure: no I/O; ``now`` is passed in.
+"""Candidate + user-side trust material -> Assessment. Pure: no I/O; ``now``, the key material
+(policy keys and the parsed allowed_signers lines) and the :class:`TrustCache` are passed in. No
+module state: what is remembered between builds lives in the ``TrustCache`` a ``Loader`` owns.
 
 Trust is keyed by content, never by name: an approval records the package digest, a pin names a
 digest, a signature covers a lock listing every file. Whatever the project contains, nothing in it
@@ -10,8 +12,9 @@ Signature verification (:func:`verify_package`) walks these steps and records ea
 -> files equal the lock -> not expired -> not older than the highest version seen (rollback).
 A failure that indicates an attack is an error (the tool is rejected); an unknown key or a package
 without a signature is only "not trusted by signature" (pending if approval is acceptable).
-:func:`tooldir.loader.signature_check_factory` is the edge that reads the keyring and high-water marks once
-per load, and the loader records the versions each load verified (rollback protection).
+:func:`tooldir.loader.signature_check_factory` is the edge that reads the allowed_signers file, the
+high-water marks and earlier verifications once per load, and the loader records the versions each
+load verified (rollback protection).
 """
 
 from __future__ import annotations
@@ -20,23 +23,35 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache, partial
+from functools import partial
 from typing import TypeVar, cast
 
 from .lockfile import LOCK, MINISIG, SSHSIG, LockError, compare_files, format_time, parse_lock
-from .model import Diagnostic, PackageFile, Severity, Status, Trust, error, warning
+from .model import (
+    BuiltinSpec,
+    Diagnostic,
+    Grant,
+    PackageFile,
+    Severity,
+    Source,
+    Status,
+    ToolRecord,
+    Trust,
+    _issue_seal,
+    error,
+    warning,
+)
 from .policy import Policy
 from .signatures import (
     NAMESPACE,
     AllowedSigner,
     MinisignPublicKey,
     SignatureFormatError,
-    clear_cache,
+    VerificationCache,
     key_ident,
     parse_minisig,
     parse_minisign_public_key,
     parse_sshsig,
-    read_allowed_signers,
     verify_minisign,
     verify_sshsig,
 )
@@ -85,7 +100,6 @@ class Keyring:
     verified: frozenset[bytes] = frozenset()  # verifications that succeeded before (user state)
 
 
-@cache
 def revoked_idents(entries: tuple[str, ...]) -> frozenset[str]:
     """Identities of the policy's revocation entries (the policy validated them)."""
     out = set()
@@ -97,13 +111,20 @@ def revoked_idents(entries: tuple[str, ...]) -> frozenset[str]:
     return frozenset(out)
 
 
-def keyring_from_policy(policy: Policy, verified: frozenset[bytes] = frozenset()) -> Keyring:
-    """The keyring of a policy; reads the allowed_signers file (the only I/O)."""
+AllowedSigners = tuple[tuple[AllowedSigner, ...], tuple[str, ...]]  # (signers, problems)
+
+
+def keyring_from_policy(
+    policy: Policy, verified: frozenset[bytes] = frozenset(), allowed_signers: AllowedSigners = ((), ())
+) -> Keyring:
+    """The keyring of a policy. ``allowed_signers``: the parsed lines of the policy's
+    allowed_signers file and its problems, read by the caller (:func:`tooldir.loader.read_keyring`);
+    without them no SSH key is trusted."""
     keys = {}
     for line in policy.keys.minisign:
         key = parse_minisign_public_key(line)
         keys[key.key_id] = key
-    ssh, problems = read_allowed_signers(policy.keys.allowed_signers)
+    ssh, problems = allowed_signers
     return Keyring(keys, ssh, revoked_idents(policy.keys.revoked), problems, verified)
 
 
@@ -135,6 +156,11 @@ class TrustInputs:
     approvals: Mapping[str, Approval]
     now: datetime
     check_signature: SignatureCheck | None = None
+    #: identities of the policy's revocation entries, derived once per load
+    revoked: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "revoked", revoked_idents(self.policy.keys.revoked))
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,12 +168,46 @@ class Assessment:
     status: Status  # ACTIVE, PENDING or REJECTED
     trust: Trust
     diagnostics: tuple[Diagnostic, ...]
+    #: ACTIVE only: this stage's Grant for exactly the assessed package (what lets resolve make an
+    #: active record); an Assessment made anywhere else has none, so its tool can never run.
+    grant: Grant | None = None
 
 
 UNVERIFIED = Trust(False, "unverified")
-#: The verdict of every valid package of a source that requires nothing (immutable, so shared).
-_NONE_REQUIRED = Assessment(Status.ACTIVE, Trust(True, "none-required"), ())
+_NONE_REQUIRED = Trust(True, "none-required")
+_BUILTIN = Trust(True, "builtin")
 T = TypeVar("T")
+
+#: The only holder of the seal that makes a Grant (taken once, when this module is imported).
+_SEAL = _issue_seal()
+
+
+_ACTIVE = Status.ACTIVE
+
+
+def _active(candidate: Candidate, trust: Trust, diagnostics: tuple[Diagnostic, ...] = ()) -> Assessment:
+    scan = candidate.scan
+    return Assessment(
+        _ACTIVE, trust, diagnostics, Grant(candidate.name, scan.source, scan.digest, trust.method, seal=_SEAL)
+    )
+
+
+def builtin_record(spec: BuiltinSpec, *, deferred: bool) -> ToolRecord:
+    """The snapshot record of a tool registered in Python by the host: the one place a builtin's
+    record (and its Grant) is made, for the resolver, the registry and the session alike."""
+    grant = Grant(spec.name, Source.BUILTIN, None, _BUILTIN.method, seal=_SEAL)
+    return ToolRecord(
+        name=spec.name,
+        source=Source.BUILTIN,
+        path=None,
+        status=Status.ACTIVE,
+        trust=_BUILTIN,
+        digest=None,
+        risk=spec.risk,
+        deferred=deferred,
+        manifest=None,
+        grant=grant,
+    )
 
 
 def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
@@ -173,13 +233,13 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
             ),
         )
     if not rules.require:
-        return _NONE_REQUIRED
+        return _active(candidate, _NONE_REQUIRED)
 
     diags: list[Diagnostic] = []
     if "pin" in rules.require:
         pinned = inputs.policy.pins.get(manifest.name)
         if pinned == scan.digest:
-            return Assessment(Status.ACTIVE, Trust(True, "pinned"), ())
+            return _active(candidate, Trust(True, "pinned"))
         if pinned is not None:
             diags.append(
                 warning("hash-mismatch", f"package digest {scan.digest} differs from the pinned {pinned}", **where)
@@ -188,24 +248,17 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
         verdict = inputs.check_signature(candidate)
         if verdict is not None:
             if verdict.trusted:
-                return Assessment(
-                    Status.ACTIVE,
-                    Trust(
-                        True,
-                        f"signed:{verdict.label or verdict.signer}",
-                        verdict.signer,
-                        verdict.version,
-                        verdict.signers,
-                    ),
-                    verdict.diagnostics,
+                signed = Trust(
+                    True, f"signed:{verdict.label or verdict.signer}", verdict.signer, verdict.version, verdict.signers
                 )
+                return _active(candidate, signed, verdict.diagnostics)
             diags.extend(verdict.diagnostics)
             if any(d.severity is Severity.ERROR for d in verdict.diagnostics):
                 # a bad, replayed, revoked, rolled-back or expired signature is an attack, not a pending review
                 return Assessment(Status.REJECTED, UNVERIFIED, tuple(diags))
     if "approval" in rules.require:
         approval = inputs.approvals.get(scan.path)
-        if approval is not None and approval.key and approval.key in revoked_idents(inputs.policy.keys.revoked):
+        if approval is not None and approval.key and approval.key in inputs.revoked:
             # an approval given to a package signed by a key that is now revoked no longer counts
             diags.append(
                 error(
@@ -216,7 +269,7 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
             )
             return Assessment(Status.REJECTED, UNVERIFIED, tuple(diags))
         if approval is not None and approval.digest == scan.digest and approval.name == manifest.name:
-            return Assessment(Status.ACTIVE, Trust(True, "approved", approval.key), tuple(diags))
+            return _active(candidate, Trust(True, "approved", approval.key), tuple(diags))
         if approval is not None:
             diags.append(
                 warning(
@@ -301,32 +354,39 @@ class _Run:
 
 
 _MEMO_MAX = 1 << 16
-_memos: dict[Callable[[bytes], object], dict[bytes, object]] = {}
 
 
-def _memo(parse: Callable[[bytes], T], data: bytes) -> T:
-    """``parse(data)`` remembered by content: every build re-assesses every package, and the bytes
-    of unchanged packages are the same objects (their hash is cached), so a rebuild parses nothing.
-    Parse errors (ValueError subclasses) are remembered and re-raised."""
-    memo = _memos.setdefault(parse, {})
-    found = memo.get(data)
-    if found is None:
-        if len(memo) >= _MEMO_MAX:
-            memo.clear()
-        try:
-            found = parse(data)
-        except ValueError as exc:
-            found = exc
-        memo[data] = found
-    if isinstance(found, ValueError):
-        raise found.with_traceback(None)  # do not grow the remembered exception's traceback
-    return cast(T, found)
+class TrustCache:
+    """What the trust stage remembers between builds, owned by one ``Loader``: parsed signature
+    and lock files by content, and signature verification results. Two loaders (two policies, two
+    keyrings) never share one, so nothing one of them verified can count for the other."""
 
+    def __init__(self) -> None:
+        self._parsed: dict[Callable[[bytes], object], dict[bytes, object]] = {}
+        self.verifications = VerificationCache()
 
-def clear_caches() -> None:
-    """Forget every in-process parse and verification result (benchmarks, tests)."""
-    _memos.clear()
-    clear_cache()
+    def parse(self, parse: Callable[[bytes], T], data: bytes) -> T:
+        """``parse(data)`` remembered by content: every build re-assesses every signed package, and
+        the bytes of unchanged packages are the same objects (their hash is cached), so a rebuild
+        parses nothing. Parse errors (ValueError subclasses) are remembered and re-raised."""
+        memo = self._parsed.setdefault(parse, {})
+        found = memo.get(data)
+        if found is None:
+            if len(memo) >= _MEMO_MAX:
+                memo.clear()
+            try:
+                found = parse(data)
+            except ValueError as exc:
+                found = exc
+            memo[data] = found
+        if isinstance(found, ValueError):
+            raise found.with_traceback(None)  # do not grow the remembered exception's traceback
+        return cast(T, found)
+
+    def clear(self) -> None:
+        """Forget every parse and verification result (benchmarks, tests)."""
+        self._parsed.clear()
+        self.verifications.clear()
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,9 +395,11 @@ class _Signed:
     label: str
 
 
-def _check_minisig(run: _Run, data: bytes, lock: bytes, keyring: Keyring) -> tuple[_Signed | None, str | None]:
+def _check_minisig(
+    run: _Run, data: bytes, lock: bytes, keyring: Keyring, cache: TrustCache
+) -> tuple[_Signed | None, str | None]:
     try:
-        sig = _memo(parse_minisig, data)
+        sig = cache.parse(parse_minisig, data)
     except SignatureFormatError as exc:
         run.fail("minisign", "bad-signature", MINISIG, f"malformed {MINISIG}: {exc}")
         return None, None
@@ -351,7 +413,7 @@ def _check_minisig(run: _Run, data: bytes, lock: bytes, keyring: Keyring) -> tup
         run.doubt("minisign key", "untrusted-key", MINISIG, f"signed by {ident}, which is not in keys.minisign")
         return None, ident
     run.step("minisign key", True, lambda: f"{ident} is a trusted key (keys.minisign)")
-    problem = verify_minisign(sig, key, lock, keyring.verified)
+    problem = verify_minisign(sig, key, lock, keyring.verified, cache.verifications)
     if problem:
         run.fail("minisign signature", "bad-signature", MINISIG, problem)
         return None, ident
@@ -367,10 +429,10 @@ def _check_minisig(run: _Run, data: bytes, lock: bytes, keyring: Keyring) -> tup
 
 
 def _check_sshsig(
-    run: _Run, data: bytes, lock: bytes, keyring: Keyring, now: datetime
+    run: _Run, data: bytes, lock: bytes, keyring: Keyring, now: datetime, *, cache: TrustCache
 ) -> tuple[_Signed | None, str | None]:
     try:
-        sig = _memo(parse_sshsig, data)
+        sig = cache.parse(parse_sshsig, data)
     except SignatureFormatError as exc:
         run.fail("ssh", "bad-signature", SSHSIG, f"malformed {SSHSIG}: {exc}")
         return None, None
@@ -379,7 +441,7 @@ def _check_sshsig(
     if ident in keyring.revoked:
         run.fail("ssh key", "revoked-key", SSHSIG, f"signed by revoked key {sig.fingerprint}")
         return None, ident
-    problem = verify_sshsig(sig, lock, keyring.verified)
+    problem = verify_sshsig(sig, lock, keyring.verified, cache.verifications)
     if problem:
         run.fail("ssh signature", "bad-signature", SSHSIG, problem)
         return None, ident
@@ -416,15 +478,23 @@ def _check_sshsig(
 
 
 def verify_package(
-    candidate: Candidate, *, keyring: Keyring, marks: HighWater, now: datetime, explain: bool = False
+    candidate: Candidate,
+    *,
+    keyring: Keyring,
+    marks: HighWater,
+    now: datetime,
+    explain: bool = False,
+    cache: TrustCache | None = None,
 ) -> SignatureVerdict | None:
     """Verify a package's lock and signatures. None when it has no signature and no lock.
-    ``explain`` records every step in the verdict (for ``tooldir verify``)."""
+    ``explain`` records every step in the verdict (for ``tooldir verify``); ``cache``: the
+    caller's :class:`TrustCache` (none: nothing is remembered beyond this call)."""
     contents = candidate.scan.contents
     lock_bytes, mini, ssh = contents.get(LOCK), contents.get(MINISIG), contents.get(SSHSIG)
     if lock_bytes is None and mini is None and ssh is None:
         return None
     run = _Run(candidate, explain)
+    cache = cache if cache is not None else TrustCache()
     if mini is None and ssh is None:
         run.step("signature", None, f"{LOCK} is present but not signed ({MINISIG} or {SSHSIG})")
         return run.verdict(trusted=False)
@@ -434,25 +504,25 @@ def verify_package(
     signed: list[_Signed] = []
     key: str | None = None
     if mini is not None:
-        ok, ident = _check_minisig(run, mini, lock_bytes, keyring)
+        ok, ident = _check_minisig(run, mini, lock_bytes, keyring, cache)
         key = key or ident
         signed += [ok] if ok else []
     if ssh is not None:
-        ok, ident = _check_sshsig(run, ssh, lock_bytes, keyring, now)
+        ok, ident = _check_sshsig(run, ssh, lock_bytes, keyring, now, cache=cache)
         key = key or ident
         signed += [ok] if ok else []
     if any(d.severity is Severity.ERROR for d in run.diags) or not signed:
         return run.verdict(trusted=False, key=key)
-    return _check_lock(run, lock_bytes, signed, marks, now)
+    return _check_lock(run, lock_bytes, signed, marks, now, cache=cache)
 
 
 def _check_lock(
-    run: _Run, lock_bytes: bytes, signed: list[_Signed], marks: HighWater, now: datetime
+    run: _Run, lock_bytes: bytes, signed: list[_Signed], marks: HighWater, now: datetime, *, cache: TrustCache
 ) -> SignatureVerdict:
     first = signed[0]
     untrusted = partial(run.verdict, trusted=False, key=first.ident)
     try:
-        lock = _memo(parse_lock, lock_bytes)
+        lock = cache.parse(parse_lock, lock_bytes)
     except LockError as exc:
         run.fail("lock", "invalid-lock", LOCK, f"{LOCK} is signed but malformed: {exc.message}", exc.pointer)
         return untrusted()

@@ -21,7 +21,7 @@ from .._internal.atomic import write_atomic
 from ..discover import RootSpec, scan_one
 from ..errors import DiscoveryError
 from ..keys import generate_minisign_key, minisign_sign, parse_minisign_secret_key
-from ..loader import LoadConfig, project_root
+from ..loader import LoadConfig, project_root, read_keyring
 from ..lockfile import LOCK, MINISIG, LockError, compare_files, format_time, parse_expiry, parse_lock, render_lock
 from ..model import Diagnostic, Severity, Source, Status
 from ..policy import Policy
@@ -35,7 +35,7 @@ from ..state import (
     record_versions,
     remove_approvals,
 )
-from ..trust import Assessment, SignatureVerdict, TrustInputs, assess, keyring_from_policy, verify_package
+from ..trust import Assessment, SignatureVerdict, TrustInputs, assess, verify_package
 from ..validate import Candidate, validate_package
 from .common import (
     EXIT_FOUND_ERRORS,
@@ -138,7 +138,7 @@ class Judgement:
 
 
 def _judge(candidate: Candidate, config: LoadConfig, now: datetime) -> Judgement:
-    keyring = keyring_from_policy(config.policy)
+    keyring = read_keyring(config.policy)
     marks = load_high_water(config.state_dir)
     verdict = verify_package(candidate, keyring=keyring, marks=marks, now=now, explain=True)
     inputs = TrustInputs(config.policy, load_approvals(config.state_dir), now, lambda _c: verdict)

@@ -10,12 +10,12 @@ import random
 import socket
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from regkit import FakeSandbox, MemoryAudit, registry_for
+from shared_helpers import forge_active
 from toolkit import make_tool
 
 from tooldir._internal.schema_worker import BUDGET_S
@@ -53,7 +53,7 @@ def registry_with_schema(tmp_path: Path, schema: dict[str, Any], box: FakeSandbo
     good = setup.store.current.get("regex_tool")
     assert good is not None and good.manifest is not None
     manifest = good.manifest.model_copy(update={"input_schema": freeze(schema)})
-    record = replace(good, manifest=manifest, digest="sha256:" + "1" * 64)
+    record = forge_active(good, manifest=manifest, digest="sha256:" + "1" * 64)
     store = SnapshotStore(build_snapshot([record], [], 1))
     return Registry(store, policy=Policy(), state_dir=tmp_path / "s2", sandbox=box, audit=MemoryAudit())
 

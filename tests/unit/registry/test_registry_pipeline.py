@@ -320,7 +320,7 @@ def test_a_session_gate_returning_garbage_refuses_and_the_denial_hashes_the_inpu
 
 
 def test_an_uncompilable_input_schema_in_a_snapshot_is_a_result_not_a_crash(tmp_path: Path) -> None:
-    from dataclasses import replace
+    from shared_helpers import forge_active
 
     from tooldir._internal.strictjson import freeze
     from tooldir.snapshot import SnapshotStore, build_snapshot
@@ -331,7 +331,7 @@ def test_an_uncompilable_input_schema_in_a_snapshot_is_a_result_not_a_crash(tmp_
     broken_manifest = good.manifest.model_copy(
         update={"input_schema": freeze({"type": "object", "properties": {"a": {"$ref": "#/nope"}}})}
     )
-    broken = replace(good, manifest=broken_manifest, digest="sha256:" + "0" * 64)
+    broken = forge_active(good, manifest=broken_manifest, digest="sha256:" + "0" * 64)
     store = SnapshotStore(build_snapshot([broken], [], 1))
     from tooldir.registry import Registry
 

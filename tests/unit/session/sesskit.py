@@ -9,6 +9,7 @@ from typing import Any
 from shared_helpers import FakeSandbox
 
 from tooldir.loader import Loader, make_config
+from tooldir.permissions import PermissionCheck
 from tooldir.policy import DeferPolicy, Policy
 from tooldir.registry import Registry
 from tooldir.session import Session
@@ -56,6 +57,7 @@ def setup(
     policy: Policy | None = None,
     user_dir: Path | None = None,
     builtins: dict[str, Any] | None = None,
+    permissions: PermissionCheck | None = None,
     **session_kw: Any,
 ) -> Setup:
     policy = policy or defer_policy()
@@ -64,7 +66,7 @@ def setup(
     loader = Loader(config)
     store = SnapshotStore(loader.load())
     sandbox = FakeSandbox()  # answers like a tool that ran; records every run
-    registry = Registry(store, policy=policy, state_dir=state, sandbox=sandbox)
+    registry = Registry(store, policy=policy, state_dir=state, sandbox=sandbox, permissions=permissions)
     for name, spec in (BUILTINS if builtins is None else builtins).items():
         desc, schema = (spec, TEXT_SCHEMA) if isinstance(spec, str) else spec  # description or (description, schema)
         registry.register(name, schema, echo, description=desc)

@@ -14,6 +14,7 @@ from trustkit import minisign_keypair, minisign_sign, need, run, ssh_keypair, ss
 
 from tooldir import keys
 from tooldir import signatures as sg
+from tooldir.loader import read_allowed_signers
 from tooldir.signatures import SignatureFormatError
 
 
@@ -174,7 +175,7 @@ def test_allowed_signers_lines_parse_principals_namespaces_and_validity(tmp_path
 
 
 def test_missing_allowed_signers_file_trusts_nobody_and_says_so(tmp_path: Path) -> None:
-    signers, problems = sg.read_allowed_signers(str(tmp_path / "nope"))
+    signers, problems = read_allowed_signers(str(tmp_path / "nope"))
     assert signers == ()
     assert len(problems) == 1 and "cannot read" in problems[0]
 
@@ -183,7 +184,7 @@ def test_allowed_signers_path_expands_the_users_home(tmp_path: Path, monkeypatch
     monkeypatch.setenv("HOME", str(tmp_path))
     key = ssh_keypair(tmp_path / "keys")
     (tmp_path / "signers").write_text(f"a@example.com {key.public_line}\n")
-    signers, problems = sg.read_allowed_signers("~/signers")
+    signers, problems = read_allowed_signers("~/signers")
     assert len(signers) == 1 and problems == ()
 
 
@@ -222,13 +223,13 @@ def test_verification_results_are_cached_by_content(tmp_path: Path, message: Pat
     key = minisign_keypair(tmp_path)
     sig = sg.parse_minisig(minisign_sign(key, message).read_bytes())
     pub = sg.parse_minisign_public_key(key.line)
-    sg.clear_cache()
-    assert sg.verify_minisign(sig, pub, message.read_bytes()) is None
-    assert sg.cache_size() == 1
-    assert sg.verify_minisign(sig, pub, message.read_bytes()) is None
-    assert sg.cache_size() == 1
-    assert sg.verify_minisign(sig, pub, b"other") is not None
-    assert sg.cache_size() == 2
+    cache = sg.VerificationCache()
+    assert sg.verify_minisign(sig, pub, message.read_bytes(), cache=cache) is None
+    assert len(cache) == 1
+    assert sg.verify_minisign(sig, pub, message.read_bytes(), cache=cache) is None
+    assert len(cache) == 1
+    assert sg.verify_minisign(sig, pub, b"other", cache=cache) is not None
+    assert len(cache) == 2
 
 
 @given(

@@ -404,14 +404,42 @@ def test_remembered_verifications_spare_a_new_process_the_signature_check(
     calls: list[int] = []
     real = sg._verify_minisign
     monkeypatch.setattr(sg, "_verify_minisign", lambda *a: calls.append(1) or real(*a))
-    sg.clear_cache()
     snap = tooldir.load(project=project, user_dirs=[], policy=policy, state_dir=state, now=NOW)
     assert calls == [1]
     remember_load(state, snap.tools)
     assert (state / "verified.bin").stat().st_mode & 0o777 == 0o600
-    sg.clear_cache()  # a new process
+    # each load is a new Loader with its own TrustCache, as a new process would be
     assert load_one(project, state, policy).status is Status.ACTIVE
     assert calls == [1]
     (state / "verified.bin").write_bytes(b"garbage")  # a broken cache is only a cache
     assert load_one(project, state, policy).status is Status.ACTIVE
     assert calls == [1, 1]
+
+
+def test_two_loaders_in_one_process_never_share_verification_results(
+    project: Path, tmp_path: Path, key: MinisignKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tooldir import signatures as sg
+    from tooldir.loader import Loader, make_config
+
+    signed_tool(project, key)
+    calls: list[int] = []
+    real = sg._verify_minisign
+    monkeypatch.setattr(sg, "_verify_minisign", lambda *a: calls.append(1) or real(*a))
+    other = minisign_keypair(tmp_path / "other", "other")
+
+    def loader(name: str, *trusted: MinisignKey) -> Loader:
+        policy = keys_policy(minisign=[k.line for k in trusted])
+        return Loader(make_config(project=project, user_dirs=[], policy=policy, state_dir=tmp_path / name))
+
+    trusting, doubting = loader("a", key), loader("b", other)
+    (a,) = trusting.load(now=NOW).records("echo")
+    assert a.status is Status.ACTIVE and a.trust.method.startswith("signed:")
+    (b,) = doubting.load(now=NOW).records("echo")
+    assert b.status is Status.PENDING and "untrusted-key" in codes(b)
+    assert trusting.trust_cache is not doubting.trust_cache
+    assert len(trusting.trust_cache.verifications) == 1 and len(doubting.trust_cache.verifications) == 0
+    assert not (tmp_path / "b" / "verified.bin").exists()  # b's state holds nothing a verified
+    # a third loader that trusts the key verifies for itself: nothing a verified counts for it
+    (c,) = loader("c", key).load(now=NOW).records("echo")
+    assert c.status is Status.ACTIVE and calls == [1, 1]
