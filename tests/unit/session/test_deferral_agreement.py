@@ -78,6 +78,11 @@ def test_scan_catalog_a_fresh_session_and_serve_agree_on_what_is_deferred(
     assert scan["pending_tool"]["status"] == "pending"
     assert main(["catalog", *args, "--json"]) == 0
     catalog = json.loads(capsys.readouterr().out)
+    assert main(["list", *args, "--all", "--json"]) == 0
+    listing = {t["name"]: t["deferred"] for t in json.loads(capsys.readouterr().out)["tools"]}
+    assert listing == {name: t["deferred"] for name, t in scan.items()}
+    assert main(["show", "echo_text", *args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["records"][0]["deferred"] is scan["echo_text"]["deferred"]
 
     policy = parse_policy(policy_file.read_text())
     config = make_config(project=project, user_dirs=[user], policy=policy, state_dir=state)
