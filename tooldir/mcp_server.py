@@ -1,7 +1,8 @@
 """``tooldir serve``: the tools of a tooldir session offered to any MCP client.
 
 One MCP connection is one :class:`~tooldir.session.Session`. ``tools/list`` returns the session's
-working set (eager tools, loaded deferred tools and the guard tool ``tool_search``);
+working set (eager tools, loaded deferred tools and the guard tool ``tool_search``), starting from
+the static deferral plan that ``scan`` and ``catalog`` report (:mod:`tooldir.defer`);
 ``tools/call`` runs through the session and the registry pipeline (session checks, validation,
 permission, hooks, sandbox, audit). Whenever the working set changes - ``tool_search`` loaded
 tools, tools were re-deferred, or the watcher published a snapshot that changes what the session

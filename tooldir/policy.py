@@ -7,7 +7,6 @@ project. Every field has a safe default, so ``Policy()`` is the default policy a
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 import re
@@ -152,17 +151,12 @@ class DeferPolicy(_Frozen):
         return rules
 
     def is_deferred(self, name: str) -> bool:
-        """Ordered glob rules; any matching ``NoDefer`` beats every ``Defer``."""
-        if self.mode == "off":
-            return False
-        deferred = False
-        for rule in self.rules:
-            kind, pattern = parse_defer_rule(rule)
-            if fnmatch.fnmatchcase(name, pattern):
-                if kind == "NoDefer":
-                    return False
-                deferred = True
-        return deferred
+        """What these rules say for ``name`` (:func:`tooldir.defer.rules_defer`): a candidate only.
+        Whether a tool is deferred is the :class:`tooldir.defer.DeferralPlan` (in ``auto`` mode it
+        also weighs the token cost)."""
+        from .defer import rules_defer  # defer.py builds on this module
+
+        return rules_defer(self, name)
 
 
 @cache  # pure; is_deferred parses every rule once per tool name on each load

@@ -1,8 +1,10 @@
 """A Session is one conversation: it pins what the model has seen and gates calls on it.
 
-- **Eager or deferred** comes from ``[defer]`` in the policy (ordered ``Defer``/``NoDefer`` globs,
-  NoDefer wins). In ``auto`` mode tools are deferred only when the measured saving exceeds the
-  cost of the guard tools themselves. ``tool_search`` and ``defer_execute_tool`` are never deferred.
+- **Eager or deferred** at the start is the static :class:`~tooldir.defer.DeferralPlan` of the
+  tools this session offers (``[defer]`` rules, and in ``auto`` mode the token cost; see
+  :mod:`tooldir.defer`): the same plan ``scan``, ``catalog`` and ``tooldir serve`` report
+  (:func:`initial_plan`). What the session does from there on (tools ``tool_search`` loaded,
+  idle tools re-deferred) is its own dynamic state, kept here.
 - **Pins**: for every tool the model has seen (the working set it was shown, or a search result),
   the session keeps the digest of that schema version (:attr:`ToolDef.digest`).
 - **Gate** (:meth:`authorize`, called by ``Registry.call``): a deferred tool not loaded is refused
@@ -37,6 +39,7 @@ from .catalog import (
     directory_text,
     tool_def,
 )
+from .defer import DeferralPlan, plan_deferral
 from .errors import PermissionDeniedError
 from .model import BuiltinSpec, Risk, Source, Status, ToolRecord
 from .names import GUARD_TOOLS
@@ -49,7 +52,7 @@ from .tokens import TokenCounter, TokenReport, default_counter
 from .trust import builtin_record
 from .usage import Usage, end_turn, judge, load_priors, save_priors, start
 
-__all__ = ["MAX_TOP_K", "IndexFollower", "Match", "SearchResult", "Session"]
+__all__ = ["MAX_TOP_K", "IndexFollower", "Match", "SearchResult", "Session", "initial_plan"]
 
 MAX_TOP_K = 20
 
@@ -109,8 +112,11 @@ class _View:
     defs: Mapping[str, ToolDef]  # available tools (guard tools excluded)
     sources: Mapping[str, Source]
     unavailable: Mapping[str, str]  # name -> reason
-    deferred: frozenset[str]
-    defer_decision: Mapping[str, Any]
+    plan: DeferralPlan  # the static plan: where every session over this view starts
+
+    @property
+    def deferred(self) -> frozenset[str]:
+        return self.plan.deferred
 
 
 @dataclass(slots=True)
@@ -204,46 +210,7 @@ class Session:
         return view
 
     def _compute_view(self, snapshot: Snapshot) -> _View:
-        defs: dict[str, ToolDef] = {}
-        sources: dict[str, Source] = {}
-        unavailable: dict[str, str] = {}
-        records = dict(snapshot.by_name)
-        permissions = self._permission_check()
-        for name, spec in self._builtins.items():
-            records.setdefault(name, builtin_record(spec, deferred=False))
-        for name, record in sorted(records.items()):
-            if name in GUARD_TOOLS:
-                continue
-            if record.status is not Status.ACTIVE:
-                codes = ", ".join(sorted({d.code for d in record.diagnostics})) or str(record.status)
-                unavailable[name] = f"{record.status}: {codes}; it cannot run until trusted (see `tooldir show {name}`)"
-                continue
-            try:
-                permissions.check(PermissionRequest(name, record.source, record.risk or Risk.EXEC))
-            except PermissionDeniedError as exc:
-                unavailable[name] = f"permission: {exc.message}"
-                continue
-            d = tool_def(record, self._builtins.get(name))
-            if d is not None:
-                defs[name] = d
-                sources[name] = record.source
-        wanted = frozenset(n for n in defs if self._policy.defer.is_deferred(n))
-        decision: dict[str, Any] = {"mode": self._policy.defer.mode, "candidates": len(wanted)}
-        if self._policy.defer.mode == "auto" and wanted:
-            cost = self._counter.count(directory_text([directory_entry(defs[n]) for n in sorted(wanted)]))
-            cost += sum(self._tokens(g) for g in GUARD_DEFS)
-            full = 0
-            for n in sorted(wanted):  # stop counting once deferring clearly pays off
-                full += self._tokens(defs[n])
-                if full > 2 * cost:
-                    break
-            decision.update(saving_tokens_at_least=full - cost, directory_and_guard_tokens=cost)
-            if full <= cost:
-                wanted = frozenset()
-                decision["reason"] = "auto: deferring would cost more than it saves"
-            else:
-                decision["reason"] = "auto: deferring saves more than the search tools cost"
-        return _View(f"{snapshot.id}/{snapshot.generation}", defs, sources, unavailable, wanted, decision)
+        return _static_view(snapshot, self._policy, self._builtins, self._permission_check(), self._counter)
 
     def _tokens(self, d: ToolDef) -> int:
         return self._counter.count_json(d.anthropic())
@@ -255,7 +222,14 @@ class Session:
     @property
     def defer_decision(self) -> Mapping[str, Any]:
         with self._lock:
-            return dict(self._view().defer_decision)
+            return dict(self._view().plan.decision)
+
+    @property
+    def deferral_plan(self) -> DeferralPlan:
+        """The static plan of the current snapshot under this session's policy: where this session
+        started (before any tool_search or re-deferral), and what ``scan`` and ``catalog`` report."""
+        with self._lock:
+            return self._view().plan
 
     # ----------------------------------------------------------------------------- what the model sees
 
@@ -656,6 +630,56 @@ class Session:
                 self._observed[name] = entry.usage
             if self._state_dir is not None and self._observed:
                 save_priors(self._state_dir, self._observed, self._policy.defer)
+
+
+def _static_view(
+    snapshot: Snapshot,
+    policy: Policy,
+    builtins: Mapping[str, BuiltinSpec],
+    permissions: PermissionCheck,
+    counter: TokenCounter,
+) -> _View:
+    """What ``snapshot`` offers under ``policy`` before any session state: the definitions, why the
+    rest is unavailable, and the static deferral plan of what is offered."""
+    defs: dict[str, ToolDef] = {}
+    sources: dict[str, Source] = {}
+    unavailable: dict[str, str] = {}
+    records = dict(snapshot.by_name)
+    for name, spec in builtins.items():
+        records.setdefault(name, builtin_record(spec, deferred=False))
+    for name, record in sorted(records.items()):
+        if name in GUARD_TOOLS:
+            continue
+        if record.status is not Status.ACTIVE:
+            codes = ", ".join(sorted({d.code for d in record.diagnostics})) or str(record.status)
+            unavailable[name] = f"{record.status}: {codes}; it cannot run until trusted (see `tooldir show {name}`)"
+            continue
+        try:
+            permissions.check(PermissionRequest(name, record.source, record.risk or Risk.EXEC))
+        except PermissionDeniedError as exc:
+            unavailable[name] = f"permission: {exc.message}"
+            continue
+        d = tool_def(record, builtins.get(name))
+        if d is not None:
+            defs[name] = d
+            sources[name] = record.source
+    plan = plan_deferral(defs, policy.defer, counter)
+    return _View(f"{snapshot.id}/{snapshot.generation}", defs, sources, unavailable, plan)
+
+
+def initial_plan(
+    snapshot: Snapshot,
+    *,
+    policy: Policy,
+    builtins: Iterable[BuiltinSpec] = (),
+    counter: TokenCounter | None = None,
+) -> DeferralPlan:
+    """The static deferral plan a fresh :class:`Session` over ``snapshot`` with ``policy`` and
+    ``builtins`` starts from (``scan``, ``list`` and ``show`` report it). A running session's
+    own state (loaded and re-deferred tools) is not in it: see :attr:`Session.deferral_plan`."""
+    specs = {b.name: b for b in builtins if b.name not in GUARD_TOOLS}
+    counter = counter or default_counter()
+    return _static_view(snapshot, policy, specs, from_policy(policy.permissions), counter).plan
 
 
 def _refused(code: str, message: str) -> CallResult:

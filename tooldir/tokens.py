@@ -6,8 +6,10 @@ are an estimate (compact JSON characters / 4.4) and every report says so (``exac
 ``method: "estimate: chars/4.4"``). On the tool sets in /work/shared/eval the estimate runs high:
 3-8% over a whole set, up to ~17% for one tool (p90; measured against o200k).
 
-The tokenizer is imported on first use, never on the scan path (the import costs ~0.5 s), and
-counts are cached by the sha256 of the text counted.
+The tokenizer is imported on first use, never on the load path (the import costs ~0.5 s), and
+counts are cached by the sha256 of the text counted. ``scan``, ``list`` and ``show`` do count in
+``auto`` defer mode: their ``deferred`` is the deferral plan (:mod:`tooldir.defer`), which weighs
+tokens with this same counter, so it matches what a session does.
 """
 
 from __future__ import annotations

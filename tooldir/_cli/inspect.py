@@ -8,8 +8,10 @@ from typing import Any
 
 from rich.table import Table
 
+from ..defer import DeferralPlan
 from ..loader import Loader
 from ..model import Severity, Status, ToolRecord
+from ..session import initial_plan
 from ..snapshot import Snapshot
 from .common import (
     EXIT_FOUND_ERRORS,
@@ -39,40 +41,63 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=cmd_show)
 
 
-def load_snapshot(args: argparse.Namespace) -> Snapshot:
+def load_snapshot(args: argparse.Namespace) -> tuple[Snapshot, DeferralPlan]:
+    """The snapshot and the static deferral plan a fresh session over it would start from (so
+    ``deferred`` here is what ``catalog``, a session and ``tooldir serve`` do)."""
+    config = config_from_args(args)
     # the load records the signed versions it verified (rollback protection), as every load does
-    return Loader(config_from_args(args)).load()
+    snap = Loader(config).load()
+    return snap, initial_plan(snap, policy=config.policy, builtins=config.builtins)
+
+
+def record_json(record: ToolRecord, plan: DeferralPlan) -> dict[str, Any]:
+    """A record as ``scan``/``list``/``show`` print it: ``deferred`` is the plan's decision."""
+    data = record.to_json()
+    data["deferred"] = plan.is_deferred(record.name)
+    return data
+
+
+def scan_json(snap: Snapshot, plan: DeferralPlan) -> dict[str, Any]:
+    """The ``scan --json`` document."""
+    data = snap.to_json()
+    data["tools"] = [record_json(t, plan) for t in snap.tools]
+    return data
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
-    snap = load_snapshot(args)
+    snap, plan = load_snapshot(args)
     if args.json:
-        print_json(snap.to_json())
+        print_json(scan_json(snap, plan))
     else:
-        print_tools(snap.tools, title=f"tooldir scan — snapshot {snap.id} (generation {snap.generation})")
+        print_tools(snap.tools, plan, title=f"tooldir scan — snapshot {snap.id} (generation {snap.generation})")
         print_diagnostics(snap)
     has_errors = any(d.severity is Severity.ERROR for d in snap.diagnostics)
     return EXIT_FOUND_ERRORS if args.strict and has_errors else EXIT_OK
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    snap = load_snapshot(args)
+    snap, plan = load_snapshot(args)
     tools = snap.tools if args.all else tuple(snap.by_name.values())
     if args.json:
-        print_json({"snapshot": {"id": snap.id, "generation": snap.generation}, "tools": [t.to_json() for t in tools]})
+        print_json(
+            {"snapshot": {"id": snap.id, "generation": snap.generation}, "tools": [record_json(t, plan) for t in tools]}
+        )
     else:
-        print_tools(tools, title="tools")
+        print_tools(tools, plan, title="tools")
     return EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    snap = load_snapshot(args)
+    snap, plan = load_snapshot(args)
     records = snap.records(args.name)
     if not records:
         raise CommandError(f"no tool named {args.name!r} in any root", exit_code=EXIT_FOUND_ERRORS)
     if args.json:
         print_json(
-            {"snapshot": {"id": snap.id, "generation": snap.generation}, "records": [detail_json(r) for r in records]}
+            {
+                "snapshot": {"id": snap.id, "generation": snap.generation},
+                "records": [detail_json(r, plan) for r in records],
+            }
         )
         return EXIT_OK
     out = console()
@@ -96,8 +121,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def detail_json(record: ToolRecord) -> dict[str, Any]:
-    data = record.to_json()
+def detail_json(record: ToolRecord, plan: DeferralPlan) -> dict[str, Any]:
+    data = record_json(record, plan)
     data["manifest"] = None if record.manifest is None else record.manifest.model_dump(mode="json")
     data["files"] = [
         {"path": f.path, "sha256": f.sha256, "size": f.size, "executable": f.executable} for f in record.files
@@ -107,7 +132,7 @@ def detail_json(record: ToolRecord) -> dict[str, Any]:
     return data
 
 
-def print_tools(tools: tuple[ToolRecord, ...] | list[ToolRecord], *, title: str) -> None:
+def print_tools(tools: tuple[ToolRecord, ...] | list[ToolRecord], plan: DeferralPlan, *, title: str) -> None:
     table = Table("name", "source", "status", "trust", "risk", "deferred", "path", title=title)
     for t in tools:
         table.add_row(
@@ -116,7 +141,7 @@ def print_tools(tools: tuple[ToolRecord, ...] | list[ToolRecord], *, title: str)
             safe(str(t.status), _STATUS_STYLE[t.status]),
             safe(t.trust.method),
             str(t.risk or "-"),
-            "yes" if t.deferred else "no",
+            "yes" if plan.is_deferred(t.name) else "no",
             safe(t.path or "(builtin)"),
         )
     console().print(table)
