@@ -43,7 +43,8 @@ from typing import Literal
 from ..errors import SandboxError
 from ..model import ToolRecord
 from ..policy import SandboxPolicy
-from . import RunRequest, RunResult, scope
+from . import scope
+from .base import RunRequest, RunResult
 from .cgroup import RunCgroup, find_parent
 from .process import TRUSTED_PATH, Identity, identity_for, limits_prefix, spawn_and_collect
 from .seccomp import build_filter
