@@ -5,9 +5,12 @@ Public surface only; everything not in ``__all__`` is private.
 
 # First, before anything else is imported: ``python -m tooldir`` takes the project off sys.path.
 from . import _safepath  # noqa: F401  # isort: split
-from .catalog import ToolDef
+from .audit import AuditEvent, AuditSink
+from .catalog import DirectoryEntry, Match, ToolDef
+from .discover import RootSpec
 from .errors import (
     ConfigError,
+    DiscoveryError,
     ExecutionError,
     PermissionDeniedError,
     PolicyError,
@@ -16,17 +19,22 @@ from .errors import (
     ToolDirError,
 )
 from .hooks import Deny, HookCall, Redact, Rewrite
-from .loader import LoadConfig, Loader, load, make_config, remember_load
-from .model import BuiltinSpec, Diagnostic, Manifest, Risk, Severity, Source, Status, ToolRecord, Trust
+from .loader import LoadConfig, Loader, SignatureCheckFactory, load, make_config, remember_load
+from .model import BuiltinSpec, Diagnostic, Manifest, PackageFile, Risk, Severity, Source, Status, ToolRecord, Trust
+from .permissions import PermissionCheck, PermissionRequest
 from .policy import Policy, load_policy
 from .registry import CallError, CallGate, CallResult, Registry
-from .search import SearchIndex
+from .sandbox import RunRequest, RunResult, Sandbox
+from .search import Bm25fParams, Hit, ParsedQuery, SearchDoc, SearchIndex
 from .session import IndexFollower, SearchResult, Session
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
 from .tokens import TokenCounter, TokenReport
-from .watch import Watcher, WatchProblem
+from .watch import Observer, Watcher, WatchProblem, WatchStatus
 
 __all__ = [
+    "AuditEvent",
+    "AuditSink",
+    "Bm25fParams",
     "BuiltinSpec",
     "CallError",
     "CallGate",
@@ -34,24 +42,39 @@ __all__ = [
     "ConfigError",
     "Deny",
     "Diagnostic",
+    "DirectoryEntry",
+    "DiscoveryError",
     "ExecutionError",
+    "Hit",
     "HookCall",
     "IndexFollower",
     "LoadConfig",
     "Loader",
     "Manifest",
+    "Match",
+    "Observer",
+    "PackageFile",
+    "ParsedQuery",
+    "PermissionCheck",
     "PermissionDeniedError",
+    "PermissionRequest",
     "Policy",
     "PolicyError",
     "Redact",
     "Registry",
     "Rewrite",
     "Risk",
+    "RootSpec",
+    "RunRequest",
+    "RunResult",
+    "Sandbox",
     "SandboxError",
+    "SearchDoc",
     "SearchIndex",
     "SearchResult",
     "Session",
     "Severity",
+    "SignatureCheckFactory",
     "Snapshot",
     "SnapshotDiff",
     "SnapshotStore",
@@ -65,6 +88,7 @@ __all__ = [
     "ToolRecord",
     "Trust",
     "WatchProblem",
+    "WatchStatus",
     "Watcher",
     "load",
     "load_policy",

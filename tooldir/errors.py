@@ -12,6 +12,24 @@
         ├── PermissionDeniedError
         └── SandboxError
 
+Internal signals: raised and caught inside tooldir, never raised to a caller of the public API
+(each becomes a diagnostic, a result, a ``ToolDirError`` or an exit code first)::
+
+    ValueError
+    ├── SignatureFormatError          tooldir.signatures: malformed key or signature text
+    ├── LockError                     tooldir.lockfile: malformed tool.lock (-> diagnostic)
+    │   └── _DuplicateKeyError        private to the lock parser
+    ├── StrictJSONError               tooldir._internal.strictjson (-> diagnostic)
+    └── RetrievalRefusedError         tooldir._internal.inputschema: a $ref that would fetch
+    Exception
+    ├── BudgetExceededError           tooldir._internal.schema_worker (-> invalid-input result)
+    ├── WorkerFailedError             tooldir._internal.schema_worker
+    ├── SchemaCompileError            tooldir._internal.schema_worker
+    ├── NotRunnableError              tooldir._drill_plant: a drill that cannot run here
+    ├── UnavailableError              tooldir._drill_plant
+    ├── CommandError                  tooldir._cli.common: the CLI's exit code and message
+    └── _Stop                         private to tooldir.registry (-> a call result)
+
 Bad manifests and untrusted packages are not exceptions: the loader reports them as diagnostics
 on the snapshot.
 Programmer misuse raises ``ValueError``/``RuntimeError`` so ``except ToolDirError`` never hides a bug.
