@@ -25,7 +25,6 @@ from itertools import chain
 from pathlib import Path
 from typing import Protocol
 
-from ._internal.gcpause import gc_paused
 from .discover import RootSpec, list_packages, open_root, scan_package
 from .errors import StateError
 from .lockfile import UNLISTED
@@ -236,7 +235,7 @@ class Loader:
         Raises whatever a stage raises (e.g. ``StateError`` for a corrupt approvals file); the
         caches are then dropped and the next build is cold.
         """
-        with self._lock, gc_paused():
+        with self._lock:
             try:
                 return self._rebuild(changed, generation, now or datetime.now(UTC))
             except BaseException:

@@ -9,10 +9,12 @@ the library's import graph acyclic: the drill runner runs ``tooldir X`` steps in
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 from collections.abc import Sequence
 
+from .._internal.gcpause import gc_paused
 from ..errors import ConfigError, ToolDirError
 from .common import EXIT_OK, EXIT_USAGE, CommandError, console_err
 
@@ -39,6 +41,10 @@ COMMANDS: dict[str, str] = {
 }
 
 
+#: Commands that keep running (or run many short loads): the cyclic GC stays on for them.
+LONG_RUNNING = frozenset({"watch", "serve", "drill"})
+
+
 def _selected(argv: Sequence[str]) -> str | None:
     """The command ``argv`` names (the top-level parser has no options but ``-h``)."""
     return argv[0] if argv and argv[0] in COMMANDS else None
@@ -63,7 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
     try:
-        code: int = args.handler(args)
+        # A one-shot command builds large, long-lived structures and exits: pausing the cyclic GC
+        # is the CLI's process-wide choice (the library never makes it for its host).
+        pause = contextlib.nullcontext() if args.command in LONG_RUNNING else gc_paused()
+        with pause:
+            code: int = args.handler(args)
     except CommandError as exc:
         console_err().print(f"tooldir {args.command}: {exc.message}", markup=False, highlight=False)
         return exc.exit_code
