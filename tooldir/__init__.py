@@ -12,6 +12,7 @@ from .errors import (
     ConfigError,
     DiscoveryError,
     ExecutionError,
+    PackageError,
     PermissionDeniedError,
     PolicyError,
     SandboxError,
@@ -20,6 +21,19 @@ from .errors import (
 )
 from .hooks import Deny, HookCall, Redact, Rewrite
 from .loader import LoadConfig, Loader, SignatureCheckFactory, load, make_config, remember_load
+from .manage import (
+    LockWritten,
+    PackageRef,
+    SignatureWritten,
+    Verdict,
+    approve,
+    explain,
+    locate,
+    lock,
+    review,
+    revoke,
+    sign,
+)
 from .model import BuiltinSpec, Diagnostic, Manifest, PackageFile, Risk, Severity, Source, Status, ToolRecord, Trust
 from .permissions import PermissionCheck, PermissionRequest
 from .policy import Policy, load_policy
@@ -28,10 +42,12 @@ from .sandbox import RunRequest, RunResult, Sandbox
 from .search import Bm25fParams, Hit, ParsedQuery, SearchDoc, SearchIndex
 from .session import IndexFollower, SearchResult, Session
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
+from .state import Approval
 from .tokens import TokenCounter, TokenReport
 from .watch import Observer, Watcher, WatchProblem, WatchStatus
 
 __all__ = [
+    "Approval",
     "AuditEvent",
     "AuditSink",
     "Bm25fParams",
@@ -50,10 +66,13 @@ __all__ = [
     "IndexFollower",
     "LoadConfig",
     "Loader",
+    "LockWritten",
     "Manifest",
     "Match",
     "Observer",
+    "PackageError",
     "PackageFile",
+    "PackageRef",
     "ParsedQuery",
     "PermissionCheck",
     "PermissionDeniedError",
@@ -75,6 +94,7 @@ __all__ = [
     "Session",
     "Severity",
     "SignatureCheckFactory",
+    "SignatureWritten",
     "Snapshot",
     "SnapshotDiff",
     "SnapshotStore",
@@ -87,11 +107,19 @@ __all__ = [
     "ToolDirError",
     "ToolRecord",
     "Trust",
+    "Verdict",
     "WatchProblem",
     "WatchStatus",
     "Watcher",
+    "approve",
+    "explain",
     "load",
     "load_policy",
+    "locate",
+    "lock",
     "make_config",
     "remember_load",
+    "review",
+    "revoke",
+    "sign",
 ]

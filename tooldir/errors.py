@@ -8,6 +8,7 @@
     │   ├── EvalDataError             .path, .line (tooldir.evaluate)
     │   └── ScenarioError             .path (tooldir._drill_plant)
     ├── DiscoveryError                a tool root cannot be opened
+    ├── PackageError                  .path, .reason, .found (tooldir.manage: approve, lock, sign, ...)
     └── ExecutionError                .code
         ├── PermissionDeniedError
         └── SandboxError
@@ -37,6 +38,8 @@ Tool-side failures during ``Registry.call`` come back as results, not exceptions
 """
 
 from __future__ import annotations
+
+from .model import Diagnostic
 
 
 class ToolDirError(Exception):
@@ -86,6 +89,20 @@ class StateDirError(ConfigError):
 
 class DiscoveryError(ToolDirError):
     """Bad directory contents."""
+
+
+class PackageError(ToolDirError):
+    """One package cannot be approved, locked, signed or explained (:mod:`tooldir.manage`).
+
+    ``reason``: ``not-found``, ``ambiguous`` (a name in several roots), ``not-a-package``,
+    ``invalid`` (``found`` holds its diagnostics), ``rejected`` (no approval overrides it),
+    ``changed`` (since it was reviewed), ``no-lock``, ``stale-lock``."""
+
+    def __init__(self, message: str, *, path: str, reason: str, found: tuple[Diagnostic, ...] = ()) -> None:
+        super().__init__(message)
+        self.path = path
+        self.reason = reason
+        self.found = found
 
 
 class ExecutionError(ToolDirError):

@@ -67,21 +67,22 @@ Marks = Mapping[tuple[str, str], int]  # (signer, tool) -> highest signed versio
 
 class SignatureCheckFactory(Protocol):
     """Builds the signature check of one load from the policy, the state and the time; ``seen``
-    holds high-water marks this process established itself (they count even if unwritten)."""
+    holds high-water marks this process established itself (they count even if unwritten);
+    ``explain`` makes each verdict carry its steps (``tooldir.manage.explain``)."""
 
     def __call__(
-        self, policy: Policy, state_dir: Path, now: datetime, /, *, seen: Marks | None = None
+        self, policy: Policy, state_dir: Path, now: datetime, /, *, seen: Marks | None = None, explain: bool = False
     ) -> SignatureCheck | None: ...
 
 
 def signature_check_factory(
-    policy: Policy, state_dir: Path, now: datetime, /, *, seen: Marks | None = None
+    policy: Policy, state_dir: Path, now: datetime, /, *, seen: Marks | None = None, explain: bool = False
 ) -> SignatureCheck:
     """The check for one load: the keyring, high-water marks and the record of earlier successful
     verifications are read once, here (the I/O edge of the trust stage)."""
     keyring = keyring_from_policy(policy, load_verified(state_dir))
     marks = with_marks(load_high_water(state_dir), seen or {})
-    return partial(verify_package, keyring=keyring, marks=marks, now=now)
+    return partial(verify_package, keyring=keyring, marks=marks, now=now, explain=explain)
 
 
 def remember_load(state_dir: Path, records: Iterable[ToolRecord]) -> None:
