@@ -5,10 +5,14 @@ Public surface only; everything not in ``__all__`` is private.
 
 # First, before anything else is imported: ``python -m tooldir`` takes the project off sys.path.
 from . import _safepath  # noqa: F401  # isort: split
-from .catalog import ToolDef
+from .audit import AuditEvent, AuditSink
+from .catalog import DirectoryEntry, Match, ToolDef
+from .discover import RootSpec
 from .errors import (
     ConfigError,
+    DiscoveryError,
     ExecutionError,
+    PackageError,
     PermissionDeniedError,
     PolicyError,
     SandboxError,
@@ -16,18 +20,49 @@ from .errors import (
     ToolDirError,
 )
 from .hooks import Deny, HookCall, Redact, Rewrite
-from .loader import LoadConfig, Loader, load, make_config, remember_load
-from .model import BuiltinSpec, Diagnostic, Grant, Manifest, Risk, Severity, Source, Status, ToolRecord, Trust
+from .loader import LoadConfig, Loader, SignatureCheckFactory, load, make_config, remember_load
+from .manage import (
+    LockWritten,
+    PackageRef,
+    SignatureWritten,
+    Verdict,
+    approve,
+    explain,
+    locate,
+    lock,
+    review,
+    revoke,
+    sign,
+)
+from .model import (
+    BuiltinSpec,
+    Diagnostic,
+    Grant,
+    Manifest,
+    PackageFile,
+    Risk,
+    Severity,
+    Source,
+    Status,
+    ToolRecord,
+    Trust,
+)
 from .permissions import PermissionCheck, PermissionRequest
 from .policy import Policy, load_policy
 from .registry import CallError, CallGate, CallResult, Registry
-from .search import SearchIndex
+from .sandbox import RunRequest, RunResult, Sandbox
+from .search import Bm25fParams, Hit, ParsedQuery, SearchDoc, SearchIndex
 from .session import IndexFollower, SearchResult, Session
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
+from .state import Approval
 from .tokens import TokenCounter, TokenReport
-from .watch import Watcher, WatchProblem
+from .watch import Observer, Watcher, WatchProblem, WatchStatus
 
 __all__ = [
+    "Approval",
+    "AuditEvent",
+    "AuditSink",
+    "Bm25fParams",
     "BuiltinSpec",
     "CallError",
     "CallGate",
@@ -35,13 +70,23 @@ __all__ = [
     "ConfigError",
     "Deny",
     "Diagnostic",
+    "DirectoryEntry",
+    "DiscoveryError",
     "ExecutionError",
     "Grant",
+    "Hit",
     "HookCall",
     "IndexFollower",
     "LoadConfig",
     "Loader",
+    "LockWritten",
     "Manifest",
+    "Match",
+    "Observer",
+    "PackageError",
+    "PackageFile",
+    "PackageRef",
+    "ParsedQuery",
     "PermissionCheck",
     "PermissionDeniedError",
     "PermissionRequest",
@@ -51,11 +96,18 @@ __all__ = [
     "Registry",
     "Rewrite",
     "Risk",
+    "RootSpec",
+    "RunRequest",
+    "RunResult",
+    "Sandbox",
     "SandboxError",
+    "SearchDoc",
     "SearchIndex",
     "SearchResult",
     "Session",
     "Severity",
+    "SignatureCheckFactory",
+    "SignatureWritten",
     "Snapshot",
     "SnapshotDiff",
     "SnapshotStore",
@@ -68,10 +120,19 @@ __all__ = [
     "ToolDirError",
     "ToolRecord",
     "Trust",
+    "Verdict",
     "WatchProblem",
+    "WatchStatus",
     "Watcher",
+    "approve",
+    "explain",
     "load",
     "load_policy",
+    "locate",
+    "lock",
     "make_config",
     "remember_load",
+    "review",
+    "revoke",
+    "sign",
 ]

@@ -351,14 +351,9 @@ def _check_run_step(arena: Arena, args: list[str], where: str) -> None:
 
 def run_cli(arena: Arena, args: list[str], expected_exit: int, where: str) -> str:
     """Run one ``tooldir`` command in-process (the public CLI); returns its stdout."""
-    import argparse
+    from ._cli import COMMANDS, main
 
-    from ._cli import build_parser, main
-
-    commands = {
-        name for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices
-    }
-    if args[0] not in commands:
+    if args[0] not in COMMANDS:
         raise NotRunnableError(f"'tooldir {args[0]}' does not exist in this build")
     if args[0] == RUN_STEP:
         _check_run_step(arena, args, where)

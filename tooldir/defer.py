@@ -21,34 +21,22 @@ never counts tokens); tooldir reports the plan's :meth:`DeferralPlan.is_deferred
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from .catalog import GUARD_DEFS, ToolDef, directory_entry, directory_text
-from .names import GUARD_TOOLS
-from .policy import DeferPolicy, parse_defer_rule
+from .policy import DeferPolicy
 from .tokens import TokenCounter
 
 __all__ = ["DeferralPlan", "plan_deferral", "rules_defer"]
 
 
 def rules_defer(policy: DeferPolicy, name: str) -> bool:
-    """What the ``[defer]`` rules say for ``name``: ordered globs, any matching ``NoDefer`` beats
-    every ``Defer``; ``mode = "off"`` and the guard tools are never deferred. A candidate only: in
-    ``auto`` mode :func:`plan_deferral` also weighs the cost."""
-    if policy.mode == "off" or name in GUARD_TOOLS:
-        return False
-    deferred = False
-    for rule in policy.rules:
-        kind, pattern = parse_defer_rule(rule)
-        if fnmatch.fnmatchcase(name, pattern):
-            if kind == "NoDefer":
-                return False
-            deferred = True
-    return deferred
+    """What the ``[defer]`` rules say for ``name`` (:meth:`DeferPolicy.is_deferred`, the one home of
+    the rules): a candidate only; in ``auto`` mode :func:`plan_deferral` also weighs the cost."""
+    return policy.is_deferred(name)
 
 
 @dataclass(frozen=True, slots=True)

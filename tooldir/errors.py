@@ -8,9 +8,28 @@
     │   ├── EvalDataError             .path, .line (tooldir.evaluate)
     │   └── ScenarioError             .path (tooldir._drill_plant)
     ├── DiscoveryError                a tool root cannot be opened
+    ├── PackageError                  .path, .reason, .found (tooldir.manage: approve, lock, sign, ...)
     └── ExecutionError                .code
         ├── PermissionDeniedError
         └── SandboxError
+
+Internal signals: raised and caught inside tooldir, never raised to a caller of the public API
+(each becomes a diagnostic, a result, a ``ToolDirError`` or an exit code first)::
+
+    ValueError
+    ├── SignatureFormatError          tooldir.signatures: malformed key or signature text
+    ├── LockError                     tooldir.lockfile: malformed tool.lock (-> diagnostic)
+    │   └── _DuplicateKeyError        private to the lock parser
+    ├── StrictJSONError               tooldir._internal.strictjson (-> diagnostic)
+    └── RetrievalRefusedError         tooldir._internal.inputschema: a $ref that would fetch
+    Exception
+    ├── BudgetExceededError           tooldir._internal.schema_worker (-> invalid-input result)
+    ├── WorkerFailedError             tooldir._internal.schema_worker
+    ├── SchemaCompileError            tooldir._internal.schema_worker
+    ├── NotRunnableError              tooldir._drill_plant: a drill that cannot run here
+    ├── UnavailableError              tooldir._drill_plant
+    ├── CommandError                  tooldir._cli.common: the CLI's exit code and message
+    └── _Stop                         private to tooldir.registry (-> a call result)
 
 Bad manifests and untrusted packages are not exceptions: the loader reports them as diagnostics
 on the snapshot.
@@ -19,6 +38,8 @@ Tool-side failures during ``Registry.call`` come back as results, not exceptions
 """
 
 from __future__ import annotations
+
+from .model import Diagnostic
 
 
 class ToolDirError(Exception):
@@ -68,6 +89,20 @@ class StateDirError(ConfigError):
 
 class DiscoveryError(ToolDirError):
     """Bad directory contents."""
+
+
+class PackageError(ToolDirError):
+    """One package cannot be approved, locked, signed or explained (:mod:`tooldir.manage`).
+
+    ``reason``: ``not-found``, ``ambiguous`` (a name in several roots), ``not-a-package``,
+    ``invalid`` (``found`` holds its diagnostics), ``rejected`` (no approval overrides it),
+    ``changed`` (since it was reviewed), ``no-lock``, ``stale-lock``."""
+
+    def __init__(self, message: str, *, path: str, reason: str, found: tuple[Diagnostic, ...] = ()) -> None:
+        super().__init__(message)
+        self.path = path
+        self.reason = reason
+        self.found = found
 
 
 class ExecutionError(ToolDirError):

@@ -24,7 +24,6 @@ from itertools import chain
 from pathlib import Path
 from typing import Protocol
 
-from ._internal.gcpause import gc_paused
 from .discover import EntryKind, RootSpec, is_hidden, list_packages, mode_kind, open_root, root_entry, scan_package
 from .errors import StateError
 from .lockfile import UNLISTED
@@ -70,7 +69,8 @@ Marks = Mapping[tuple[str, str], int]  # (signer, tool) -> highest signed versio
 
 class SignatureCheckFactory(Protocol):
     """Builds the signature check of one load from the policy, the state and the time; ``seen``
-    holds high-water marks this process established itself (they count even if unwritten)."""
+    holds high-water marks this process established itself (they count even if unwritten);
+    ``explain`` makes each verdict carry its steps (``tooldir.manage.explain``)."""
 
     def __call__(
         self,
@@ -81,6 +81,7 @@ class SignatureCheckFactory(Protocol):
         *,
         seen: Marks | None = None,
         cache: TrustCache | None = None,
+        explain: bool = False,
     ) -> SignatureCheck | None: ...
 
 
@@ -116,13 +117,14 @@ def signature_check_factory(
     *,
     seen: Marks | None = None,
     cache: TrustCache | None = None,
+    explain: bool = False,
 ) -> SignatureCheck:
     """The check for one load: the keyring, high-water marks and the record of earlier successful
     verifications are read once, here (the I/O edge of the trust stage). ``cache``: the loader's
     own :class:`~tooldir.trust.TrustCache` (parse and verification results)."""
     keyring = read_keyring(policy, load_verified(state_dir))
     marks = with_marks(load_high_water(state_dir), seen or {})
-    return partial(verify_package, keyring=keyring, marks=marks, now=now, cache=cache)
+    return partial(verify_package, keyring=keyring, marks=marks, now=now, cache=cache, explain=explain)
 
 
 def remember_load(state_dir: Path, records: Iterable[ToolRecord], *, loader: Loader | None = None) -> None:
@@ -285,7 +287,7 @@ class Loader:
         Raises whatever a stage raises (e.g. ``StateError`` for a corrupt approvals file); the
         caches are then dropped and the next build is cold.
         """
-        with self._lock, gc_paused():
+        with self._lock:
             try:
                 return self._rebuild(changed, generation, now or datetime.now(UTC))
             except BaseException:

@@ -7,6 +7,7 @@ project. Every field has a safe default, so ``Policy()`` is the default policy a
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ._internal.tomllines import key_lines, line_of
 from .errors import PolicyError
 from .model import Diagnostic, Risk, Source, warning
+from .names import GUARD_TOOLS
 
 TrustMethod = Literal["approval", "signature", "pin"]
 
@@ -151,12 +153,20 @@ class DeferPolicy(_Frozen):
         return rules
 
     def is_deferred(self, name: str) -> bool:
-        """What these rules say for ``name`` (:func:`tooldir.defer.rules_defer`): a candidate only.
+        """What these rules say for ``name``: ordered globs, any matching ``NoDefer`` beats every
+        ``Defer``; ``mode = "off"`` and the guard tools are never deferred. A candidate only.
         Whether a tool is deferred is the :class:`tooldir.defer.DeferralPlan` (in ``auto`` mode it
         also weighs the token cost)."""
-        from .defer import rules_defer  # defer.py builds on this module
-
-        return rules_defer(self, name)
+        if self.mode == "off" or name in GUARD_TOOLS:
+            return False
+        deferred = False
+        for rule in self.rules:
+            kind, pattern = parse_defer_rule(rule)
+            if fnmatch.fnmatchcase(name, pattern):
+                if kind == "NoDefer":
+                    return False
+                deferred = True
+        return deferred
 
 
 @cache  # pure; is_deferred parses every rule once per tool name on each load

@@ -25,7 +25,6 @@ from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
 
-from ._internal.gcpause import gc_paused
 from .model import Status, ToolRecord
 from .snapshot import Snapshot, SnapshotDiff
 
@@ -308,13 +307,12 @@ class SearchIndex:
 
     @classmethod
     def build(cls, docs: Iterable[SearchDoc], params: Bm25fParams | None = None) -> SearchIndex:
-        with gc_paused():
-            analyzed: dict[str, _Analyzed] = {}
-            for doc in docs:
-                if doc.name in analyzed:
-                    raise ValueError(f"duplicate tool name {doc.name!r} in search index")
-                analyzed[doc.name] = _analyze(doc)
-            return cls(analyzed, params or Bm25fParams())
+        analyzed: dict[str, _Analyzed] = {}
+        for doc in docs:
+            if doc.name in analyzed:
+                raise ValueError(f"duplicate tool name {doc.name!r} in search index")
+            analyzed[doc.name] = _analyze(doc)
+        return cls(analyzed, params or Bm25fParams())
 
     @classmethod
     def from_snapshot(
@@ -342,10 +340,9 @@ class SearchIndex:
         analyzed = dict(self._analyzed)
         for name in removals:
             analyzed.pop(name, None)
-        with gc_paused():
-            for doc in upserts:
-                analyzed[doc.name] = _analyze(doc)
-            return SearchIndex(analyzed, self.params)
+        for doc in upserts:
+            analyzed[doc.name] = _analyze(doc)
+        return SearchIndex(analyzed, self.params)
 
     def apply_diff(
         self, snapshot: Snapshot, change: SnapshotDiff, *, builtins: Mapping[str, Mapping[str, Any]] | None = None

@@ -1,11 +1,11 @@
 """Change batches -> rebuild -> swap: keeps a ``SnapshotStore`` equal to a cold load of the roots.
 
-Threads: watchdog's observer threads only map each filesystem event to *what* changed (a package
-folder name under a root, a whole root, the user's trust state, the policy file) and wake the
-worker. The worker debounces, coalesces a batch ``{root path: folder names | None}``, re-arms the
-watches when a root or one of its parent folders changed, asks the loader to rebuild only what
-changed and publishes the result with one reference swap. A build that fails keeps the last good
-snapshot, is reported, and is retried (cold) with a bounded back-off.
+Threads: the observer's thread (see :class:`Observer`) only maps each filesystem event to *what*
+changed (a package folder name under a root, a whole root, the user's trust state, the policy
+file) and wakes the worker. The worker debounces, coalesces a batch ``{root path: folder names |
+None}``, re-arms the watches when a root or one of its parent folders changed, asks the loader to
+rebuild only what changed and publishes the result with one reference swap. A build that fails
+keeps the last good snapshot, is reported, and is retried (cold) with a bounded back-off.
 
 What is watched (inotify, one instance, every watch non-recursive: see
 ``tooldir._internal.inotify``): every folder from the parent of the root's anchor down to the
@@ -32,7 +32,6 @@ import os
 import stat
 import threading
 import time
-import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -109,7 +108,14 @@ class WatchStatus:
 
 
 class Observer(Protocol):
-    """The part of a watchdog observer the watcher uses (injectable for tests)."""
+    """What the watcher needs from an observer (``observer_factory``; tests pass a scripted one).
+
+    ``schedule`` watches one folder non-recursively and returns a handle for ``unschedule``
+    (raising ``OSError`` when the kernel refuses, e.g. ``ENOSPC``: the watcher degrades to
+    rescans). Each change is delivered as ``event_handler.on_any_event(event)`` with a watchdog
+    event object, from any thread; a lost-events condition (kernel queue overflow) is delivered as
+    ``event_handler.on_overflow()``, which makes the watcher rescan everything. Nothing is read
+    from log output."""
 
     def schedule(
         self,
@@ -192,20 +198,8 @@ class _Handler(FileSystemEventHandler):
     def on_any_event(self, event: FileSystemEvent) -> None:
         self._watcher._on_event(event)
 
-    def on_overflow(self) -> None:  # called by FlatInotifyObserver
+    def on_overflow(self) -> None:  # the Observer protocol's lost-events seam
         self._watcher._on_overflow()
-
-
-class _OverflowHook(logging.Handler):
-    """watchdog reports a kernel queue overflow only in its log: turn that into a full rescan."""
-
-    def __init__(self, watcher: Watcher) -> None:
-        super().__init__(logging.WARNING)
-        self._watcher = watcher
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if "overflow" in record.getMessage().lower():
-            self._watcher._on_overflow()
 
 
 class Watcher:
@@ -262,7 +256,6 @@ class Watcher:
         self._started = False
         self._observer: Observer | None = None
         self._handler = _Handler(self)
-        self._hook = _OverflowHook(self)
         self._watches: dict[tuple[str, bool], tuple[Any, tuple[int, int]]] = {}
         self._worker: threading.Thread | None = None
         self._degraded: str | None = None
@@ -309,13 +302,6 @@ class Watcher:
             if self._started:
                 raise RuntimeError("a Watcher can be started once")
             self._started = True
-        logging.getLogger("watchdog.observers").addHandler(self._hook)
-        # watchdog warns when it re-registers its own callback on a folder it already watches (a
-        # folder created and moved in quick succession); the watch stays correct. Under ``-W error``
-        # that warning would kill watchdog's reader thread and silently end all events.
-        warnings.filterwarnings(
-            "ignore", message=r"Callback with id .* already exists for watch", category=RuntimeWarning
-        )
         try:
             self._observer = self._observer_factory()
             self._observer.start()
@@ -342,7 +328,6 @@ class Watcher:
             self._worker.join(timeout)
             if self._worker.is_alive():
                 log.warning("watcher worker still building after %.1f s; it stops after this build", timeout)
-        logging.getLogger("watchdog.observers").removeHandler(self._hook)
         if self._observer is not None:
             self._observer.stop()
             self._observer.join(timeout)

@@ -1,48 +1,79 @@
-"""The ``tooldir`` command line: thin; every command is a module with ``register(subparsers)``."""
+"""The ``tooldir`` command line: thin; every command is a module with ``register(subparsers)``.
+
+Command modules are imported lazily: a run imports only the module of the command it names (all
+of them only for ``tooldir --help`` or an unknown command). This keeps start-up short and keeps
+the library's import graph acyclic: the drill runner runs ``tooldir X`` steps in-process through
+:func:`main`, and importing this package must not import :mod:`tooldir.drill` back.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import sys
 from collections.abc import Sequence
 
+from .._internal.gcpause import gc_paused
 from ..errors import ConfigError, ToolDirError
-from . import drill, inspect, trust
-from . import policy as policy_command
-from . import run as run_command
-from . import search as search_command
-from . import serve as serve_command
-from . import watch as watch_command
 from .common import EXIT_OK, EXIT_USAGE, CommandError, console_err
 
-COMMAND_MODULES = [
-    inspect,
-    trust,
-    drill,
-    run_command,
-    watch_command,
-    search_command,
-    serve_command,
-    policy_command,
-]
+#: Every command, in the order ``tooldir --help`` lists them, and the module that registers it.
+COMMANDS: dict[str, str] = {
+    "scan": "inspect",
+    "list": "inspect",
+    "show": "inspect",
+    "allow": "trust",
+    "revoke": "trust",
+    "lock": "trust",
+    "keygen": "trust",
+    "sign": "trust",
+    "verify": "trust",
+    "drill": "drill",
+    "run": "run",
+    "audit": "run",
+    "watch": "watch",
+    "search": "search",
+    "catalog": "search",
+    "eval": "search",
+    "serve": "serve",
+    "policy": "policy",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: Commands that keep running (or run many short loads): the cyclic GC stays on for them.
+LONG_RUNNING = frozenset({"watch", "serve", "drill"})
+
+
+def _selected(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names (the top-level parser has no options but ``-h``)."""
+    return argv[0] if argv and argv[0] in COMMANDS else None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv``: with a known command, only that command's module is imported and
+    registered; otherwise (``--help``, a typo, ``argv`` None) every command is."""
     parser = argparse.ArgumentParser(
         prog="tooldir",
         description="Load LLM agent tools from directories on disk, safely.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMAND_MODULES:
-        module.register(sub)
+    command = None if argv is None else _selected(argv)
+    modules = [COMMANDS[command]] if command else list(dict.fromkeys(COMMANDS.values()))
+    for name in modules:
+        importlib.import_module(f"{__name__}.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
-        code: int = args.handler(args)
+        # A one-shot command builds large, long-lived structures and exits: pausing the cyclic GC
+        # is the CLI's process-wide choice (the library never makes it for its host).
+        pause = contextlib.nullcontext() if args.command in LONG_RUNNING else gc_paused()
+        with pause:
+            code: int = args.handler(args)
     except CommandError as exc:
         console_err().print(f"tooldir {args.command}: {exc.message}", markup=False, highlight=False)
         return exc.exit_code

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from .._internal.gcpause import gc_paused
 from ..loader import Loader
 from ..model import Severity, ToolRecord
 from ..policy import default_policy_path
@@ -119,7 +120,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
         raise CommandError("--debounce-ms must be between 0 and 60000")
     config = config_from_args(args)
     loader = Loader(config)
-    first = loader.load()
+    with gc_paused():  # the cold load; the watcher's small rebuilds run with the GC on
+        first = loader.load()
     store = SnapshotStore(first)
     stop = threading.Event()
     printer = _Printer(args.json, stop)

@@ -1,4 +1,7 @@
-"""Pause the cyclic garbage collector while building large, long-lived structures."""
+"""Pause the cyclic garbage collector while building large, long-lived structures.
+
+A process-wide setting, so only the CLI uses it (around one-shot commands, and the first load of
+``tooldir watch``); library code never changes its host's GC."""
 
 from __future__ import annotations
 

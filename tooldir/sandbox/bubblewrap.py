@@ -45,7 +45,8 @@ from typing import Literal
 from ..errors import SandboxError
 from ..model import ToolRecord
 from ..policy import SandboxPolicy
-from . import RunRequest, RunResult, scope
+from . import scope
+from .base import RunRequest, RunResult
 from .cgroup import RunCgroup, RunCgroupV1, RunGroup, V1Parents, find_parent, find_v1_parents
 from .process import TRUSTED_PATH, Identity, identity_for, limits_prefix, spawn_and_collect
 from .seccomp import build_filter

@@ -19,7 +19,7 @@ from functools import cache
 
 from ..errors import SandboxError
 from ..policy import SandboxPolicy
-from . import RunResult
+from .base import RunResult
 from .cgroup import RunGroup
 from .output import CappedBuffer
 

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from ..policy import SandboxPolicy
-from . import RunRequest, RunResult
+from .base import RunRequest, RunResult
 from .bubblewrap import TOOL_DIR, tool_argv
 from .process import identity_for, spawn_and_collect
 from .store import remove_tree, verified_files, write_read_only

@@ -1,13 +1,12 @@
-"""The watcher with real watchdog observers on temporary directories; every wait is bounded."""
+"""The watcher on real inotify (tooldir's flat observer) on temporary directories: integration tests;
+every wait is bounded and waits on a condition. test_watch_scripted.py drives it event by event."""
 
 from __future__ import annotations
 
 import errno
 import itertools
-import logging
 import shutil
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +147,7 @@ def test_a_failed_build_keeps_the_last_good_snapshot_and_is_reported(tmp_path: P
         good = watcher.store.current
         (config.state_dir / APPROVALS).write_text("{torn")
         (folder / "run.py").write_text("print('edited')\n")
-        _wait_until(lambda: any(p.code == "build-failed" for p in problems))
+        problems.wait_until(lambda ps: any(p.code == "build-failed" for p in ps))
         assert watcher.store.current is good  # nothing half-built was published
         assert watcher.status().failures >= 1
         approve(config.state_dir, folder)
@@ -169,7 +168,7 @@ def test_policy_file_changes_are_applied_and_a_broken_policy_is_reported(tmp_pat
         snap = watcher.wait_for(lambda s: s.records("alpha")[0].status is Status.REJECTED, WAIT_S)
         assert any(d.code == "risk-not-allowed" for d in snap.diagnostics)
         policy.write_text("[sources.user\n")
-        _wait_until(lambda: any(p.code == "policy-invalid" for p in problems))
+        problems.wait_until(lambda ps: any(p.code == "policy-invalid" for p in ps))
         assert watcher.store.current.id == snap.id
 
 
@@ -182,9 +181,15 @@ def test_a_reloaded_policy_is_handed_to_on_policy_so_enforcement_follows_the_fil
     policy.write_text("[permissions]\ndeny = []\n")
     config = config_for(tmp_path, user=[user])
     received: list[Policy] = []
-    with watching(config, policy_file=policy, on_policy=received.append):
+    got = threading.Event()
+
+    def on_policy(p: Policy) -> None:
+        received.append(p)
+        got.set()
+
+    with watching(config, policy_file=policy, on_policy=on_policy):
         policy.write_text('[permissions]\ndeny = ["alpha"]\n')
-        _wait_until(lambda: bool(received))
+        assert got.wait(WAIT_S)
     assert received[-1].permissions.deny == ("alpha",)
 
 
@@ -256,16 +261,6 @@ def test_watcher_stops_cleanly_and_reports_stopped(tmp_path: Path) -> None:
     check_consistent(store.current)
 
 
-def _wait_until(condition: Any, timeout: float = WAIT_S) -> None:
-    """Bounded wait for a condition that is not a snapshot (an Event's timed wait, never a bare sleep)."""
-    tick = threading.Event()
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met in time")
-        tick.wait(0.01)
-
-
 class _Deaf:
     """An observer that accepts watches but never reports an event (as after lost events)."""
 
@@ -283,23 +278,6 @@ class _Deaf:
 
     def join(self, timeout: float | None = None) -> None:
         pass
-
-
-def test_a_kernel_queue_overflow_triggers_a_full_rescan(tmp_path: Path) -> None:
-    user = tmp_path / "user"
-    make_tool(user, "alpha")
-    config = config_for(tmp_path, user=[user])
-    with watching(config, observer_factory=_Deaf, rescan_on_start=False) as (watcher, problems):
-        make_tool(user, "beta")  # no event will ever say so
-        with pytest.raises(TimeoutError):
-            watcher.wait_for(lambda s: "beta" in s.by_name, 0.3)
-        # what watchdog logs when the kernel drops events
-        logging.getLogger("watchdog.observers.inotify_c").warning(
-            "Inotify queue overflowed; filesystem events were lost"
-        )
-        watcher.wait_for(lambda s: "beta" in s.by_name, WAIT_S)
-        settles_to_cold_load(watcher, config)
-    assert [p.code for p in problems] == ["inotify-overflow"]
 
 
 def test_a_project_root_that_appears_later_is_picked_up(tmp_path: Path) -> None:

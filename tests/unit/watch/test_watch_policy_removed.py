@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
-from typing import Any
 
 from toolkit import make_tool, project_tools
 from watchkit import WAIT_S, config_for, watching
@@ -13,15 +11,6 @@ from watchkit import WAIT_S, config_for, watching
 from tooldir.loader import Loader
 from tooldir.model import Status
 from tooldir.policy import Policy, load_policy
-
-
-def _wait_until(condition: Any, timeout: float = WAIT_S) -> None:
-    tick = threading.Event()
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met in time")
-        tick.wait(0.01)
 
 
 def test_deleting_the_policy_file_during_a_watch_brings_back_the_strict_defaults(tmp_path: Path) -> None:
@@ -32,11 +21,17 @@ def test_deleting_the_policy_file_during_a_watch_brings_back_the_strict_defaults
     loose, _ = load_policy(policy_file)
     config = config_for(tmp_path, project=project, policy=loose)
     received: list[Policy] = []
-    with watching(config, policy_file=policy_file, on_policy=received.append) as (watcher, problems):
+    got = threading.Event()
+
+    def on_policy(p: Policy) -> None:
+        received.append(p)
+        got.set()
+
+    with watching(config, policy_file=policy_file, on_policy=on_policy) as (watcher, problems):
         assert watcher.store.current.by_name["loose"].status is Status.ACTIVE
         policy_file.unlink()
         snap = watcher.wait_for(lambda s: s.by_name["loose"].status is Status.PENDING, WAIT_S)
-        _wait_until(lambda: bool(received))
+        assert got.wait(WAIT_S)
         cold = Loader(config_for(tmp_path, project=project)).load()
         assert snap.id == cold.id  # exactly what a cold start without the file loads
     assert any(d.code == "not-approved" and d.tool == "loose" for d in snap.diagnostics)

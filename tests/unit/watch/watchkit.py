@@ -4,7 +4,8 @@ snapshot consistency checks, and a watcher over temporary roots."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -87,11 +88,29 @@ def config_for(
     return make_config(project=project, user_dirs=user or [], policy=policy, state_dir=tmp_path / "state")
 
 
+class Problems(list[WatchProblem]):
+    """The problems a watcher reported; ``wait_until`` blocks on a condition, never polls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = threading.Condition()
+
+    def append(self, problem: WatchProblem) -> None:
+        with self._changed:
+            super().append(problem)
+            self._changed.notify_all()
+
+    def wait_until(self, predicate: Callable[[list[WatchProblem]], bool], timeout: float = WAIT_S) -> None:
+        with self._changed:
+            if not self._changed.wait_for(lambda: predicate(self), timeout):
+                raise TimeoutError(f"no such problem reported in time: {[p.code for p in self]}")
+
+
 @contextmanager
-def watching(config: LoadConfig, **kwargs: object) -> Iterator[tuple[Watcher, list[WatchProblem]]]:
+def watching(config: LoadConfig, **kwargs: object) -> Iterator[tuple[Watcher, Problems]]:
     loader = Loader(config)
     store = SnapshotStore(loader.load())
-    problems: list[WatchProblem] = []
+    problems = Problems()
     kwargs.setdefault("debounce_s", 0.02)
     watcher = Watcher(loader, store, on_problem=problems.append, **kwargs)  # type: ignore[arg-type]
     with watcher:
