@@ -100,7 +100,7 @@ def test_the_graph_builder_sees_relative_absolute_and_function_level_imports() -
         "tooldir.sandbox.bubblewrap", modules["tooldir.sandbox.bubblewrap"], modules
     )
     # a function-level import: the drill runner runs CLI steps through tooldir._cli.main
-    assert "tooldir._cli" in _imports("tooldir._drill_exec", modules["tooldir._drill_exec"], modules)
+    assert "tooldir._cli" in _imports("tooldir.drill.execute", modules["tooldir.drill.execute"], modules)
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 

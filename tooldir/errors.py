@@ -6,7 +6,7 @@
     │   ├── StateError                .path
     │   ├── StateDirError             .setting, .value (a relative state location)
     │   ├── EvalDataError             .path, .line (tooldir.evaluate)
-    │   └── ScenarioError             .path (tooldir._drill_plant)
+    │   └── ScenarioError             .path (tooldir.drill.plant)
     ├── DiscoveryError                a tool root cannot be opened
     ├── PackageError                  .path, .reason, .found (tooldir.manage: approve, lock, sign, ...)
     └── ExecutionError                .code
@@ -26,8 +26,8 @@ Internal signals: raised and caught inside tooldir, never raised to a caller of 
     ├── BudgetExceededError           tooldir._internal.schema_worker (-> invalid-input result)
     ├── WorkerFailedError             tooldir._internal.schema_worker
     ├── SchemaCompileError            tooldir._internal.schema_worker
-    ├── NotRunnableError              tooldir._drill_plant: a drill that cannot run here
-    ├── UnavailableError              tooldir._drill_plant
+    ├── NotRunnableError              tooldir.drill.plant: a drill that cannot run here
+    ├── UnavailableError              tooldir.drill.plant
     ├── CommandError                  tooldir._cli.common: the CLI's exit code and message
     └── _Stop                         private to tooldir.registry (-> a call result)
 

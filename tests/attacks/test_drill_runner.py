@@ -10,14 +10,23 @@ from typing import Any
 
 import pytest
 
-from tooldir import _drill_exec as ex
-from tooldir import _drill_plant as plant
 from tooldir._cli import main
 from tooldir._data import SCENARIOS
-from tooldir._drill_checks import check_canary, check_planted, check_state
-from tooldir._drill_plant import apply_plant, fingerprint, make_arena, record
-from tooldir._drill_storm import whole
-from tooldir.drill import DrillResult, Plant, Scenario, ScenarioError, load_scenario, load_scenarios, run_drill, select
+from tooldir.drill import (
+    DrillResult,
+    Plant,
+    Scenario,
+    ScenarioError,
+    load_scenario,
+    load_scenarios,
+    plant,
+    run_drill,
+    select,
+)
+from tooldir.drill import execute as ex
+from tooldir.drill.checks import check_canary, check_planted, check_state
+from tooldir.drill.plant import apply_plant, fingerprint, make_arena, record
+from tooldir.drill.storm import whole
 from tooldir.policy import parse_policy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -698,7 +707,7 @@ def test_a_scenario_listener_gets_a_port_for_the_tree_and_any_connection_fails_t
     import dataclasses
 
     from tooldir import load
-    from tooldir._drill_checks import check_outcome
+    from tooldir.drill.checks import check_outcome
 
     folder = write_scenario(tmp_path / "trust-unapproved", "listen = true\n" + HEADER, {"evil_new": HOSTILE})
     scenario = load_scenario(folder)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tooldir._drill_exec import apply_step
-from tooldir._drill_plant import make_arena
 from tooldir.drill import ScenarioError, Step
+from tooldir.drill.execute import apply_step
+from tooldir.drill.plant import make_arena
 
 LOG = "home/.local/state/tooldir/audit.jsonl"
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
-    from .drill import Plant
+    from . import Plant
 
 NAMESPACES = ("project", "home", "user", "outside")
 SECRET_ENV = "TOOLDIR_DRILL_SECRET_TOKEN"  # noqa: S105 - the name of a fake secret

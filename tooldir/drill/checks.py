@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _drill_exec as ex
-from ._drill_plant import DRILL_ENV_PREFIX, Arena, Planted
-from ._drill_storm import StormReport
-from ._drill_watch import WatchReport
-from .model import Status
-from .snapshot import Snapshot
+from ..model import Status
+from ..snapshot import Snapshot
+from . import execute as ex
+from .plant import DRILL_ENV_PREFIX, Arena, Planted
+from .storm import StormReport
+from .watch import WatchReport
 
 if TYPE_CHECKING:
-    from .drill import Scenario
+    from . import Scenario
 
 
 @dataclass(frozen=True, slots=True)

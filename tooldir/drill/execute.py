@@ -22,14 +22,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._drill_plant import DRILL_ENV_PREFIX, Arena, NotRunnableError, ScenarioError, UnavailableError, apply_plant
-from .loader import Loader, make_config
-from .model import BuiltinSpec
-from .policy import Policy, load_policy
-from .snapshot import Snapshot
+from ..loader import Loader, make_config
+from ..model import BuiltinSpec
+from ..policy import Policy, load_policy
+from ..snapshot import Snapshot
+from .plant import DRILL_ENV_PREFIX, Arena, NotRunnableError, ScenarioError, UnavailableError, apply_plant
 
 if TYPE_CHECKING:
-    from .drill import CallSpec, Step
+    from . import CallSpec, Step
 
 _T = TypeVar("_T")
 
@@ -101,7 +101,7 @@ def load(builtins: tuple[BuiltinSpec, ...]) -> Snapshot:
 
 def high_water_key(arena: Arena) -> str:
     """The fingerprint key of the user's signature high-water marks (versions.json)."""
-    from .state import HIGH_WATER
+    from ..state import HIGH_WATER
 
     return str((arena.state / HIGH_WATER).relative_to(arena.base))
 
@@ -109,8 +109,8 @@ def high_water_key(arena: Arena) -> str:
 def high_water(arena: Arena) -> dict[tuple[str, str], int] | None:
     """The user's high-water marks now; None when tooldir cannot read them (the state check then
     reports any change of the file)."""
-    from .errors import StateError
-    from .state import load_high_water
+    from ..errors import StateError
+    from ..state import load_high_water
 
     try:
         return load_high_water(arena.state)
@@ -206,7 +206,7 @@ def add_session_key(description: str, payload: str, where: str, arena: Arena) ->
     session keyring if the inherited one is not theirs. It expires by itself after a minute."""
     import ctypes
 
-    from .sandbox.seccomp import machine_arch
+    from ..sandbox.seccomp import machine_arch
 
     arch = machine_arch()
     if arch is None:
@@ -293,7 +293,7 @@ def write_policy(arena: Arena, text: str) -> None:
 def approve(arena: Arena, package: Path, builtins: tuple[BuiltinSpec, ...], state_dir: Path | None = None) -> None:
     """Record an approval of the package as it is now, in tooldir's own approval-state format
     (what ``tooldir allow`` records); with ``state_dir`` a forgery where the project can write."""
-    from .state import Approval, load_approvals, save_approvals
+    from ..state import Approval, load_approvals, save_approvals
 
     record = next((t for t in load(builtins).tools if t.path == str(package)), None)
     if record is None or record.digest is None or record.manifest is None:
@@ -351,7 +351,7 @@ def _check_run_step(arena: Arena, args: list[str], where: str) -> None:
 
 def run_cli(arena: Arena, args: list[str], expected_exit: int, where: str) -> str:
     """Run one ``tooldir`` command in-process (the public CLI); returns its stdout."""
-    from ._cli import COMMANDS, main
+    from .._cli import COMMANDS, main
 
     if args[0] not in COMMANDS:
         raise NotRunnableError(f"'tooldir {args[0]}' does not exist in this build")

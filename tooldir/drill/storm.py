@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._drill_exec import need
-from ._drill_plant import Arena, write_control
-from .loader import Loader, make_config
-from .model import BuiltinSpec, Status
-from .policy import Policy
-from .snapshot import Snapshot
+from ..loader import Loader, make_config
+from ..model import BuiltinSpec, Status
+from ..policy import Policy
+from ..snapshot import Snapshot
+from .execute import need
+from .plant import Arena, write_control
 
 STORM_PREFIX = "storm_"
 

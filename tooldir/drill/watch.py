@@ -14,12 +14,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._drill_exec import need
-from ._drill_plant import Arena
-from .loader import Loader, make_config
-from .model import BuiltinSpec
-from .policy import Policy
-from .snapshot import Snapshot
+from ..loader import Loader, make_config
+from ..model import BuiltinSpec
+from ..policy import Policy
+from ..snapshot import Snapshot
+from .execute import need
+from .plant import Arena
 
 
 @dataclass(slots=True)

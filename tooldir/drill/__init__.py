@@ -41,10 +41,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from . import _drill_checks as ck
-from . import _drill_exec as ex
-from ._drill_checks import Check
-from ._drill_plant import (
+from ..errors import ConfigError
+from ..model import BuiltinSpec, Risk
+from . import checks as ck
+from . import execute as ex
+from .checks import Check
+from .plant import (
     Arena,
     NotRunnableError,
     Planted,
@@ -58,10 +60,8 @@ from ._drill_plant import (
     record,
     write_control,
 )
-from ._drill_storm import plant_storm, run_storm, storm_name
-from ._drill_watch import run_watch
-from .errors import ConfigError
-from .model import BuiltinSpec, Risk
+from .storm import plant_storm, run_storm, storm_name
+from .watch import run_watch
 
 SCENARIO_FILE = "scenario.toml"
 TREE = "tree"
@@ -255,7 +255,7 @@ class CallSpec(_Frozen):
 
 
 class Storm(_Frozen):
-    """watch:storm: generated packages churned while the watcher rebuilds (see _drill_storm)."""
+    """watch:storm: generated packages churned while the watcher rebuilds (see drill.storm)."""
 
     packages: int = Field(default=40, ge=1, le=1000)
     changes: int = Field(default=2000, ge=1, le=100_000)
@@ -263,7 +263,7 @@ class Storm(_Frozen):
 
 
 class WatchSpec(_Frozen):
-    """watch:exhaust: run the watcher over the arena (see _drill_watch)."""
+    """watch:exhaust: run the watcher over the arena (see drill.watch)."""
 
     max_inotify_watches: int = Field(ge=1)
     """Bound on the inotify watches the running watcher may hold."""
