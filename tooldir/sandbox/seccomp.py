@@ -105,6 +105,22 @@ class Arch:
     x32: bool = False  # x86-64: refuse call numbers with the x32 bit
 
 
+# Calls added since Linux 5.1 have one number on every architecture (the unified table).
+_UNIFIED = {
+    "io_uring_setup": 425,
+    "io_uring_enter": 426,
+    "io_uring_register": 427,
+    "open_tree": 428,
+    "move_mount": 429,
+    "fsopen": 430,
+    "fsconfig": 431,
+    "fsmount": 432,
+    "fspick": 433,
+    "pidfd_getfd": 438,
+    "mount_setattr": 442,
+    "memfd_secret": 447,
+}
+
 # arch/x86/entry/syscalls/syscall_64.tbl
 X86_64 = Arch(
     "x86_64",
@@ -145,18 +161,7 @@ X86_64 = Arch(
         "kexec_file_load": 320,
         "bpf": 321,
         "userfaultfd": 323,
-        "io_uring_setup": 425,
-        "io_uring_enter": 426,
-        "io_uring_register": 427,
-        "open_tree": 428,
-        "move_mount": 429,
-        "fsopen": 430,
-        "fsconfig": 431,
-        "fsmount": 432,
-        "fspick": 433,
-        "pidfd_getfd": 438,
-        "mount_setattr": 442,
-        "memfd_secret": 447,
+        **_UNIFIED,
     },
     x32=True,
 )
@@ -199,18 +204,7 @@ AARCH64 = Arch(
         "bpf": 280,
         "userfaultfd": 282,
         "kexec_file_load": 294,
-        "io_uring_setup": 425,
-        "io_uring_enter": 426,
-        "io_uring_register": 427,
-        "open_tree": 428,
-        "move_mount": 429,
-        "fsopen": 430,
-        "fsconfig": 431,
-        "fsmount": 432,
-        "fspick": 433,
-        "pidfd_getfd": 438,
-        "mount_setattr": 442,
-        "memfd_secret": 447,
+        **_UNIFIED,
     },
 )
 
