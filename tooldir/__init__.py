@@ -5,6 +5,7 @@ Public surface only; everything not in ``__all__`` is private.
 
 # First, before anything else is imported: ``python -m tooldir`` takes the project off sys.path.
 from . import _safepath  # noqa: F401  # isort: split
+from ._internal.gcpause import gc_paused
 from .audit import AuditEvent, AuditSink
 from .catalog import DirectoryEntry, Match, ToolDef
 from .discover import RootSpec
@@ -126,6 +127,7 @@ __all__ = [
     "Watcher",
     "approve",
     "explain",
+    "gc_paused",
     "load",
     "load_policy",
     "locate",

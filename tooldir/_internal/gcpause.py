@@ -1,7 +1,8 @@
 """Pause the cyclic garbage collector while building large, long-lived structures.
 
-A process-wide setting, so only the CLI uses it (around one-shot commands, and the first load of
-``tooldir watch``); library code never changes its host's GC."""
+A process-wide setting, so only the CLI uses it on its own (around one-shot commands, and the first
+load of ``tooldir watch``); library code never changes its host's GC. A host opts in explicitly with
+``with tooldir.gc_paused(): loader.load()`` (``benchmarks/bench_load.py`` measures both)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,40 @@
+"""``tooldir.gc_paused``: the GC tuning a host opts in to; tooldir's library code never applies it."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import pytest
+
+import tooldir
+
+
+def test_gc_paused_disables_the_collector_inside_and_restores_it_after() -> None:
+    assert gc.isenabled()
+    with tooldir.gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_gc_paused_restores_the_collector_when_the_block_raises() -> None:
+    with pytest.raises(RuntimeError), tooldir.gc_paused():
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+
+
+def test_gc_paused_leaves_a_host_that_disabled_the_collector_disabled() -> None:
+    gc.disable()
+    try:
+        with tooldir.gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_a_library_load_leaves_the_hosts_collector_as_it_was(tmp_path: Path) -> None:
+    loader = tooldir.Loader(tooldir.make_config(project=None, user_dirs=[], state_dir=tmp_path / "state"))
+    thresholds = gc.get_threshold()
+    loader.load()
+    assert gc.isenabled() and gc.get_threshold() == thresholds and gc.get_freeze_count() == 0
