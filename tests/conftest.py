@@ -20,3 +20,11 @@ def _isolated_user_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
     monkeypatch.delenv("TOOLDIR_STATE_DIR", raising=False)
     os.umask(0o022)
     yield
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """An empty tool root (``<tmp>/tools``) for tests that plant packages in it."""
+    path = tmp_path / "tools"
+    path.mkdir()
+    return path

@@ -31,13 +31,6 @@ def status(snap: Snapshot, name: str) -> Status:
     return record.status
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    path = tmp_path / "tools"
-    path.mkdir()
-    return path
-
-
 @pytest.mark.parametrize(
     ("first", "second"),
     [(NFC, NFD), (f"lib/{NFC}", f"lib/{NFD}"), ("d\u00e9/a.py", "de\u0301/b.py")],

@@ -52,13 +52,6 @@ def load_bounded(fn: Any, seconds: float = 20.0) -> Any:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    path = tmp_path / "tools"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def outside(tmp_path: Path) -> Path:
     secret = tmp_path / "secret" / "id_rsa"
     secret.parent.mkdir()

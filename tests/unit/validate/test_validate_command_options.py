@@ -20,13 +20,6 @@ def unsafe_pointers(snap: Snapshot, tool: str) -> set[str | None]:
     return {d.pointer for d in snap.diagnostics if d.tool == tool and d.code == "unsafe-command"}
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    path = tmp_path / "tools"
-    path.mkdir()
-    return path
-
-
 @pytest.mark.parametrize(
     ("command", "decoy"),
     [

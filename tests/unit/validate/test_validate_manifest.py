@@ -40,13 +40,6 @@ def write_raw(root: Path, folder: str, data: dict[str, Any] | bytes) -> None:
     make_tool(root, folder, raw_manifest=raw)
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    path = tmp_path / "tools"
-    path.mkdir()
-    return path
-
-
 # -- parsing codes reach the snapshot -------------------------------------------------------------
 
 

@@ -31,13 +31,6 @@ def status(snap: Snapshot, tool: str) -> Status:
     return record.status
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    path = tmp_path / "tools"
-    path.mkdir()
-    return path
-
-
 def schema_with(prop: dict[str, Any], *, name: str = "text", **top: Any) -> dict[str, Any]:
     return {"type": "object", "properties": {name: {"type": "string", **prop}}, **top}
 
