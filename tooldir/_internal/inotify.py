@@ -271,3 +271,17 @@ def _event(mask: int, path: str) -> FileSystemEvent | None:
     if mask & IN_ATTRIB:
         return DirAttribEvent(path) if folder else FileAttribEvent(path)
     return None
+
+
+def inotify_watches() -> int:
+    """Inotify watches this process holds, over all its inotify file descriptors."""
+    total = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:inotify":
+                continue
+            with open(f"/proc/self/fdinfo/{fd}", encoding="ascii") as info:
+                total += sum(1 for line in info if line.startswith("inotify wd:"))
+        except OSError:
+            continue  # closed meanwhile
+    return total

@@ -10,10 +10,10 @@ be published, then the edit is undone and the original digest must come back.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._internal.inotify import inotify_watches
 from ..loader import Loader, make_config
 from ..model import BuiltinSpec
 from ..policy import Policy
@@ -31,20 +31,6 @@ class WatchReport:
     def describe(self) -> str:
         edit = "edit picked up" if self.picked_up else "edit not picked up"
         return f"watcher held {self.watches} inotify watch(es); {edit}"
-
-
-def inotify_watches() -> int:
-    """Inotify watches this process holds, over all its inotify file descriptors."""
-    total = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:inotify":
-                continue
-            with open(f"/proc/self/fdinfo/{fd}", encoding="ascii") as info:
-                total += sum(1 for line in info if line.startswith("inotify wd:"))
-        except OSError:
-            continue  # closed meanwhile
-    return total
 
 
 def _digest(snapshot: Snapshot, tool: str) -> str | None:

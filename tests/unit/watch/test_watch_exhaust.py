@@ -10,23 +10,10 @@ import pytest
 from toolkit import make_tool, project_tools
 from watchkit import WAIT_S, config_for, settles_to_cold_load, watching
 
+from tooldir._internal.inotify import inotify_watches
 from tooldir.discover import package_digest
 from tooldir.policy import Limits, Policy
 from tooldir.watch import package_folders, root_packages
-
-
-def inotify_watches() -> int:
-    """Inotify watches held by this process: the ``inotify wd:`` lines of every inotify fd."""
-    total = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:inotify":
-                continue
-            with open(f"/proc/self/fdinfo/{fd}") as info:
-                total += sum(1 for line in info if line.startswith("inotify wd:"))
-        except OSError:
-            continue
-    return total
 
 
 def plant_tree(top: Path, fanout: int, per: int) -> int:
