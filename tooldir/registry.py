@@ -535,9 +535,9 @@ class Registry:
             digest=None if record is None else record.digest,
             input_sha256=input_digest(trace.input),
             decision="allow" if trace.ran else "deny",
-            reason=None if code is None else _utf8_safe(f"{code}: {message}"),
+            reason=None if code is None else f"{code}: {message}",  # _Stop made the message UTF-8-safe
             status="ok" if ok else ("error" if trace.ran else "denied"),
-            error_code=None if code is None else _utf8_safe(code),
+            error_code=code,
             duration_ms=(time.perf_counter() - trace.started) * 1000,
             snapshot=snapshot_id,
             session=None if session_id is None else _utf8_safe(str(session_id))[:AUDIT_NAME_MAX],
