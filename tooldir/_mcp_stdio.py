@@ -169,7 +169,6 @@ class GuardedLines:
         self._wire = wire
         self._write: Any = None
         self._attached = anyio.Event()
-        self.answered = 0
 
     def attach(self, write_stream: Any) -> None:
         self._write = write_stream
@@ -205,7 +204,6 @@ class GuardedLines:
         log.warning("answered a malformed message with JSON-RPC error %s: %s", error["code"], error["message"])
         await self._attached.wait()
         message = types.JSONRPCError.model_validate(answer)
-        self.answered += 1
         await self._write.send(SessionMessage(message))
 
 
