@@ -33,8 +33,17 @@ def test_gc_paused_leaves_a_host_that_disabled_the_collector_disabled() -> None:
         gc.enable()
 
 
-def test_a_library_load_leaves_the_hosts_collector_as_it_was(tmp_path: Path) -> None:
-    loader = tooldir.Loader(tooldir.make_config(project=None, user_dirs=[], state_dir=tmp_path / "state"))
-    thresholds = gc.get_threshold()
-    loader.load()
-    assert gc.isenabled() and gc.get_threshold() == thresholds and gc.get_freeze_count() == 0
+def test_a_library_load_and_search_index_never_touch_the_hosts_collector(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolkit import make_tool
+
+    make_tool(root, "some_tool")
+    touched: list[str] = []
+    for name in ("disable", "freeze", "unfreeze", "set_threshold"):
+        monkeypatch.setattr(gc, name, lambda *a, _n=name: touched.append(_n))
+    loader = tooldir.Loader(tooldir.make_config(project=None, user_dirs=[root], state_dir=tmp_path / "state"))
+    snapshot = loader.load()
+    tooldir.SearchIndex.from_snapshot(snapshot)
+    assert [t.name for t in snapshot.tools] == ["some_tool"]
+    assert touched == []
