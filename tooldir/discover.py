@@ -28,6 +28,9 @@ from .policy import Limits
 from .text import CONTROL, character_class
 
 MANIFEST = "schema.json"
+#: The manifest of an MCP server package (DESIGN §10), held instead of schema.json.
+SERVER_MANIFEST = "server.json"
+MANIFESTS = frozenset({MANIFEST, SERVER_MANIFEST})
 # The lock and its signatures (tooldir.lockfile reads them): kept in memory during the scan and
 # never listed in the lock itself.
 LOCK = "tool.lock"
@@ -35,7 +38,7 @@ MINISIG = "tool.lock.minisig"
 SSHSIG = "tool.lock.sig"
 UNLISTED = frozenset({LOCK, MINISIG, SSHSIG})
 #: Files whose bytes later stages need (trust); every other file is only hashed.
-KEPT_FILES = frozenset({MANIFEST, *UNLISTED})
+KEPT_FILES = frozenset({*MANIFESTS, *UNLISTED})
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
@@ -388,7 +391,7 @@ class _Walk:
                 if problem is not None:
                     self.fail("unsafe-permissions", rel, f"{rel} is {problem}")
                     return True
-            limit = limits.max_manifest_bytes if rel == MANIFEST else limits.max_file_bytes
+            limit = limits.max_manifest_bytes if rel in MANIFESTS else limits.max_file_bytes
             size = st.st_size
             if size > limit:
                 self.fail("too-large", rel, f"{rel} is {size} bytes; the limit is {limit}")
@@ -510,8 +513,8 @@ def _check_file_names(walk: _Walk) -> None:
 def _finish(walk: _Walk, root_path: str, opened: bool) -> PackageScan:
     if opened and not walk.plain_names:
         _check_file_names(walk)
-    if opened and not walk.diags and MANIFEST not in walk.contents:
-        walk.fail("missing-manifest", "", f"no {MANIFEST} in tool folder {walk.pkg_path}")
+    if opened and not walk.diags and MANIFESTS.isdisjoint(walk.contents):
+        walk.fail("missing-manifest", "", f"no {MANIFEST} (or {SERVER_MANIFEST}) in tool folder {walk.pkg_path}")
     ok = not walk.diags
     files = tuple(sorted(walk.files, key=_by_path))
     return PackageScan(

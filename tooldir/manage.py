@@ -26,7 +26,7 @@ from .errors import DiscoveryError, PackageError
 from .keys import minisign_sign, parse_minisign_secret_key
 from .loader import LoadConfig, project_root
 from .lockfile import LOCK, MINISIG, LockError, compare_files, format_time, parse_lock, render_lock
-from .model import Diagnostic, Manifest, PackageFile, Severity, Source, Status, Trust
+from .model import Diagnostic, Manifest, PackageFile, ServerManifest, Severity, Source, Status, Trust
 from .signatures import SignatureFormatError
 from .state import Approval, load_approvals, record_approval, record_versions, remove_approvals
 from .trust import SignatureVerdict, TrustInputs, assess, signed_versions
@@ -63,7 +63,7 @@ class Verdict:
 
     package: PackageRef
     path: str  # the package folder as discovery read it
-    manifest: Manifest | None  # None: not a valid package
+    manifest: Manifest | ServerManifest | None  # None: not a valid package (server.json: an MCP server)
     digest: str | None  # None: discovery refused the package
     files: tuple[PackageFile, ...]
     valid: bool
@@ -125,7 +125,7 @@ def _read(package: PackageRef, config: LoadConfig) -> Candidate:
 
 
 def _valid(candidate: Candidate, path: str) -> Candidate:
-    if candidate.manifest is None or candidate.scan.digest is None or not candidate.valid:
+    if candidate.declared is None or candidate.scan.digest is None or not candidate.valid:
         raise PackageError(
             f"{path} is not a valid tool package",
             path=path,
@@ -164,7 +164,7 @@ def _judge(package: PackageRef, config: LoadConfig, now: datetime) -> Verdict:
     return Verdict(
         package,
         scan.path,
-        candidate.manifest,
+        candidate.declared,
         scan.digest,
         scan.files,
         candidate.valid,
@@ -198,7 +198,8 @@ def _steps(
     diagnostics: tuple[Diagnostic, ...],
     config: LoadConfig,
 ) -> tuple[dict[str, object], ...]:
-    scan, manifest = candidate.scan, candidate.manifest
+    scan, manifest = candidate.scan, candidate.declared
+    file = "server.json" if candidate.server is not None else "schema.json"
     policy = config.policy
     steps: list[dict[str, object]] = []
 
@@ -213,9 +214,9 @@ def _steps(
     add("files", True, f"{len(scan.files)} regular files read safely; digest {scan.digest}")
     if manifest is None or not candidate.valid:
         codes = ", ".join(sorted({d.code for d in candidate.diagnostics if d.severity is Severity.ERROR}))
-        add("manifest", False, f"schema.json is invalid ({codes})")
+        add("manifest", False, f"{file} is invalid ({codes})")
         return tuple(steps)
-    add("manifest", True, f"schema.json is valid: {manifest.name}, risk {manifest.risk}")
+    add("manifest", True, f"{file} is valid: {manifest.name}, risk {manifest.risk}")
     rules = policy.sources.for_source(source)
     ok_risk = manifest.risk.rank <= rules.max_risk.rank
     add("risk", ok_risk, f"risk {manifest.risk} {'within' if ok_risk else 'above'} the {source} limit {rules.max_risk}")
@@ -361,8 +362,8 @@ def lock(
     if expires is not None and expires <= _now(now):
         raise ValueError(f"expiry {format_time(expires)} is in the past")
     candidate = _valid_at(config, package_dir)
-    assert candidate.manifest is not None  # noqa: S101 -- _valid_at checked
-    name, scan = candidate.manifest.name, candidate.scan
+    assert candidate.declared is not None  # noqa: S101 -- _valid_at checked
+    name, scan = candidate.declared.name, candidate.scan
     if version is None:
         previous = None
         if LOCK in scan.contents:
@@ -399,7 +400,7 @@ def sign(
     except SignatureFormatError as exc:
         raise ConfigError(f"key {os.fspath(key)}: {exc}") from None
     candidate = _valid_at(config, package_dir)
-    assert candidate.manifest is not None  # noqa: S101 -- _valid_at checked
+    assert candidate.declared is not None  # noqa: S101 -- _valid_at checked
     scan = candidate.scan
     lock_bytes = scan.contents.get(LOCK)
     if lock_bytes is None:
@@ -411,8 +412,8 @@ def sign(
             f"{LOCK} at {exc.pointer or '/'}: {exc.message}", path=scan.path, reason="stale-lock"
         ) from None
     mismatch = compare_files(parsed, scan.files)
-    if parsed.name != candidate.manifest.name or not mismatch.clean:
-        if parsed.name != candidate.manifest.name:
+    if parsed.name != candidate.declared.name or not mismatch.clean:
+        if parsed.name != candidate.declared.name:
             detail = f"names {parsed.name!r}"
         else:
             detail = "; ".join(

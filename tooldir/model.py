@@ -237,6 +237,76 @@ class Manifest(BaseModel):
     execute: ExecuteSpec
 
 
+class ServerSpec(BaseModel):
+    """How to start an MCP server package (``server.json``): an argv array run over stdio, never a
+    shell string; the same rules as :class:`ExecuteSpec` (DESIGN §10)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    command: tuple[Annotated[StrictStr, StringConstraints(min_length=1, max_length=1024)], ...] = Field(
+        min_length=1,
+        max_length=64,
+        strict=False,
+        description="argv array; argv[0] is a package file or an interpreter the policy allows. No shell.",
+    )
+    timeout_s: float | None = Field(
+        default=None, gt=0, le=3600, description="limit in seconds for start-up and for each call; capped by policy"
+    )
+    network: bool = Field(default=False, description="the server needs network access (policy decides)")
+    env: tuple[EnvName, ...] = Field(
+        default=(),
+        max_length=64,
+        strict=False,
+        description="environment variable names to pass through, if policy allows",
+    )
+
+    @field_validator("timeout_s", mode="before")
+    @classmethod
+    def _no_null_timeout(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("timeout_s must be a number; leave it out for the policy's limit")
+        return value
+
+
+class ServerManifest(BaseModel):
+    """A validated server.json: an MCP server package whose tools tooldir offers as
+    ``<name>__<tool>`` once the package is trusted.
+
+    The source of truth of the published ``tooldir/server.schema.json``
+    (``python -m tooldir._internal.genschema`` writes it; a test keeps them equal).
+    """
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        strict=True,
+        title="tooldir MCP server package manifest (server.json)",
+        json_schema_extra={"description": "A static description of one MCP server package. Unknown keys are errors."},
+    )
+
+    name: ToolName = Field(description="ASCII package name; equal to the folder name; prefixes its tools' names.")
+    description: StrictStr = Field(
+        min_length=1, max_length=4096, description="What the server offers, for the reviewer."
+    )
+    risk: Risk = Field(strict=False, description="The highest risk of any of its tools (a ceiling).")
+    keywords: tuple[Annotated[StrictStr, StringConstraints(min_length=1, max_length=64)], ...] = Field(
+        default=(), max_length=32, strict=False, description="Extra search terms."
+    )
+    server: ServerSpec
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRef:
+    """What makes a record an upstream MCP tool: its server package and the pinned definition."""
+
+    package: str  # the server package's name
+    package_path: str
+    package_digest: str
+    tool: str  # the tool's name upstream
+    definition_digest: str  # "sha256:<hex>" of the definition as pinned
+    listed_at: str  # ISO time of the listing it came from
+
+
 # ---------------------------------------------------------------------------------------------
 # Discovery and evaluation results
 
@@ -352,6 +422,10 @@ class ToolRecord:
     diagnostics: tuple[Diagnostic, ...] = ()
     shadowed_by: str | None = None  # path (or "builtin:<name>") of the winner, when shadowed
     grant: Grant | None = field(default=None, repr=False)
+    #: a server.json package (DESIGN §10): never offered itself; its tools are upstream records
+    server: ServerManifest | None = None
+    #: an upstream MCP tool (``<package>__<tool>``), run through its package's sandboxed session
+    upstream: UpstreamRef | None = None
 
     def __post_init__(self) -> None:
         if self.status is _ACTIVE:

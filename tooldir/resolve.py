@@ -163,6 +163,7 @@ def resolve(assessed: Sequence[Assessed], builtins: Iterable[BuiltinSpec], polic
 def _initial(a: Assessed, policy: Policy) -> ToolRecord:
     c = a.candidate
     manifest = c.manifest
+    declared = c.declared
     name = c.name
     status, grant = a.assessment.status, a.assessment.grant
     if not is_valid_name(name):
@@ -174,10 +175,11 @@ def _initial(a: Assessed, policy: Policy) -> ToolRecord:
         status=status,
         trust=a.assessment.trust,
         digest=c.scan.digest,
-        risk=manifest.risk if manifest is not None else None,
+        risk=declared.risk if declared is not None else None,
         deferred=name not in GUARD_TOOLS and policy.defer.is_deferred(name),
         manifest=manifest,
         files=c.scan.files,
         diagnostics=c.diagnostics + a.assessment.diagnostics,
         grant=grant if status is Status.ACTIVE else None,
+        server=c.server,
     )

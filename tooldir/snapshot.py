@@ -122,7 +122,8 @@ def assemble(entries: Iterable[RecordEntry], extra: Iterable[DiagEntry], generat
     digest.update(b"".join(fingerprints))
     digest.update(b"\n")
     digest.update(b"".join([k[5] for k, _ in diag_entries]))
-    by_name = {t.name: t for t in tools if t.status in _LIVE}
+    # a server package (server.json) is never offered itself: its tools are (DESIGN §10)
+    by_name = {t.name: t for t in tools if t.status in _LIVE and t.server is None}
     return Snapshot(
         id="snap-" + digest.hexdigest()[:16],
         generation=generation,

@@ -153,7 +153,7 @@ _INJECTION_ANY = re.compile("|".join(f"(?:{source})" for _, source in _INJECTION
 
 #: Top-level manifest members the model never reads: only controls and invisible characters are
 #: looked for there (an env variable named API_KEY is a declaration, not an instruction).
-NOT_MODEL_FACING = frozenset({"execute"})
+NOT_MODEL_FACING = frozenset({"execute", "server"})  # server: of server.json (DESIGN §10)
 
 
 def clean_strings_schema() -> dict[str, Any]:

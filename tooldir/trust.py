@@ -212,7 +212,7 @@ def builtin_record(spec: BuiltinSpec, *, deferred: bool) -> ToolRecord:
 
 def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
     scan = candidate.scan
-    manifest = candidate.manifest
+    manifest = candidate.declared  # schema.json, or server.json of an MCP server package
     if manifest is None or not candidate.valid or scan.digest is None:
         return Assessment(Status.REJECTED, UNVERIFIED, ())
     where = {"tool": manifest.name, "source": scan.source, "path": scan.path}

@@ -35,8 +35,8 @@ from ._internal.strictjson import (
     freeze_arrays_in_place,
     loads,
 )
-from .discover import MANIFEST, PackageScan
-from .model import Diagnostic, Manifest, Severity, error, warning
+from .discover import MANIFEST, SERVER_MANIFEST, PackageScan
+from .model import Diagnostic, Manifest, ServerManifest, Severity, error, warning
 from .names import explain_invalid, is_valid_name
 from .policy import Policy
 from .text import check_strings, plainly_clean
@@ -57,15 +57,24 @@ class Candidate:
     scan: PackageScan
     manifest: Manifest | None
     diagnostics: tuple[Diagnostic, ...]
+    #: the manifest of an MCP server package (server.json, DESIGN §10); then ``manifest`` is None
+    server: ServerManifest | None = None
 
     @property
     def name(self) -> str:
         """The manifest's tool name, else the package directory's name."""
-        return self.manifest.name if self.manifest is not None else self.scan.name
+        if self.manifest is not None:
+            return self.manifest.name
+        return self.server.name if self.server is not None else self.scan.name
+
+    @property
+    def declared(self) -> Manifest | ServerManifest | None:
+        """Whichever manifest the package has (schema.json or server.json)."""
+        return self.manifest if self.manifest is not None else self.server
 
     @property
     def valid(self) -> bool:
-        return self.manifest is not None and not any(d.severity is Severity.ERROR for d in self.diagnostics)
+        return self.declared is not None and not any(d.severity is Severity.ERROR for d in self.diagnostics)
 
 
 @cache
@@ -108,20 +117,40 @@ def _all_clear_validator() -> Any:
         return None
 
 
+@cache
+def server_schema() -> dict[str, Any]:
+    """The published JSON Schema of server.json (shipped in the package)."""
+    text = resources.files("tooldir").joinpath("server.schema.json").read_text("utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+@cache
+def _server_validator() -> Any:
+    return jsonschema_rs.Draft202012Validator(server_schema(), retriever=refuse_retrieval)
+
+
 def validate_package(scan: PackageScan, policy: Policy) -> Candidate:
     if scan.digest is None:
         return Candidate(scan, None, scan.diagnostics)
+    if SERVER_MANIFEST in scan.contents:
+        server = _ServerValidation(scan, policy)
+        declared = server.run_server()
+        return Candidate(scan, None, tuple(server.diags), declared)
     v = _Validation(scan, policy)
     manifest = v.run()
     return Candidate(scan, manifest, tuple(v.diags))
 
 
 class _Validation:
+    manifest_file = MANIFEST
+    command_pointer = "/execute/command"
+
     def __init__(self, scan: PackageScan, policy: Policy) -> None:
         self.scan = scan
         self.policy = policy
         self.diags: list[Diagnostic] = []
-        self.path = f"{scan.path}/{MANIFEST}"
+        self.path = f"{scan.path}/{self.manifest_file}"
         self.raw = ""
 
     def fail(self, code: str, message: str, pointer: str | None = None) -> None:
@@ -180,11 +209,12 @@ class _Validation:
             )
             return None
 
-    def _report_schema_errors(self, data: dict[str, Any]) -> None:
+    def _report_schema_errors(self, data: dict[str, Any], validator: Any = None) -> None:
         """Every error of the manifest validator that rejected ``data`` (the same engine, so a
         rejection always has a report), at most 20, each with its pointer."""
         before = len(self.diags)
-        errors = sorted(_fast_manifest_validator().iter_errors(data), key=lambda e: [str(p) for p in e.instance_path])
+        engine = validator if validator is not None else _fast_manifest_validator()
+        errors = sorted(engine.iter_errors(data), key=lambda e: [str(p) for p in e.instance_path])
         named = False
         for err in errors[:20]:
             pointer = "".join(f"/{escape_pointer(str(p))}" for p in err.instance_path)
@@ -204,9 +234,7 @@ class _Validation:
                 continue
             self.fail("schema-invalid", message, pointer or "")
         if len(self.diags) == before:  # never a rejection without a reason
-            self.fail(
-                "schema-invalid", "the manifest does not match the published schema (tooldir/manifest.schema.json)", ""
-            )
+            self.fail("schema-invalid", f"the manifest does not match the published schema of {self.manifest_file}", "")
 
     def _check_input_schema(self, schema: FrozenDict, *, meta_checked: bool) -> None:
         """schema:remote-io (nothing that could make a validator fetch), then the meta-schema,
@@ -262,7 +290,7 @@ class _Validation:
                 continue  # letters, digits and harmless punctuation only: nothing to check
             problem = _unsafe_arg(arg)
             if problem:
-                self.fail("unsafe-command", f"argument {arg!r} {problem}", f"/execute/command/{index}")
+                self.fail("unsafe-command", f"argument {arg!r} {problem}", f"{self.command_pointer}/{index}")
         if any(d.code == "unsafe-command" for d in self.diags):
             return
         head = argv[0]
@@ -272,12 +300,14 @@ class _Validation:
                 self.fail(
                     "unsafe-command",
                     f"argv[0] {head!r} is both an allowed interpreter and a file of the package; rename the file",
-                    "/execute/command/0",
+                    f"{self.command_pointer}/0",
                 )
                 return
             if head in _SHELLS and any(a.startswith("-") for a in argv[1:]):
                 self.fail(
-                    "unsafe-command", f"shell {head!r} may only run a script file from the package", "/execute/command"
+                    "unsafe-command",
+                    f"shell {head!r} may only run a script file from the package",
+                    self.command_pointer,
                 )
                 return
             if len(argv) < 2 or argv[1] not in files:
@@ -285,25 +315,25 @@ class _Validation:
                 self.fail(
                     "unsafe-command",
                     f"interpreter {head!r} must be followed by a file of the package (got {argv[1:2]}{why})",
-                    "/execute/command/1",
+                    f"{self.command_pointer}/1",
                 )
             return
         if head in _SHELLS or head.rsplit("/", 1)[-1] in _SHELLS:
-            self.fail("unsafe-command", f"{head!r} is a shell; tools run without one", "/execute/command/0")
+            self.fail("unsafe-command", f"{head!r} is a shell; tools run without one", f"{self.command_pointer}/0")
         elif head.startswith("-"):
-            self.fail("unsafe-command", f"argv[0] {head!r} is an option, not a program", "/execute/command/0")
+            self.fail("unsafe-command", f"argv[0] {head!r} is an option, not a program", f"{self.command_pointer}/0")
         elif head not in files:
             allowed = ", ".join(sorted(interpreters)) or "none"
             self.fail(
                 "unsafe-command",
                 f"argv[0] {head!r} is neither a file of the package nor an allowed interpreter ({allowed})",
-                "/execute/command/0",
+                f"{self.command_pointer}/0",
             )
         elif not files[head].executable:
             self.fail(
                 "unsafe-command",
                 f"argv[0] {head!r} is not executable (chmod +x, or name an interpreter)",
-                "/execute/command/0",
+                f"{self.command_pointer}/0",
             )
 
     def _check_text(self, data: dict[str, Any]) -> None:
@@ -331,6 +361,56 @@ class _Validation:
                 self.fail("control-character", more, "")
             else:
                 self.warn("suspicious-text", more, "")
+
+
+class _ServerValidation(_Validation):
+    """server.json (an MCP server package, DESIGN §10): strict JSON, the published server schema
+    (unknown keys are errors), the folder name, every string's text checks, and
+    ``server.command`` under exactly the rules of ``execute.command``."""
+
+    manifest_file = SERVER_MANIFEST
+    command_pointer = "/server/command"
+
+    def run_server(self) -> ServerManifest | None:
+        scan = self.scan
+        if MANIFEST in scan.contents:
+            self.fail(
+                "schema-invalid",
+                f"a package holds {MANIFEST} or {SERVER_MANIFEST}, never both; remove one",
+                "",
+            )
+            return None
+        if not is_valid_name(scan.name):
+            self.fail("invalid-name", f"folder name {scan.name!r}: {explain_invalid(scan.name)}")
+        raw = scan.contents[SERVER_MANIFEST]
+        try:
+            data = loads(raw, max_depth=self.policy.limits.max_json_depth, freeze_arrays=False)
+        except StrictJSONError as exc:
+            self.fail(exc.code, exc.message, exc.pointer)
+            return None
+        if not isinstance(data, dict):
+            self.fail("schema-invalid", f"the manifest must be a JSON object, not {_json_type(data)}", "")
+            return None
+        self.raw = raw.decode("utf-8")
+        self._check_text(data)
+        validator = _server_validator()
+        if not validator.is_valid(data):
+            self._report_schema_errors(data, validator)
+            return None
+        if data["name"] != scan.name:
+            self.fail(
+                "name-mismatch", f"manifest name {data['name']!r} differs from its folder name {scan.name!r}", "/name"
+            )
+        self._check_command(data["server"]["command"])
+        if any(d.severity is Severity.ERROR for d in self.diags):
+            return None
+        try:
+            return ServerManifest.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            pointer = "".join(f"/{escape_pointer(str(p))}" for p in first["loc"])
+            self.fail("schema-invalid", f"{first['msg']} (the model refused what the schema accepted)", pointer)
+            return None
 
 
 def _unsafe_arg(arg: str) -> str | None:

@@ -18,6 +18,9 @@ from .inputschema import DRAFT_2020_12
 
 SCHEMA_ID = "https://tooldir.invalid/schema/manifest-v1.json"
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "manifest.schema.json"
+SERVER_SCHEMA_ID = "https://tooldir.invalid/schema/server-v1.json"
+#: The published schema of server.json (MCP server packages, DESIGN §10), from ``ServerManifest``.
+SERVER_SCHEMA_FILE = Path(__file__).resolve().parent.parent / "server.schema.json"
 
 _KEY_ORDER = (
     "$schema",
@@ -54,8 +57,22 @@ def generate() -> dict[str, Any]:
     return _ordered({"$schema": DRAFT_2020_12, "$id": SCHEMA_ID, **body})
 
 
+def generate_server() -> dict[str, Any]:
+    """The published server.json schema, from :class:`tooldir.model.ServerManifest`."""
+    from ..model import ServerManifest
+
+    raw = ServerManifest.model_json_schema()
+    defs: dict[str, Any] = raw.pop("$defs", {})
+    body = _plain(raw, defs, top=True)
+    return _ordered({"$schema": DRAFT_2020_12, "$id": SERVER_SCHEMA_ID, **body})
+
+
 def render() -> str:
     return json.dumps(generate(), indent=2, ensure_ascii=False) + "\n"
+
+
+def render_server() -> str:
+    return json.dumps(generate_server(), indent=2, ensure_ascii=False) + "\n"
 
 
 def _plain(node: Any, defs: dict[str, Any], *, top: bool = False) -> Any:
@@ -95,17 +112,20 @@ def _ordered(node: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    text = render()
+    outputs = ((SCHEMA_FILE, render()), (SERVER_SCHEMA_FILE, render_server()))
     if args == ["--check"]:
-        current = SCHEMA_FILE.read_text("utf-8") if SCHEMA_FILE.exists() else ""
-        if current != text:
-            print(f"{SCHEMA_FILE} differs from the model; run python -m tooldir._internal.genschema", file=sys.stderr)
-            return 1
-        return 0
+        stale = 0
+        for file, text in outputs:
+            current = file.read_text("utf-8") if file.exists() else ""
+            if current != text:
+                print(f"{file} differs from the model; run python -m tooldir._internal.genschema", file=sys.stderr)
+                stale = 1
+        return stale
     if args:
         print("usage: python -m tooldir._internal.genschema [--check]", file=sys.stderr)
         return 2
-    SCHEMA_FILE.write_text(text, "utf-8")
+    for file, text in outputs:
+        file.write_text(text, "utf-8")
     return 0
 
 
