@@ -65,6 +65,10 @@ class DiagnosticCode(enum.StrEnum):
     # policy and state
     POLICY_WEAKENED = "policy-weakened"
     STATE_UNWRITABLE = "state-unwritable"
+    # MCP server packages (DESIGN §10)
+    DEFINITION_CHANGED = "definition-changed"
+    DEFINITION_NEW = "definition-new"
+    INSTRUCTIONS_CHANGED = "instructions-changed"
 
 
 class CallErrorCode(enum.StrEnum):
@@ -92,6 +96,8 @@ class CallErrorCode(enum.StrEnum):
     INVALID_OUTPUT = "invalid-output"
     AUDIT_FAILED = "audit-failed"
     INTERNAL_ERROR = "internal-error"
+    UPSTREAM_ERROR = "upstream-error"  # an MCP server package's tool failed (DESIGN §10)
+    UPSTREAM_UNAVAILABLE = "upstream-unavailable"  # its server is down, hung or cannot start
 
 
 class AuditCode(enum.StrEnum):

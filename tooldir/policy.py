@@ -218,6 +218,18 @@ class SandboxPolicy(_Frozen):
     unsafe_allow_no_seccomp: bool = False
     """On an architecture with no tabulated seccomp filter (not x86-64 or aarch64), run sandboxed
     tools without one (logged on every run) instead of refusing them."""
+    runtime_roots: tuple[str, ...] = ()
+    """Absolute host folders bound read-only, at the same path, into every MCP server package's
+    sandbox (DESIGN §10): the runtimes and dependencies a server needs that the sandbox's system
+    binds lack (a virtualenv, a node installation). Only the user's policy can name them."""
+
+    @field_validator("runtime_roots")
+    @classmethod
+    def _runtime_roots_are_absolute(cls, roots: tuple[str, ...]) -> tuple[str, ...]:
+        for root in roots:
+            if not root.startswith("/") or "\0" in root or ".." in root.split("/") or root == "/":
+                raise ValueError(f"runtime root {root!r} must be an absolute folder path without '..' (not '/')")
+        return roots
 
 
 class ExecPolicy(_Frozen):
@@ -563,6 +575,7 @@ WEAKENING_RULES: Mapping[str, _Rule] = MappingProxyType(
         "sandbox.unsafe_allow_no_seccomp": _turned_on("tools run without a seccomp filter on this architecture"),
         "sandbox.memory_bound": _memory_bound,
         "sandbox.env_allow": _adds("tools may receive these variables of your environment"),
+        "sandbox.runtime_roots": _adds("MCP server sandboxes may read these host folders"),
         "exec.interpreters": _adds("more programs may be argv[0] of a tool"),
         **{
             f"sandbox.{key}": _higher(_LARGER)

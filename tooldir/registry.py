@@ -107,6 +107,13 @@ class CallResult:
         }
 
 
+class UpstreamCaller(Protocol):
+    """Forwards a call of an upstream MCP tool to its server (:class:`tooldir.upstream.UpstreamHub`);
+    raises :class:`ExecutionError` (``upstream-error``, ``upstream-unavailable``, ...)."""
+
+    def call(self, record: ToolRecord, arguments: Mapping[str, Any]) -> Any: ...
+
+
 class CallGate(Protocol):
     """Implemented by the session layer: may this session call this record now?"""
 
@@ -177,6 +184,7 @@ class Registry:
         self._hooks = HookSet()
         self._validators: OrderedDict[str, Any] = OrderedDict()
         self._validators_lock = threading.Lock()
+        self._upstream: UpstreamCaller | None = None  # MCP server packages (tooldir.upstream)
 
     # ----------------------------------------------------------------------------- registration
 
@@ -485,7 +493,23 @@ class Registry:
         self.sandbox()
         return self._sandbox_problem
 
+    def attach_upstream(self, upstream: UpstreamCaller | None) -> None:
+        """Where calls of upstream MCP tools (records with ``upstream``) go: a
+        :class:`tooldir.upstream.UpstreamHub`. Without one they fail ``upstream-unavailable``."""
+        self._upstream = upstream
+
+    def _run_upstream(self, record: ToolRecord, data: dict[str, Any]) -> Any:
+        upstream = self._upstream
+        if upstream is None:
+            raise _Stop("upstream-unavailable", f"no session with the MCP server of {record.name!r} in this registry")
+        try:
+            return upstream.call(record, data)
+        except ExecutionError as exc:
+            raise _Stop(exc.code, exc.message, ran=True) from None
+
     def _run_directory_tool(self, record: ToolRecord, data: dict[str, Any], ctx: dict[str, Any]) -> Any:
+        if record.upstream is not None:  # an MCP server package's tool (DESIGN §10)
+            return self._run_upstream(record, data)
         manifest = record.manifest
         assert manifest is not None  # noqa: S101 - only active directory tools reach here
         box = self.sandbox()

@@ -39,6 +39,7 @@ from .model import (
     Trust,
     _issue_seal,
     error,
+    is_runnable,
     warning,
 )
 from .policy import Policy
@@ -284,6 +285,37 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
     needed = " or ".join(rules.require)
     diags.append(warning("not-approved", f"{scan.source} tool needs {needed} before it can run", **where))
     return Assessment(Status.PENDING, UNVERIFIED, tuple(diags))
+
+
+def assess_upstream(candidate: Candidate, package: ToolRecord, pinned: str | None) -> Assessment:
+    """An upstream tool of an MCP server package (DESIGN §10), ``candidate`` made from its listed
+    definition (``scan.digest`` = the definition's digest). Active only when its package is
+    runnable (trusted, exactly as listed) and the definition is the one pinned for it (``pinned``);
+    otherwise pending with ``definition-new`` / ``definition-changed``."""
+    scan = candidate.scan
+    where = {"tool": candidate.name, "source": scan.source, "path": scan.path}
+    if not candidate.valid or scan.digest is None:
+        return Assessment(Status.REJECTED, UNVERIFIED, ())
+    if not is_runnable(package) or package.server is None:
+        diag = warning("not-approved", f"its MCP server package {package.name!r} is not trusted", **where)
+        return Assessment(Status.PENDING, UNVERIFIED, (diag,))
+    if pinned is None:
+        diag = warning(
+            "definition-new",
+            f"the server offers a tool that was not there when it was approved ({scan.digest}); review it with "
+            f"'tooldir show {candidate.name}' and run 'tooldir allow {package.name}' to approve it",
+            **where,
+        )
+        return Assessment(Status.PENDING, UNVERIFIED, (diag,))
+    if pinned != scan.digest:
+        diag = warning(
+            "definition-changed",
+            f"the tool's definition changed since it was approved (pinned {pinned}, now {scan.digest}); "
+            f"'tooldir show {candidate.name}' shows the change, 'tooldir allow {package.name}' approves it",
+            **where,
+        )
+        return Assessment(Status.PENDING, UNVERIFIED, (diag,))
+    return _active(candidate, Trust(True, package.trust.method, package.trust.signer))
 
 
 # ---------------------------------------------------------------------------------------------

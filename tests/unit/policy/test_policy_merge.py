@@ -69,6 +69,7 @@ OTHER: dict[str, Any] = {
     "sandbox.cgroup_parent": "/sys/fs/cgroup/tooldir",
     "sandbox.address_space_slack_mb": 256,
     "sandbox.unsafe_allow_no_seccomp": True,
+    "sandbox.runtime_roots": ["/opt/venv/lib"],
     "exec.interpreters": ["python3"],
     "limits.max_manifest_bytes": 4096,
     "limits.max_file_bytes": 4096,

@@ -1,0 +1,816 @@
+"""MCP server packages as a tool source (DESIGN §10): sandboxed upstream sessions, definition pins,
+and upstream tools as ordinary records.
+
+- :class:`ServerSession` -- one trusted ``server.json`` package's server, started only when asked
+  (never by discovery or ``scan``), inside the sandbox (:mod:`tooldir.sandbox.server`), spoken to
+  with the official ``mcp`` SDK's :class:`~mcp.ClientSession` over the sandboxed process's stdio.
+  A crash or hang makes calls fail with ``upstream-unavailable``; the next use restarts it after a
+  back-off (1 s doubling to 60 s).
+- **Pins** (user state ``upstream.json``): per package path the package digest they were made for,
+  the digest of every tool definition (name, title, description, inputSchema, outputSchema,
+  annotations) and of the ``instructions``, as approved; and the last listing (to show in ``scan``
+  without starting anything). :func:`approve_listing` records pins (``tooldir allow``, and the first
+  trusted start of a package version that has none).
+- :func:`upstream_records` (pure) -- the last listings as records ``<package>__<tool>``: each
+  definition goes through the manifest validation of a directory tool (names, every text check,
+  input schema), the package risk is the ceiling (``readOnlyHint`` may lower it, nothing raises it),
+  the pin check (:func:`tooldir.trust.assess_upstream`: ``definition-new``/``definition-changed``
+  are pending), and the name rules against builtins, directory tools and other servers.
+- :class:`UpstreamHub` -- the sessions of one registry: lists, pins, publishes the extended
+  snapshot into the registry's store, forwards :meth:`call` (the registry's only way in), and
+  re-lists on ``notifications/tools/list_changed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import difflib
+import hashlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from .discover import MANIFEST, PackageScan
+from .errors import ExecutionError, SandboxError
+from .model import BuiltinSpec, Diagnostic, Risk, Status, ToolRecord, UpstreamRef, error, is_runnable, warning
+from .names import GUARD_TOOLS, skeleton
+from .policy import Policy
+from .resolve import Assessed, resolve
+from .sandbox.output import sanitize_json, sanitize_text
+from .snapshot import Snapshot, assemble, diag_entry, record_entry
+from .state import locked, read_json, write_json_atomic
+from .text import check_strings
+from .trust import assess_upstream
+from .validate import validate_package
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
+
+    from .snapshot import SnapshotStore
+
+log = logging.getLogger("tooldir.upstream")
+
+UPSTREAM_STATE = "upstream.json"
+SEPARATOR = "__"
+DEFINITION_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+_BACKOFF_FIRST_S = 1.0
+_BACKOFF_MAX_S = 60.0
+_MAX_LINE = 4 << 20  # one JSON-RPC message from a server, at most
+_MAX_TOOLS = 256
+
+
+# ---------------------------------------------------------------------------------------------
+# definitions and their digests
+
+
+def definition_of(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """The pinned part of one listed tool (its wire JSON): every field the model or the call sees."""
+    return {key: tool.get(key) for key in DEFINITION_FIELDS}
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def digest_of(value: Any) -> str:
+    return "sha256:" + hashlib.sha256(canonical(value).encode()).hexdigest()
+
+
+def visible(value: Any) -> str:
+    """``value`` as indented JSON with every non-ASCII and control character escaped (what a
+    reviewer must see: nothing hidden, nothing that moves the cursor)."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """One answer of a server to ``initialize`` + ``tools/list``."""
+
+    tools: tuple[Mapping[str, Any], ...]  # wire JSON of each tool
+    instructions: str | None
+    listed_at: str  # ISO time
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tools": [dict(t) for t in self.tools], "instructions": self.instructions, "listed_at": self.listed_at}
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------------------------------------
+# user state: pins and last listings
+
+
+def load_upstream_state(state_dir: Path) -> dict[str, Any]:
+    """``{"version": 1, "packages": {path: {"digest", "pins": {tool: digest}, "definitions":
+    {tool: definition}, "instructions_digest", "instructions", "last": listing}}}``."""
+    data = read_json(Path(state_dir) / UPSTREAM_STATE, {"version": 1, "packages": {}})
+    packages = data.get("packages")
+    if not isinstance(packages, dict):
+        return {"version": 1, "packages": {}}
+    return data
+
+
+def _package_state(data: Mapping[str, Any], record: ToolRecord) -> Mapping[str, Any]:
+    entry = data.get("packages", {}).get(record.path or "")
+    return entry if isinstance(entry, Mapping) else {}
+
+
+def record_listing(state_dir: Path, record: ToolRecord, listing: Listing, *, approve: bool) -> dict[str, Any]:
+    """Store ``listing`` as the package's last one; with ``approve`` (or when no pins exist for
+    this package version: its first trusted start), pin every definition and the instructions."""
+    state_dir = Path(state_dir)
+    with locked(state_dir):
+        data = load_upstream_state(state_dir)
+        packages: dict[str, Any] = data.setdefault("packages", {})
+        entry = dict(packages.get(record.path or "", {}))
+        first = entry.get("digest") != record.digest or "pins" not in entry
+        entry["last"] = listing.to_json()
+        if approve or first:
+            definitions = {str(t.get("name")): definition_of(t) for t in listing.tools}
+            entry["digest"] = record.digest
+            entry["pins"] = {name: digest_of(d) for name, d in definitions.items()}
+            entry["definitions"] = definitions
+            entry["instructions"] = listing.instructions
+            entry["instructions_digest"] = digest_of(listing.instructions)
+            entry["pinned_at"] = listing.listed_at
+        packages[record.path or ""] = entry
+        write_json_atomic(state_dir / UPSTREAM_STATE, data)
+        return entry
+
+
+def pinned_instructions(data: Mapping[str, Any], record: ToolRecord) -> str | None:
+    """The server's instructions if they are the pinned ones; None when they changed (never
+    passed on unpinned) or there are none."""
+    entry = _package_state(data, record)
+    last = entry.get("last")
+    if not isinstance(last, Mapping) or entry.get("digest") != record.digest:
+        return None
+    now = last.get("instructions")
+    if digest_of(now) != entry.get("instructions_digest"):
+        return None
+    return now if isinstance(now, str) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# listings -> records (pure)
+
+
+def _lowered(ceiling: Risk, annotations: Any) -> Risk:
+    """The package risk, lowered by an upstream ``readOnlyHint: true``; a hint never raises it."""
+    if isinstance(annotations, Mapping) and annotations.get("readOnlyHint") is True:
+        lowered = {Risk.WRITE: Risk.READ, Risk.EXTERNAL_WRITE: Risk.EXTERNAL_READ}.get(ceiling, ceiling)
+        return lowered if lowered.rank <= ceiling.rank else ceiling
+    return ceiling
+
+
+def _candidate_for(package: ToolRecord, tool: Mapping[str, Any], policy: Policy, listed_at: str) -> Any:
+    """The definition as a tool manifest, validated exactly like a directory tool's schema.json."""
+    from .validate import Candidate
+
+    assert package.server is not None and package.path is not None  # noqa: S101 - callers pass servers
+    spec = package.server
+    upstream_name = tool.get("name")
+    name = f"{package.name}{SEPARATOR}{upstream_name}"
+    definition = definition_of(tool)
+    digest = digest_of(definition)
+    description = tool.get("description") or tool.get("title") or f"{upstream_name} (MCP server {package.name})"
+    manifest = {
+        "name": name,
+        "description": description,
+        "input_schema": tool.get("inputSchema") if tool.get("inputSchema") is not None else {"type": "object"},
+        "risk": str(_lowered(spec.risk, tool.get("annotations"))),
+        "keywords": list(spec.keywords),
+        "execute": {"command": list(spec.server.command)},
+    }
+    try:
+        raw = json.dumps(manifest, ensure_ascii=False, allow_nan=False).encode()
+    except (TypeError, ValueError):
+        raw = b"null"
+    scan = PackageScan(
+        source=package.source,
+        root=os.path.dirname(package.path),
+        name=name if isinstance(upstream_name, str) else f"{package.name}{SEPARATOR}?",
+        path=package.path,
+        files=package.files,
+        contents=MappingProxyType({MANIFEST: raw}),
+        digest=digest,
+        diagnostics=(),
+    )
+    candidate = validate_package(scan, policy)
+    where = f"{package.path} (tool {upstream_name!r} of MCP server {package.name}, listed {listed_at})"
+    diags = [replace(d, path=where) for d in candidate.diagnostics]
+    # the fields a manifest has no place for: title, outputSchema, annotations (every text check)
+    rest = {k: definition[k] for k in ("title", "outputSchema", "annotations") if definition[k] is not None}
+    if rest:
+        text = json.dumps(rest, ensure_ascii=False)
+        for finding in check_strings(rest, text, limit=20).findings:
+            make = error if finding.kind == "control" else warning
+            code = "control-character" if finding.kind == "control" else "suspicious-text"
+            diags.append(
+                make(code, f"upstream {finding.kind} text: {finding.detail}", tool=name, source=package.source,
+                     path=where, pointer=f"/upstream{finding.pointer}")
+            )  # fmt: skip
+    manifest_ok = candidate.manifest if not any(d.code == "control-character" for d in diags) else None
+    return Candidate(scan, manifest_ok, tuple(diags))
+
+
+def upstream_records(
+    snapshot: Snapshot,
+    data: Mapping[str, Any],
+    policy: Policy,
+    builtins: Iterable[BuiltinSpec] = (),
+) -> tuple[list[ToolRecord], list[Diagnostic]]:
+    """The upstream records of every runnable server package of ``snapshot`` whose last listing is
+    in ``data`` (user state), and diagnostics about the packages (instructions changed)."""
+    candidates: list[tuple[ToolRecord, Any, str | None]] = []
+    extra: list[Diagnostic] = []
+    refs: dict[str, UpstreamRef] = {}
+    for package in snapshot.tools:
+        if package.server is None or not is_runnable(package) or package.path is None or package.digest is None:
+            continue
+        entry = _package_state(data, package)
+        last = entry.get("last")
+        if not isinstance(last, Mapping) or entry.get("digest") != package.digest:
+            continue
+        listed_at = str(last.get("listed_at", ""))
+        pins = entry.get("pins") if isinstance(entry.get("pins"), Mapping) else {}
+        assert isinstance(pins, Mapping)  # noqa: S101 - narrowed above
+        tools = [t for t in last.get("tools", []) if isinstance(t, Mapping)][:_MAX_TOOLS]
+        for tool in tools:
+            candidate = _candidate_for(package, tool, policy, listed_at)
+            upstream_name = str(tool.get("name"))
+            pinned = pins.get(upstream_name)
+            candidates.append((package, candidate, pinned if isinstance(pinned, str) else None))
+            refs[candidate.name] = UpstreamRef(
+                package.name, package.path, package.digest, upstream_name, candidate.scan.digest, listed_at
+            )
+        if digest_of(last.get("instructions")) != entry.get("instructions_digest"):
+            extra.append(
+                warning(
+                    "instructions-changed",
+                    f"the server's instructions changed since they were approved; they are not passed on until "
+                    f"'tooldir allow {package.name}' approves them",
+                    tool=package.name,
+                    source=package.source,
+                    path=package.path,
+                )
+            )
+    assessed = [Assessed(c, assess_upstream(c, pkg, pinned)) for pkg, c, pinned in candidates]
+    specs = tuple(builtins)
+    resolved = [r for r in resolve(assessed, specs, policy) if r.source.value != "builtin"]
+    # against every live name of the snapshot (directory tools, builtins, server packages)
+    taken = {skeleton(t.name): t for t in snapshot.tools if t.status in (Status.ACTIVE, Status.PENDING)}
+    reserved = set(GUARD_TOOLS) | set(policy.reserved.names) | {s.name for s in specs}
+    out: list[ToolRecord] = []
+    for found in resolved:
+        record = replace(found, upstream=refs.get(found.name))
+        other = taken.get(skeleton(record.name))
+        if record.status in (Status.ACTIVE, Status.PENDING) and (other is not None or record.name in reserved):
+            if record.name in reserved:
+                code, what = "reserved-name", "reserved for a builtin or guard tool"
+            else:
+                assert other is not None  # noqa: S101 - one of the two holds
+                code = "collision" if other.name == record.name else "confusable-name"
+                what = f"taken by (or looks like) the {other.source} tool {other.name!r} at {other.path}"
+            diag = error(code, f"{record.name!r} is {what}", tool=record.name, source=record.source, path=record.path)
+            record = replace(record, status=Status.REJECTED, grant=None, diagnostics=(*record.diagnostics, diag))
+        out.append(record)
+    return out, extra
+
+
+def extend_snapshot(
+    snapshot: Snapshot, data: Mapping[str, Any], policy: Policy, builtins: Iterable[BuiltinSpec] = ()
+) -> Snapshot:
+    """``snapshot`` with the upstream records of its server packages (same generation). A snapshot
+    with no server package comes back unchanged (the very object)."""
+    if not any(t.server is not None for t in snapshot.tools):
+        return snapshot
+    base = [t for t in snapshot.tools if t.upstream is None]
+    records, extra = upstream_records(snapshot, data, policy, builtins)
+    if not records and not extra:
+        return snapshot
+    owned = Counter(d for t in snapshot.tools for d in t.diagnostics)
+    rest: list[Diagnostic] = []
+    for d in snapshot.diagnostics:
+        if owned[d] > 0:
+            owned[d] -= 1
+        else:
+            rest.append(d)
+    rest = [d for d in rest if d.code != "instructions-changed"]
+    return assemble(
+        [record_entry(t) for t in (*base, *records)], [diag_entry(d) for d in (*rest, *extra)], snapshot.generation
+    )
+
+
+def definition_diff(data: Mapping[str, Any], record: ToolRecord) -> str | None:
+    """The change of an upstream tool's definition since it was pinned, as a unified diff of its
+    escaped JSON (``tooldir show``); None when nothing was pinned or nothing changed."""
+    ref = record.upstream
+    if ref is None:
+        return None
+    entry = data.get("packages", {}).get(ref.package_path, {})
+    last = entry.get("last") if isinstance(entry, Mapping) else None
+    if not isinstance(last, Mapping):
+        return None
+    now = next((definition_of(t) for t in last.get("tools", []) if t.get("name") == ref.tool), None)
+    before = entry.get("definitions", {}).get(ref.tool)
+    if now is None or before is None or digest_of(now) == digest_of(before):
+        return None
+    lines = difflib.unified_diff(
+        visible(before).splitlines(), visible(now).splitlines(), "approved", "listed now", lineterm=""
+    )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# one sandboxed server session
+
+
+class _Loop:
+    """An asyncio loop in a daemon thread: where every session's SDK client runs."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="tooldir-upstream", daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Any, timeout: float) -> Any:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no answer within {timeout:g} s") from None
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+class UpstreamUnavailable(ExecutionError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="upstream-unavailable")
+
+
+class ServerSession:
+    """The sandboxed server of one trusted package, started on first use, restarted with back-off."""
+
+    def __init__(
+        self,
+        record: ToolRecord,
+        policy: Policy,
+        state_dir: Path,
+        loop: _Loop,
+        *,
+        on_list_changed: Callable[[ServerSession], None] | None = None,
+    ) -> None:
+        assert record.server is not None  # noqa: S101 - the hub makes sessions of server packages only
+        self.record = record
+        self.policy = policy
+        self.state_dir = Path(state_dir)
+        self._loop = loop
+        self._on_list_changed = on_list_changed
+        self._lock = threading.RLock()
+        self._session: ClientSession | None = None
+        self._stop: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._pid: int | None = None
+        self.failures = 0
+        self.next_start = 0.0
+        self.problem: str | None = None
+        self.stderr: deque[str] = deque(maxlen=20)
+        self.instructions: str | None = None
+        sp = policy.sandbox
+        self.timeout_s = min(record.server.server.timeout_s or sp.timeout_s, sp.timeout_s)
+
+    @property
+    def running(self) -> bool:
+        return self._session is not None and self._task is not None and not self._task.done()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def ensure(self) -> None:
+        """Start the server if it is not running (and its back-off has passed).
+
+        Raises:
+            UpstreamUnavailable: it cannot be started (now).
+        """
+        with self._lock:
+            if self.running:
+                return
+            wait = self.next_start - time.monotonic()
+            if wait > 0:
+                raise UpstreamUnavailable(
+                    f"MCP server {self.record.name!r} is down ({self.problem}); next start in {wait:.1f} s"
+                )
+            try:
+                self._loop.run(self._start(), self.timeout_s + 5)
+            except Exception as exc:  # every failure to start is one outcome
+                self._failed(_why(exc))
+                raise UpstreamUnavailable(
+                    f"MCP server {self.record.name!r} could not be started: {self.problem}"
+                ) from None
+            self.failures = 0
+            self.problem = None
+
+    def _failed(self, why: str) -> None:
+        self.problem = why
+        self.failures += 1
+        self.next_start = time.monotonic() + min(_BACKOFF_FIRST_S * 2 ** (self.failures - 1), _BACKOFF_MAX_S)
+        self.kill()
+        log.warning("MCP server %s: %s", self.record.name, why)
+
+    def kill(self) -> None:
+        """Stop the server now (the whole sandbox goes with bubblewrap)."""
+        pid, self._pid = self._pid, None
+        self._session = None
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+        stop = self._stop
+        if stop is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.loop.call_soon_threadsafe(stop.set)
+
+    def close(self) -> None:
+        with self._lock:
+            self.kill()
+
+    async def _start(self) -> None:
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._stop = asyncio.Event()
+        self._task = asyncio.ensure_future(self._main(ready, self._stop))
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), self.timeout_s)
+        except BaseException:
+            self._task.cancel()
+            raise
+
+    async def _main(self, ready: asyncio.Future[None], stop: asyncio.Event) -> None:
+        import anyio
+        from mcp import ClientSession, types
+        from mcp.shared.message import SessionMessage
+
+        from .sandbox.server import prepare_server
+
+        sp = self.policy.sandbox
+        spec = self.record.server
+        assert spec is not None  # noqa: S101
+        allowed = set(sp.env_allow)
+        env = {k: os.environ[k] for k in spec.server.env if k in allowed and k in os.environ}
+        process = None
+        try:
+            prepared = prepare_server(
+                self.record, sp, self.state_dir, env=env, network=spec.server.network and sp.network
+            )
+            try:
+                uid = prepared.identity.uid
+                process = await anyio.open_process(
+                    prepared.argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd="/",
+                    env={},
+                    start_new_session=True,
+                    pass_fds=prepared.fds,
+                    user=uid,
+                    group=prepared.identity.gid,
+                    extra_groups=[] if uid is not None else None,
+                )
+            finally:
+                prepared.close()
+            self._pid = process.pid
+            read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+            write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+
+            async def reader() -> None:
+                assert process is not None and process.stdout is not None  # noqa: S101
+                buffer = b""
+                async with read_send:
+                    try:
+                        async for chunk in process.stdout:
+                            buffer += chunk
+                            if len(buffer) > _MAX_LINE and b"\n" not in buffer:
+                                self.problem = f"a message larger than {_MAX_LINE} bytes"
+                                break
+                            *lines, buffer = buffer.split(b"\n")
+                            for line in lines:
+                                if not line.strip():
+                                    continue
+                                try:
+                                    text = line.decode("utf-8")
+                                    message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+                                except ValueError as exc:
+                                    await read_send.send(exc)
+                                    continue
+                                await read_send.send(SessionMessage(message))
+                    except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                        pass
+                stop.set()
+
+            async def writer() -> None:
+                assert process is not None and process.stdin is not None  # noqa: S101
+                try:
+                    async with write_recv:
+                        async for message in write_recv:
+                            data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                            await process.stdin.send(data.encode() + b"\n")
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                    stop.set()
+
+            async def errors() -> None:
+                assert process is not None and process.stderr is not None  # noqa: S101
+                with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                    async for chunk in process.stderr:
+                        text = sanitize_text(chunk[-2000:].decode("utf-8", "replace")).strip()
+                        if text:
+                            self.stderr.append(text[-500:])
+
+            async def on_message(message: Any) -> None:
+                if isinstance(message, types.ToolListChangedNotification) and self._on_list_changed is not None:
+                    callback = self._on_list_changed
+                    threading.Thread(target=callback, args=(self,), daemon=True).start()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reader)
+                tg.start_soon(writer)
+                tg.start_soon(errors)
+                async with ClientSession(read_recv, write_send, message_handler=on_message) as session:
+                    init = await session.initialize()
+                    self.instructions = init.instructions
+                    self._session = session
+                    ready.set_result(None)
+                    await stop.wait()
+                tg.cancel_scope.cancel()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._session = None
+            if process is not None:
+                with contextlib.suppress(OSError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                with contextlib.suppress(Exception):
+                    await process.aclose()
+            self._pid = None
+            if not ready.done():
+                ready.set_exception(RuntimeError("the server ended before it was ready"))
+
+    def _died(self, what: str) -> UpstreamUnavailable:
+        tail = f"; its stderr: {self.stderr[-1]}" if self.stderr else ""
+        self._failed(what + tail)
+        return UpstreamUnavailable(f"MCP server {self.record.name!r} {what}{tail}")
+
+    # -- requests ------------------------------------------------------------------------
+
+    def _request(self, make: Callable[[ClientSession], Any]) -> Any:
+        self.ensure()
+        session = self._session
+        if session is None:
+            raise self._died("is not running")
+        try:
+            return self._loop.run(asyncio.wait_for(make(session), self.timeout_s), self.timeout_s + 2)
+        except TimeoutError:
+            raise self._died(f"did not answer within {self.timeout_s:g} s (killed)") from None
+        except Exception as exc:
+            from mcp.shared.exceptions import MCPError
+
+            if isinstance(exc, MCPError) and self.running:
+                raise ExecutionError(
+                    f"the MCP server answered with an error: {_clip(str(exc))}", code="upstream-error"
+                ) from None
+            if not self.running:
+                raise self._died(f"ended ({_why(exc)})") from None
+            raise ExecutionError(f"the MCP server failed the request: {_why(exc)}", code="upstream-error") from None
+
+    def list(self) -> Listing:
+        """``tools/list`` (every page) and the instructions of ``initialize``."""
+
+        async def listing(session: ClientSession) -> Listing:
+            tools: list[Mapping[str, Any]] = []
+            result = await session.list_tools()
+            tools.extend(t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in result.tools)
+            pages = 0
+            while result.next_cursor and pages < 16 and len(tools) < _MAX_TOOLS:
+                from mcp import types
+
+                result = await session.list_tools(params=types.PaginatedRequestParams(cursor=result.next_cursor))
+                tools.extend(t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in result.tools)
+                pages += 1
+            return Listing(tuple(tools[:_MAX_TOOLS]), self.instructions, _now())
+
+        listed: Listing = self._request(listing)
+        return listed
+
+    def call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
+        """``tools/call`` -> the result's wire JSON."""
+
+        async def calling(session: ClientSession) -> Any:
+            result = await session.call_tool(tool, dict(arguments))
+            return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+        return self._request(calling)
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, SandboxError | ExecutionError):
+        return f"{exc.code}: {text}"
+    return _clip(sanitize_text(text))
+
+
+def _clip(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# ---------------------------------------------------------------------------------------------
+# call results
+
+
+def interpret_result(result: Mapping[str, Any], cap: int) -> Any:
+    """A ``CallToolResult`` (wire JSON) -> the registry's content: ``structuredContent`` if given,
+    else the text of its text blocks (other blocks as JSON), sanitised like sandbox output and
+    capped; ``isError`` -> ``upstream-error``."""
+    structured = result.get("structuredContent")
+    blocks = result.get("content") or []
+    texts = [b.get("text") for b in blocks if isinstance(b, Mapping) and b.get("type") == "text"]
+    if structured is not None:
+        content: Any = sanitize_json(structured)
+    elif blocks and len(texts) == len(blocks):
+        content = sanitize_text("\n".join(str(t) for t in texts))
+    else:
+        content = sanitize_json(list(blocks))
+    size = len(json.dumps(content, ensure_ascii=False).encode())
+    if size > cap:
+        raise ExecutionError(f"the MCP server's result is {size} bytes; the cap is {cap}", code="output-too-large")
+    if result.get("isError") is True:
+        message = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        raise ExecutionError(f"the MCP server's tool failed: {_clip(message, 2000)}", code="upstream-error")
+    return content
+
+
+# ---------------------------------------------------------------------------------------------
+# the hub of one registry
+
+
+class UpstreamHub:
+    """The upstream sessions of one registry (``Registry.attach_upstream``)."""
+
+    def __init__(self, policy: Policy, state_dir: Path, *, builtins: Iterable[BuiltinSpec] = ()) -> None:
+        self.policy = policy
+        self.state_dir = Path(state_dir)
+        self.builtins = tuple(builtins)
+        self._loop: _Loop | None = None
+        self._sessions: dict[tuple[str, str], ServerSession] = {}
+        self._lock = threading.RLock()
+        self._store: SnapshotStore | None = None
+        self._base: Snapshot | None = None
+
+    def _loop_(self) -> _Loop:
+        if self._loop is None:
+            self._loop = _Loop()
+        return self._loop
+
+    def session(self, record: ToolRecord) -> ServerSession:
+        key = (record.path or "", record.digest or "")
+        with self._lock:
+            found = self._sessions.get(key)
+            if found is None:
+                for (path, _), old in list(self._sessions.items()):
+                    if path == key[0]:  # a new version of the package: the old server goes
+                        old.close()
+                        del self._sessions[(path, _)]
+                found = ServerSession(
+                    record, self.policy, self.state_dir, self._loop_(), on_list_changed=self._list_changed
+                )
+                self._sessions[key] = found
+            return found
+
+    def refresh(self, snapshot: Snapshot, *, start: bool = True) -> tuple[Snapshot, list[Diagnostic]]:
+        """List every runnable server package of ``snapshot`` (starting it if needed; ``start``
+        False uses the last listings only), record the listings (pinning on first trusted start)
+        and return the extended snapshot, plus a diagnostic per server that could not be listed."""
+        problems: list[Diagnostic] = []
+        if start:
+            for record in snapshot.tools:
+                if record.server is None or not is_runnable(record):
+                    continue
+                try:
+                    listing = self.session(record).list()
+                    record_listing(self.state_dir, record, listing, approve=False)
+                except ExecutionError as exc:
+                    problems.append(
+                        warning(exc.code, exc.message, tool=record.name, source=record.source, path=record.path)
+                    )
+        data = load_upstream_state(self.state_dir)
+        return extend_snapshot(snapshot, data, self.policy, self.builtins), problems
+
+    def attach(self, store: SnapshotStore, *, start: bool = True) -> Snapshot:
+        """Extend the store's current snapshot with the upstream tools and publish it."""
+        self._store = store
+        self._base = store.current
+        extended, _ = self.refresh(self._base, start=start)
+        if extended is not self._base:
+            store.publish(extended)
+        return extended
+
+    def attach_registry(self, registry: Any, *, start: bool = True) -> Snapshot:
+        """Serve ``registry``'s upstream calls and publish its snapshot with the upstream tools."""
+        registry.attach_upstream(self)
+        return self.attach(registry.store, start=start)
+
+    def _list_changed(self, session: ServerSession) -> None:
+        """``notifications/tools/list_changed``: re-list, re-check the pins, publish if changed."""
+        store, base = self._store, self._base
+        if store is None or base is None:
+            return
+        try:
+            listing = session.list()
+            record_listing(self.state_dir, session.record, listing, approve=False)
+        except ExecutionError as exc:
+            log.warning("re-listing %s failed: %s", session.record.name, exc.message)
+            return
+        extended = extend_snapshot(base, load_upstream_state(self.state_dir), self.policy, self.builtins)
+        if extended.id != store.current.id:
+            store.publish(extended)
+
+    def call(self, record: ToolRecord, arguments: Mapping[str, Any]) -> Any:
+        """Forward one call of an active upstream record (the registry checked everything else)."""
+        ref = record.upstream
+        if ref is None:
+            raise ExecutionError(f"{record.name} is not an upstream tool", code="upstream-unavailable")
+        snapshot = self._store.current if self._store is not None else None
+        package = None
+        if snapshot is not None:
+            package = next((t for t in snapshot.tools if t.server is not None and t.path == ref.package_path), None)
+        if package is None or not is_runnable(package) or package.digest != ref.package_digest:
+            raise UpstreamUnavailable(f"the MCP server package of {record.name} is no longer trusted as listed")
+        result = self.session(package).call(ref.tool, arguments)
+        return interpret_result(result, self.policy.sandbox.max_output_bytes)
+
+    def instructions(self) -> dict[str, str]:
+        """The pinned, unchanged instructions of each listed server (package name -> text)."""
+        store = self._store
+        if store is None:
+            return {}
+        data = load_upstream_state(self.state_dir)
+        out = {}
+        for record in store.current.tools:
+            if record.server is not None and is_runnable(record):
+                text = pinned_instructions(data, record)
+                if text is not None:
+                    out[record.name] = text
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            for session in self._sessions.values():
+                session.close()
+            self._sessions.clear()
+        if self._loop is not None:
+            self._loop.stop()
+            self._loop = None
+
+
+def approve_listing(record: ToolRecord, policy: Policy, state_dir: Path) -> tuple[Listing, dict[str, Any]]:
+    """``tooldir allow <server package>``: start the (now trusted) server, list it, pin every
+    definition and the instructions. Raises :class:`ExecutionError` when it cannot be listed."""
+    hub = UpstreamHub(policy, state_dir)
+    try:
+        listing = hub.session(record).list()
+    finally:
+        hub.close()
+    return listing, record_listing(state_dir, record, listing, approve=True)
+
+
+__all__ = [
+    "Listing",
+    "ServerSession",
+    "UpstreamHub",
+    "UpstreamUnavailable",
+    "approve_listing",
+    "definition_diff",
+    "extend_snapshot",
+    "interpret_result",
+    "load_upstream_state",
+    "upstream_records",
+    "visible",
+]
