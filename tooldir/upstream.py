@@ -358,8 +358,23 @@ class _Loop:
             raise TimeoutError(f"no answer within {timeout:g} s") from None
 
     def stop(self) -> None:
+        """Wait (bounded) for every task to end, cancel the rest, stop and close the loop."""
+
+        async def drain() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            if tasks:
+                _, pending = await asyncio.wait(tasks, timeout=3)
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    await asyncio.wait(pending, timeout=2)
+
+        with contextlib.suppress(Exception):
+            self.run(drain(), 8)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+        if not self.thread.is_alive():
+            self.loop.close()
 
 
 class UpstreamUnavailable(ExecutionError):

@@ -94,3 +94,21 @@ def make_server(
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content.encode() if isinstance(content, str) else content)
     return folder
+
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "mcp"
+
+
+def copy_server(fixture: str, root: Path, name: str | None = None, **overrides: Any) -> Path:
+    """``fixtures/mcp/<fixture>`` copied to ``root/<name>`` (server.json renamed and overridden)."""
+    name = name or fixture
+    folder = root / name
+    folder.mkdir(parents=True)
+    for item in (FIXTURES / fixture).iterdir():
+        if item.is_file():
+            (folder / item.name).write_bytes(item.read_bytes())
+    data = json.loads((folder / "server.json").read_text())
+    data["name"] = name
+    data.update(overrides)
+    (folder / "server.json").write_text(json.dumps(data, indent=2))
+    return folder
