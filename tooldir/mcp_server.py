@@ -269,6 +269,7 @@ class ToolServer:
         self._activity = threading.Lock()
         self._last_call: float | None = None
         self._unsubscribe = session.subscribe(self._on_session_change)
+        self.upstream: Any = None  # the UpstreamHub of MCP server packages, if there are any
 
     @classmethod
     def open(
@@ -286,6 +287,13 @@ class ToolServer:
         problem = registry.sandbox_problem()
         if problem is not None:
             log.warning("no working sandbox (%s): directory tools will be refused with sandbox-unavailable", problem)
+        upstream = None
+        if any(t.server is not None for t in store.current.tools):  # MCP server packages (DESIGN §10)
+            from .upstream import open_upstream
+
+            upstream = open_upstream(
+                registry, policy=config.policy, state_dir=config.state_dir, builtins=config.builtins, follow=True
+            )
         session = Session(store, policy=config.policy, registry=registry, state_dir=config.state_dir)
         watcher = (
             Watcher(
@@ -295,6 +303,7 @@ class ToolServer:
             else None
         )
         front = cls(store=store, registry=registry, session=session, watcher=watcher, turn_idle_s=turn_idle_s)
+        front.upstream = upstream
         if watcher is not None:
             try:
                 watcher.start()
@@ -423,6 +432,8 @@ class ToolServer:
         if self.watcher is not None:
             steps.append(("stop the watcher", self.watcher.stop))
         steps.append(("close the session (usage priors)", self.session.close))
+        if self.upstream is not None:
+            steps.append(("stop the MCP server packages", self.upstream.close))
         for what, step in steps:
             try:
                 step()

@@ -54,6 +54,7 @@ from .snapshot import Snapshot, assemble, diag_entry, record_entry
 from .state import locked, read_json, write_json_atomic
 from .text import check_strings
 from .trust import assess_upstream
+from .upstream_names import SEPARATOR
 from .validate import validate_package
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tooldir.upstream")
 
 UPSTREAM_STATE = "upstream.json"
-SEPARATOR = "__"
+
 DEFINITION_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
 _BACKOFF_FIRST_S = 1.0
 _BACKOFF_MAX_S = 60.0
@@ -698,6 +699,8 @@ class UpstreamHub:
         self._lock = threading.RLock()
         self._store: SnapshotStore | None = None
         self._base: Snapshot | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+        self._ours: deque[str] = deque(maxlen=64)  # ids of the snapshots this hub published
 
     def _loop_(self) -> _Loop:
         if self._loop is None:
@@ -744,13 +747,44 @@ class UpstreamHub:
         self._base = store.current
         extended, _ = self.refresh(self._base, start=start)
         if extended is not self._base:
-            store.publish(extended)
+            self._publish(store, extended)
         return extended
+
+    def _publish(self, store: SnapshotStore, snapshot: Snapshot) -> None:
+        self._ours.append(snapshot.id)
+        store.publish(snapshot)
 
     def attach_registry(self, registry: Any, *, start: bool = True) -> Snapshot:
         """Serve ``registry``'s upstream calls and publish its snapshot with the upstream tools."""
         registry.attach_upstream(self)
         return self.attach(registry.store, start=start)
+
+    def follow(self) -> None:
+        """Keep the upstream tools in the store when something else (the watcher) publishes a
+        snapshot without them: it is extended (listing new or changed packages) and re-published."""
+        store = self._store
+        if store is None:
+            return
+
+        def on_publish(snapshot: Snapshot, _diff: Any) -> None:
+            if snapshot.id in self._ours or any(t.upstream is not None for t in snapshot.tools):
+                return  # ours (or already extended)
+            if not any(t.server is not None for t in snapshot.tools):
+                self._base = snapshot
+                return
+            threading.Thread(target=self._reextend, args=(snapshot,), daemon=True).start()
+
+        self._unsubscribe = store.subscribe(on_publish)
+
+    def _reextend(self, snapshot: Snapshot) -> None:
+        store = self._store
+        if store is None:
+            return
+        with self._lock:
+            self._base = snapshot
+            extended, _ = self.refresh(snapshot)
+            if extended.id != snapshot.id and store.current.id == snapshot.id:
+                self._publish(store, extended)
 
     def _list_changed(self, session: ServerSession) -> None:
         """``notifications/tools/list_changed``: re-list, re-check the pins, publish if changed."""
@@ -765,7 +799,7 @@ class UpstreamHub:
             return
         extended = extend_snapshot(base, load_upstream_state(self.state_dir), self.policy, self.builtins)
         if extended.id != store.current.id:
-            store.publish(extended)
+            self._publish(store, extended)
 
     def call(self, record: ToolRecord, arguments: Mapping[str, Any]) -> Any:
         """Forward one call of an active upstream record (the registry checked everything else)."""
@@ -796,6 +830,9 @@ class UpstreamHub:
         return out
 
     def close(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         with self._lock:
             for session in self._sessions.values():
                 session.close()
@@ -803,6 +840,27 @@ class UpstreamHub:
         if self._loop is not None:
             self._loop.stop()
             self._loop = None
+
+
+def open_upstream(
+    registry: Any,
+    *,
+    policy: Policy,
+    state_dir: Path,
+    builtins: Iterable[BuiltinSpec] = (),
+    start: bool = True,
+    follow: bool = False,
+) -> UpstreamHub | None:
+    """An :class:`UpstreamHub` serving ``registry`` when its snapshot has MCP server packages
+    (their trusted servers started and listed, unless ``start`` is False); None when it has none,
+    so everything behaves exactly as without this module. ``follow``: keep up with the watcher."""
+    if not any(t.server is not None for t in registry.store.current.tools):
+        return None
+    hub = UpstreamHub(policy, state_dir, builtins=builtins)
+    hub.attach_registry(registry, start=start)
+    if follow:
+        hub.follow()
+    return hub
 
 
 def approve_listing(record: ToolRecord, policy: Policy, state_dir: Path) -> tuple[Listing, dict[str, Any]]:
@@ -826,6 +884,7 @@ __all__ = [
     "extend_snapshot",
     "interpret_result",
     "load_upstream_state",
+    "open_upstream",
     "upstream_records",
     "visible",
 ]

@@ -47,6 +47,10 @@ def load_snapshot(args: argparse.Namespace) -> tuple[Snapshot, DeferralPlan]:
     config = config_from_args(args)
     # the load records the signed versions it verified (rollback protection), as every load does
     snap = Loader(config).load()
+    if any(t.server is not None for t in snap.tools):  # MCP server packages: their last listings
+        from ..upstream import extend_snapshot, load_upstream_state  # (never starts a server)
+
+        snap = extend_snapshot(snap, load_upstream_state(config.state_dir), config.policy, config.builtins)
     return snap, initial_plan(snap, policy=config.policy, builtins=config.builtins)
 
 
@@ -54,6 +58,13 @@ def record_json(record: ToolRecord, plan: DeferralPlan) -> dict[str, Any]:
     """A record as ``scan``/``list``/``show`` print it: ``deferred`` is the plan's decision."""
     data = record.to_json()
     data["deferred"] = plan.is_deferred(record.name)
+    if record.upstream is not None:  # an MCP server package's tool: when it was last listed
+        data["upstream"] = {
+            "package": record.upstream.package,
+            "tool": record.upstream.tool,
+            "definition_digest": record.upstream.definition_digest,
+            "listed_at": record.upstream.listed_at,
+        }
     return data
 
 
@@ -93,12 +104,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     if not records:
         raise CommandError(f"no tool named {args.name!r} in any root", exit_code=EXIT_FOUND_ERRORS)
     if args.json:
-        print_json(
-            {
-                "snapshot": {"id": snap.id, "generation": snap.generation},
-                "records": [detail_json(r, plan) for r in records],
-            }
-        )
+        details = [detail_json(r, plan) for r in records]
+        if any(r.upstream is not None for r in records):
+            from .upstream import upstream_detail
+
+            details = [upstream_detail(r, d, args) for r, d in zip(records, details, strict=True)]
+        print_json({"snapshot": {"id": snap.id, "generation": snap.generation}, "records": details})
         return EXIT_OK
     out = console()
     for record in records:
@@ -108,6 +119,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         out.print(safe(f"digest: {record.digest}"))
         if record.shadowed_by:
             out.print(safe(f"shadowed by: {record.shadowed_by}"))
+        if record.upstream is not None or record.server is not None:
+            from .upstream import print_upstream
+
+            print_upstream(record, args)
         if record.manifest is not None:
             out.print(safe("manifest:"))
             out.print(safe(json.dumps(record.manifest.model_dump(mode="json"), indent=2, ensure_ascii=False)))
@@ -129,6 +144,8 @@ def detail_json(record: ToolRecord, plan: DeferralPlan) -> dict[str, Any]:
     ]
     data["shadowed_by"] = record.shadowed_by
     data["diagnostics"] = [d.to_json() for d in record.diagnostics]
+    if record.server is not None:
+        data["manifest"] = record.server.model_dump(mode="json")
     return data
 
 

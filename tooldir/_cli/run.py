@@ -30,6 +30,7 @@ from ..loader import Loader
 from ..registry import CallResult, Registry
 from ..snapshot import SnapshotStore
 from ..state import audit_head_path, load_chain_head
+from ..upstream_names import SEPARATOR
 from .common import (
     EXIT_FOUND_ERRORS,
     EXIT_OK,
@@ -133,7 +134,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     data = _read_input(args, config.policy.sandbox.max_input_bytes)
     snapshot = Loader(config).load()
     registry = Registry(SnapshotStore(snapshot), policy=config.policy, state_dir=config.state_dir)
-    result = registry.call(args.name, data)
+    hub = None
+    if SEPARATOR in args.name and any(t.server is not None for t in snapshot.tools):
+        from ..upstream import open_upstream  # an MCP server package's tool: start its server
+
+        hub = open_upstream(registry, policy=config.policy, state_dir=config.state_dir, builtins=config.builtins)
+    try:
+        result = registry.call(args.name, data)
+    finally:
+        if hub is not None:
+            hub.close()
+    if hub is None and SEPARATOR in args.name and result.error is not None and result.error.code == "unknown-tool":
+        from .upstream import package_refusal
+
+        why = package_refusal(snapshot, args.name)
+        if why is not None:
+            raise CommandError(f"{args.name}: {why}", EXIT_REFUSED)
     if args.json:
         print_json({**result.to_json(), "sandbox": sandbox_report(registry, snapshot.by_name.get(args.name))})
         return exit_code_for(result)

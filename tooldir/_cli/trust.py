@@ -21,7 +21,7 @@ from ..errors import PackageError
 from ..keys import generate_minisign_key
 from ..loader import LoadConfig
 from ..lockfile import format_time, parse_expiry
-from ..model import Status
+from ..model import ServerManifest, Status
 from ..state import default_state_dir
 from .common import (
     EXIT_FOUND_ERRORS,
@@ -109,17 +109,23 @@ def cmd_allow(args: argparse.Namespace) -> int:
         approval = manage.approve(config, verdict.package.path, digest=digest)
     except PackageError as exc:
         raise _refused(exc, args) from None
+    if not args.json:
+        console().print(safe(f"approved {manifest.name} ({digest}) at {approval.path}", "green"))
+    pins = None
+    if isinstance(manifest, ServerManifest):  # an MCP server: start it now, list and pin its tools
+        from .upstream import pin_after_allow
+
+        pins = pin_after_allow(config, approval.path, quiet=args.json)
     if args.json:
         print_json(
             {
                 "approved": {"path": approval.path, **approval.to_json()},
                 "manifest": manifest.model_dump(mode="json"),
                 "diagnostics": [d.to_json() for d in verdict.diagnostics],
+                **({"upstream": pins} if pins is not None else {}),
             }
         )
-    else:
-        console().print(safe(f"approved {manifest.name} ({digest}) at {approval.path}", "green"))
-    return EXIT_OK
+    return EXIT_FOUND_ERRORS if pins is not None and "error" in pins else EXIT_OK
 
 
 def _print_review(verdict: manage.Verdict) -> None:

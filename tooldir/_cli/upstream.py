@@ -1,0 +1,89 @@
+"""The CLI's parts for MCP server packages (DESIGN §10): pinning definitions after ``allow``,
+and what ``show`` prints about a server package or one of its upstream tools."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..errors import ExecutionError
+from ..loader import LoadConfig, Loader
+from ..model import ToolRecord, is_runnable
+from ..upstream import approve_listing, definition_diff, load_upstream_state, pinned_instructions, visible
+from ..upstream_names import SEPARATOR
+from .common import config_from_args, console, console_err, safe
+
+
+def pin_after_allow(config: LoadConfig, path: str, *, quiet: bool) -> dict[str, Any] | None:
+    """After ``tooldir allow`` approved the server package at ``path``: start it (now trusted),
+    list its tools and instructions, show every field with escapes made visible, and pin them.
+    None when ``path`` is not a server package; ``{"error": ...}`` when it could not be listed."""
+    snapshot = Loader(config).load()
+    record = next((t for t in snapshot.tools if t.server is not None and t.path == path), None)
+    if record is None:
+        return None
+    if not is_runnable(record):
+        return {"error": {"code": "not-active", "message": f"{record.name} is {record.status}; nothing pinned"}}
+    try:
+        listing, entry = approve_listing(record, config.policy, config.state_dir)
+    except ExecutionError as exc:
+        if not quiet:
+            console_err().print(
+                safe(f"{exc.code}: {exc.message}; its tools are pinned at its first successful start", "yellow")
+            )
+        return {"error": {"code": exc.code, "message": exc.message}}
+    if not quiet:
+        out = console()
+        out.rule(safe(f"MCP server {record.name}: {len(listing.tools)} tool(s), listed {listing.listed_at}"))
+        out.print("instructions (escapes visible):")
+        out.print(safe(visible(listing.instructions)))
+        for tool in listing.tools:
+            out.print(safe(f"tool {tool.get('name')!a} — definition (every field, escapes visible):", "bold"))
+            out.print(safe(visible(entry["definitions"][str(tool.get("name"))])))
+        out.print(safe(f"pinned {len(entry['pins'])} definition(s) and the instructions of {record.name}", "green"))
+    return {
+        "listed_at": listing.listed_at,
+        "instructions": listing.instructions,
+        "pins": entry["pins"],
+        "instructions_digest": entry["instructions_digest"],
+    }
+
+
+def print_upstream(record: ToolRecord, args: argparse.Namespace) -> None:
+    out = console()
+    data = load_upstream_state(config_from_args(args).state_dir)
+    if record.server is not None:
+        entry = data.get("packages", {}).get(record.path or "", {})
+        last = entry.get("last") if isinstance(entry, dict) else None
+        when = last.get("listed_at") if isinstance(last, dict) else None
+        out.print(safe(f"MCP server package; last listed: {when or 'never'}"))
+        out.print(safe(f"pinned instructions: {visible(pinned_instructions(data, record))}"))
+        return
+    ref = record.upstream
+    assert ref is not None  # noqa: S101 - the caller checked
+    out.print(safe(f"upstream: tool {ref.tool!a} of MCP server {ref.package} (listed {ref.listed_at})"))
+    out.print(safe(f"definition digest: {ref.definition_digest}"))
+    diff = definition_diff(data, record)
+    if diff:
+        out.print(safe("definition changed since it was approved:", "yellow"))
+        out.print(safe(diff))
+
+
+def upstream_detail(record: ToolRecord, detail: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    if record.upstream is None:
+        return detail
+    data = load_upstream_state(config_from_args(args).state_dir)
+    return {**detail, "definition_diff": definition_diff(data, record)}
+
+
+def package_refusal(snapshot: Any, name: str) -> str | None:
+    """Why ``name`` (``<package>__<tool>``) is not offered when its MCP server package is not
+    trusted; None if no server package claims the name."""
+    for record in snapshot.tools:
+        if record.server is None or not name.startswith(record.name + SEPARATOR):
+            continue
+        if is_runnable(record):
+            return None
+        why = next((f"{d.code}: {d.message}" for d in record.diagnostics if str(d.severity) != "info"), "")
+        return f"the MCP server package {record.name!r} is {record.status}" + (f" ({why})" if why else "")
+    return None
