@@ -144,7 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if hub is not None:
             hub.close()
-    if hub is None and SEPARATOR in args.name and result.error is not None and result.error.code == "unknown-tool":
+    if SEPARATOR in args.name and result.error is not None and result.error.code == "unknown-tool":
         from .upstream import package_refusal
 
         why = package_refusal(snapshot, args.name)
