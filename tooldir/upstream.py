@@ -275,7 +275,11 @@ def upstream_records(
     specs = tuple(builtins)
     resolved = [r for r in resolve(assessed, specs, policy) if r.source.value != "builtin"]
     # against every live name of the snapshot (directory tools, builtins, server packages)
-    taken = {skeleton(t.name): t for t in snapshot.tools if t.status in (Status.ACTIVE, Status.PENDING)}
+    taken = {
+        skeleton(t.name): t
+        for t in snapshot.tools
+        if t.status in (Status.ACTIVE, Status.PENDING) and t.upstream is None  # an earlier extension's: replaced
+    }
     reserved = set(GUARD_TOOLS) | set(policy.reserved.names) | {s.name for s in specs}
     out: list[ToolRecord] = []
     for found in resolved:

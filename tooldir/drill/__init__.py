@@ -160,6 +160,7 @@ StepKind = Literal[
     "reload",
     "add-key",
     "python-m-tooldir",
+    "setenv",
 ]
 
 _STEP_NEEDS: dict[str, tuple[str, ...]] = {
@@ -181,6 +182,7 @@ _STEP_NEEDS: dict[str, tuple[str, ...]] = {
     "reload": (),
     "add-key": ("text",),
     "python-m-tooldir": (),
+    "setenv": ("text",),
 }
 
 
@@ -628,6 +630,7 @@ def _run(
         for j, step in enumerate(spec.before):
             ex.apply_step(step, arena, builtins, f"calls[{i}].before[{j}] ({step.do})", runtime)
         outcomes.append(ex.call(runtime, spec, arena))
+    runtime.close()
     storm = None
     if scenario.storm is not None:
         storm = run_storm(

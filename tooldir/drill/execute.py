@@ -96,7 +96,12 @@ def load(builtins: tuple[BuiltinSpec, ...]) -> Snapshot:
     """Exactly what ``tooldir scan`` does inside the project with no options: default user root,
     the user's policy and state (from the isolated HOME / XDG environment), the cwd as project."""
     config = make_config(project=".", user_dirs=None, policy=user_policy(), state_dir=None, builtins=builtins)
-    return Loader(config).load()
+    snapshot = Loader(config).load()
+    if any(t.server is not None for t in snapshot.tools):  # MCP server packages: their last listings
+        from ..upstream import extend_snapshot, load_upstream_state
+
+        snapshot = extend_snapshot(snapshot, load_upstream_state(config.state_dir), config.policy, builtins)
+    return snapshot
 
 
 def high_water_key(arena: Arena) -> str:
@@ -195,6 +200,13 @@ def _apply_step(
         sign_ssh(arena, given(step.key), given(step.path), step.namespace, where)
     elif do == "add-key":
         add_session_key(arena.substitute(given(step.text)), arena.secret, where, arena)
+    elif do == "setenv":  # e.g. a server's declared variable changes (only the drill's own names)
+        name, _, value = given(step.text).partition("=")
+        if not name.startswith(DRILL_ENV_PREFIX) or not value:
+            raise ScenarioError(
+                f"{where}: setenv takes NAME=value, NAME starting {DRILL_ENV_PREFIX}", path=arena.scenario
+            )
+        os.environ[name] = arena.substitute(value)
     elif do == "python-m-tooldir":
         run_python_m(arena, [arena.substitute(a) for a in step.args], step.exit, where)
     else:
@@ -296,7 +308,7 @@ def approve(arena: Arena, package: Path, builtins: tuple[BuiltinSpec, ...], stat
     from ..state import Approval, load_approvals, save_approvals
 
     record = next((t for t in load(builtins).tools if t.path == str(package)), None)
-    if record is None or record.digest is None or record.manifest is None:
+    if record is None or record.digest is None or (record.manifest is None and record.server is None):
         raise ScenarioError(f"cannot approve {package}: it does not load cleanly", path=arena.scenario)
     target = state_dir or arena.state
     approvals = load_approvals(target)
@@ -473,6 +485,7 @@ class Runtime:
         self._store: Any = None
         self._registry: Any = None
         self._session: Any = None
+        self._upstream: Any = None  # the UpstreamHub of MCP server packages, as tooldir run/serve open it
 
     @property
     def store(self) -> Any:
@@ -485,7 +498,21 @@ class Runtime:
         if self._registry is None:
             registry_cls = need("registry", "Registry")
             self._registry = registry_cls(self.store, policy=user_policy(), state_dir=self.state_dir)
+            self._open_upstream()
         return self._registry
+
+    def _open_upstream(self) -> None:
+        if any(t.server is not None for t in self.store.current.tools):
+            open_upstream = need("upstream", "open_upstream")
+            self._upstream = open_upstream(
+                self._registry, policy=user_policy(), state_dir=self.state_dir, builtins=self.builtins
+            )
+
+    def close(self) -> None:
+        """Stop the MCP servers the calls started (if any)."""
+        if self._upstream is not None:
+            self._upstream.close()
+            self._upstream = None
 
     @property
     def session(self) -> Any:
@@ -504,6 +531,8 @@ class Runtime:
         content["deferred"] = session.anthropic_deferred_tools()
         content["tokens"] = session.token_report().to_json()
         content["defer"] = dict(session.defer_decision)
+        if self._upstream is not None:  # what tooldir passes on of its MCP servers' instructions
+            content["instructions"] = self._upstream.instructions()
         try:
             server = need("mcp_server", "ToolServer")
         except NotRunnableError:
@@ -514,8 +543,12 @@ class Runtime:
         return result_cls(ok=True, content=content, error=None, audit_id=None)
 
     def reload(self) -> None:
-        """A fresh load published into the store (what the watcher does after a change)."""
+        """A fresh load published into the store (what the watcher does after a change); MCP
+        servers the calls started are started afresh and listed again (as a new tooldir would)."""
         self.store.publish(load(self.builtins))
+        if self._upstream is not None:
+            self.close()
+            self._open_upstream()
 
 
 def call(runtime: Runtime, spec: CallSpec, arena: Arena) -> CallOutcome:
