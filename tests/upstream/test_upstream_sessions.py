@@ -128,3 +128,20 @@ def test_list_changed_from_upstream_relists_and_a_new_tool_stays_pending(tmp_pat
         assert "definition-new" in {d.code for d in grown.diagnostics}
         assert r.registry.call("calc__grown", {}).error.code == "not-active"  # type: ignore[union-attr]
         assert snap.by_name["calc__add"].status is Status.ACTIVE
+
+
+def test_a_reload_published_without_upstream_tools_gets_them_back_when_the_hub_follows(
+    tmp_path: Path, root: Path
+) -> None:
+    from tooldir.loader import Loader, make_config
+
+    copy_server("misbehaving", root, "calc")
+    with rig(root, tmp_path / "state") as r:
+        r.hub.follow()
+        config = make_config(project=None, user_dirs=[root], state_dir=tmp_path / "state", policy=server_policy())
+        make_tool(root, "echo")
+        fresh = Loader(config).load()  # what the watcher publishes: directory tools only
+        r.store.publish(fresh)
+        snap = r.store.wait_for(lambda s: "calc__add" in s.by_name and "echo" in s.by_name, timeout=20)
+        assert snap.by_name["calc__add"].status is Status.ACTIVE
+        assert r.registry.call("calc__add", {"a": 1, "b": 2}).content == "3"
