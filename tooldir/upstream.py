@@ -584,13 +584,16 @@ class ServerSession:
             if not isinstance(exc, Exception):
                 raise
         finally:
-            self._session = None
+            current = self._task is asyncio.current_task()  # a restarted session is not ours to clear
+            if current:
+                self._session = None
             if process is not None:
                 with contextlib.suppress(OSError):
                     os.killpg(process.pid, signal.SIGKILL)
                 with contextlib.suppress(Exception):
                     await process.aclose()
-            self._pid = None
+            if current:
+                self._pid = None
             if not ready.done():
                 ready.set_exception(RuntimeError("the server ended before it was ready"))
 
@@ -612,7 +615,10 @@ class ServerSession:
             raise self._died(f"did not answer within {self.timeout_s:g} s (killed)") from None
         except Exception as exc:
             from mcp.shared.exceptions import MCPError
+            from mcp.types import CONNECTION_CLOSED
 
+            if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:
+                raise self._died("closed the connection") from None
             if isinstance(exc, MCPError) and self.running:
                 raise ExecutionError(
                     f"the MCP server answered with an error: {_clip(str(exc))}", code="upstream-error"
