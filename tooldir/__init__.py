@@ -42,15 +42,18 @@ from .model import (
     Manifest,
     PackageFile,
     Risk,
+    ServerManifest,
+    ServerSpec,
     Severity,
     Source,
     Status,
     ToolRecord,
     Trust,
+    UpstreamRef,
 )
 from .permissions import PermissionCheck, PermissionRequest
 from .policy import Policy, load_policy
-from .registry import CallError, CallGate, CallResult, Registry
+from .registry import CallError, CallGate, CallResult, Registry, UpstreamCaller
 from .sandbox import RunRequest, RunResult, Sandbox
 from .search import Bm25fParams, Hit, ParsedQuery, SearchDoc, SearchIndex
 from .session import IndexFollower, SearchResult, Session
@@ -105,6 +108,8 @@ __all__ = [
     "SearchDoc",
     "SearchIndex",
     "SearchResult",
+    "ServerManifest",
+    "ServerSpec",
     "Session",
     "Severity",
     "SignatureCheckFactory",
@@ -121,6 +126,8 @@ __all__ = [
     "ToolDirError",
     "ToolRecord",
     "Trust",
+    "UpstreamCaller",
+    "UpstreamRef",
     "Verdict",
     "WatchProblem",
     "WatchStatus",

@@ -382,9 +382,9 @@ class _Loop:
             self.loop.close()
 
 
-class UpstreamUnavailable(ExecutionError):
-    def __init__(self, message: str) -> None:
-        super().__init__(message, code="upstream-unavailable")
+def unavailable(message: str) -> ExecutionError:
+    """The error of a call whose server is down, hung or cannot be started."""
+    return ExecutionError(message, code="upstream-unavailable")
 
 
 class ServerSession:
@@ -428,23 +428,21 @@ class ServerSession:
         """Start the server if it is not running (and its back-off has passed).
 
         Raises:
-            UpstreamUnavailable: it cannot be started (now).
+            ExecutionError: ``upstream-unavailable``, it cannot be started (now).
         """
         with self._lock:
             if self.running:
                 return
             wait = self.next_start - time.monotonic()
             if wait > 0:
-                raise UpstreamUnavailable(
+                raise unavailable(
                     f"MCP server {self.record.name!r} is down ({self.problem}); next start in {wait:.1f} s"
                 )
             try:
                 self._loop.run(self._start(), self.timeout_s + 5)
             except Exception as exc:  # every failure to start is one outcome
                 self._failed(_why(exc))
-                raise UpstreamUnavailable(
-                    f"MCP server {self.record.name!r} could not be started: {self.problem}"
-                ) from None
+                raise unavailable(f"MCP server {self.record.name!r} could not be started: {self.problem}") from None
             self.failures = 0
             self.problem = None
 
@@ -597,10 +595,10 @@ class ServerSession:
             if not ready.done():
                 ready.set_exception(RuntimeError("the server ended before it was ready"))
 
-    def _died(self, what: str) -> UpstreamUnavailable:
+    def _died(self, what: str) -> ExecutionError:
         tail = f"; its stderr: {self.stderr[-1]}" if self.stderr else ""
         self._failed(what + tail)
-        return UpstreamUnavailable(f"MCP server {self.record.name!r} {what}{tail}")
+        return unavailable(f"MCP server {self.record.name!r} {what}{tail}")
 
     # -- requests ------------------------------------------------------------------------
 
@@ -821,7 +819,7 @@ class UpstreamHub:
         if snapshot is not None:
             package = next((t for t in snapshot.tools if t.server is not None and t.path == ref.package_path), None)
         if package is None or not is_runnable(package) or package.digest != ref.package_digest:
-            raise UpstreamUnavailable(f"the MCP server package of {record.name} is no longer trusted as listed")
+            raise unavailable(f"the MCP server package of {record.name} is no longer trusted as listed")
         result = self.session(package).call(ref.tool, arguments)
         return interpret_result(result, self.policy.sandbox.max_output_bytes)
 
@@ -888,13 +886,13 @@ __all__ = [
     "Listing",
     "ServerSession",
     "UpstreamHub",
-    "UpstreamUnavailable",
     "approve_listing",
     "definition_diff",
     "extend_snapshot",
     "interpret_result",
     "load_upstream_state",
     "open_upstream",
+    "unavailable",
     "upstream_records",
     "visible",
 ]
