@@ -110,4 +110,7 @@ def test_scan_and_load_never_start_a_server_package(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     names = {t["name"] for t in json.loads(done.stdout)["tools"]}
     assert {"notes", "mine"} <= names
-    assert not canary.exists()
+    assert not canary.exists()  # never started on the host
+    # nor in the sandbox: nothing was prepared (the verified copy) or listed (user state)
+    assert not (tmp_path / "state" / "sandbox").exists()
+    assert not (tmp_path / "state" / "upstream.json").exists()

@@ -104,7 +104,9 @@ def test_a_project_server_is_never_started_before_its_package_is_approved(tmp_pa
         assert not any(t.upstream is not None for t in r.snapshot.tools)
         result = r.registry.call("calc__add", {"a": 1, "b": 1})
         assert result.error is not None and result.error.code == "unknown-tool"
-    assert not canary.exists()
+    assert not canary.exists()  # never on the host, and never in the sandbox either:
+    assert not (tmp_path / "state" / "sandbox").exists()  # no verified copy was ever prepared
+    assert not (tmp_path / "state" / "upstream.json").exists()  # nothing was listed
 
 
 def test_upstream_names_collide_across_servers_and_with_directory_tools(tmp_path: Path, root: Path) -> None:
