@@ -145,3 +145,12 @@ def test_a_reload_published_without_upstream_tools_gets_them_back_when_the_hub_f
         snap = r.store.wait_for(lambda s: "calc__add" in s.by_name and "echo" in s.by_name, timeout=20)
         assert snap.by_name["calc__add"].status is Status.ACTIVE
         assert r.registry.call("calc__add", {"a": 1, "b": 2}).content == "3"
+
+
+def test_a_server_over_its_memory_limit_fails_its_call_and_the_next_start_works(tmp_path: Path, root: Path) -> None:
+    copy_server("misbehaving", root, "calc")
+    with rig(root, tmp_path / "state", server_policy(memory_mb=128, address_space_slack_mb=128)) as r:
+        hog = r.registry.call("calc__hog", {})
+        assert hog.error is not None and hog.error.code == "upstream-unavailable"
+        time.sleep(1.2)
+        assert r.registry.call("calc__add", {"a": 1, "b": 1}).content == "2"
