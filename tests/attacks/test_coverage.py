@@ -10,10 +10,6 @@ from tooldir.drill import load_scenarios
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "tooldir" / "_data" / "scenarios"
 
-# MCP server packages (DESIGN.md section 10) get their drills with the issue that builds them;
-# until then exactly these ids may lack one.
-PENDING = {"mcp:pre-trust", "mcp:rug-pull", "mcp:instructions"}
-
 _ROW = re.compile(r"^\|\s*([a-z]+:[a-z][a-z-]*)\s*\|", re.M)
 
 
@@ -25,9 +21,7 @@ def test_every_threat_has_a_drill_and_every_drill_names_a_listed_threat() -> Non
     listed = threat_ids((REPO / "tooldir" / "_data" / "THREATS.md").read_text(encoding="utf-8"))
     drilled = {s.threat for s in load_scenarios(SCENARIOS)}
     assert len(listed) >= 40
-    assert sorted(listed - drilled - PENDING) == [], "threats without a drill"
-    assert listed >= PENDING, "a pending id that the threat list does not name"
-    assert not PENDING & drilled, "a drilled id still listed as pending"
+    assert sorted(listed - drilled) == [], "threats without a drill"
     assert sorted(drilled - listed) == [], "drills naming a threat that is not listed"
 
 
