@@ -37,6 +37,7 @@ import os
 import platform
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -47,7 +48,7 @@ from ..model import ToolRecord
 from ..policy import SandboxPolicy
 from . import scope
 from .base import RunRequest, RunResult
-from .cgroup import RunCgroup, RunCgroupV1, RunGroup, V1Parents, find_parent, find_v1_parents
+from .cgroup import RunCgroup, RunCgroupV1, RunGroup, V1Parents, find_parent, find_v1_parents, warm_moves
 from .process import TRUSTED_PATH, Identity, identity_for, limits_prefix, spawn_and_collect
 from .seccomp import build_filter
 from .store import verified_files
@@ -234,11 +235,31 @@ class BubblewrapSandbox:
             raise SandboxError(f"cannot create the run's cgroup under {where}: {exc}", code="sandbox-failed") from None
 
     def run(self, request: RunRequest) -> RunResult:
+        group = self._cgroup()
+        warm = self._warm_moves(group)
+        try:
+            return self._run(request, group)
+        finally:
+            if group is not None:
+                group.close()
+            if warm is not None:
+                warm.join()
+
+    def _warm_moves(self, group: RunGroup | None) -> threading.Thread | None:
+        """On cgroup v1, start the grace period the run's cgroup moves wait for now, in the
+        background, while the run is set up (:func:`~tooldir.sandbox.cgroup.warm_moves`). Only
+        once the run's cgroup exists: it holds the cgroup lock meanwhile, which mkdir needs."""
+        if group is None or self.bound.v1 is None:
+            return None
+        thread = threading.Thread(target=warm_moves, args=(self.bound.v1,), name="tooldir-cgroup-warm", daemon=True)
+        thread.start()
+        return thread
+
+    def _run(self, request: RunRequest, group: RunGroup | None) -> RunResult:
         _, contents = verified_files(request.record, self.store_dir)
         argv = tool_argv(request.record)
         args = base_args(self.policy, network=request.network)
         fds: list[int] = []
-        group = self._cgroup()
         release: int | None = None
         bounded = self.bound.kind != "rlimit+seccomp"
         wrapper: list[str] = []
@@ -292,8 +313,6 @@ class BubblewrapSandbox:
                 os.close(fd)
             if release is not None:
                 os.close(release)
-            if group is not None:
-                group.close()
         if not result.started and not result.timed_out:
             why = result.stderr.decode("utf-8", "replace").strip()[-500:] or f"exit status {result.exit_code}"
             raise SandboxError(f"bubblewrap could not start the tool: {why}", code="sandbox-failed")
