@@ -232,3 +232,20 @@ def test_a_tooldir_killed_while_a_spare_waits_takes_the_spare_with_it(tmp_path: 
             time.sleep(0.01)
         assert not procs.read_text().split()
         Path(reported["cgroup"]).rmdir()
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_a_spare_dies_when_its_registry_goes_away(tmp_path: Path) -> None:
+    import gc
+
+    registry = registry_for(tmp_path, "probe_tool")
+    for _ in range(2):
+        assert registry.call("probe_tool", {"text": "x"}).ok
+    spare = wait_for_spare(box_of(registry))
+    pid = spare.launched.proc.pid
+    del registry, spare
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gone(pid)

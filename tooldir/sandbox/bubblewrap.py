@@ -487,6 +487,9 @@ class _Spares:
             for leftover in (old[1] if old else None, spare):
                 if leftover is not None:
                     leftover.discard()
+            # nothing of this request stays referenced while waiting (it holds its sandbox object,
+            # which must be free to go away and take its spare along)
+            del key, make, spare, old
 
     def close(self) -> None:
         with self._lock:
