@@ -1,29 +1,44 @@
-"""Execution benchmark (issue 5 "Speed"), measured against baselines in the same run.
+"""Execution benchmark (issue 14 items 6 and 8), every figure against a baseline measured in the same run.
 
 registry overhead   ``Registry.call`` of a builtin no-op handler minus calling the handler directly:
-                    resolve, schema validation, permission, hooks, result, and the audit line
-                    (fsynced JSONL in a temp state dir; also shown with an in-memory sink).
-                    Target: <= 0.5 ms per call.
+                    resolve, schema validation, permission, hooks, result and the audit line.
+                    Rows: one caller (every line synced before its call returns: one fdatasync per
+                    call), 8 callers at once (group commit: calls arriving during a sync share the
+                    next), the weakened ``audit.durability = "buffered"``, and an in-memory sink (no
+                    audit). Baseline: one append + fdatasync of a line on the same file system, the
+                    floor of a durable call on this disk.
+                    Target: <= 0.3 ms per call, durability kept.
 sandboxed call      ``Registry.call`` of a directory tool whose script reads the stdin envelope and
-                    answers ``{"ok": true}`` (bubblewrap, seccomp, verified copy, limits) versus a
-                    plain ``subprocess.run`` of the same interpreter and script with the same stdin.
-                    Target: ratio <= 1.5x. Also the sandbox run alone (no registry, no audit).
+                    answers ``{"ok": true}`` (bubblewrap, seccomp, verified copy, limits, the memory
+                    bound the default policy picks here) versus a plain ``subprocess.run`` of the same
+                    interpreter and script with the same stdin. Also the sandbox run alone (no
+                    registry, no audit), the call with spares off (every call sets its sandbox up,
+                    as a tool's first run does) and the call under ``memory_bound = "rlimit+seccomp"``
+                    (what the cgroup costs). A tool run again is served by its spare sandbox, set
+                    up in the background after the previous run. Target: ratio <= 1.3x.
+breakdown           where the time of one sandboxed call goes, phase by phase, with and without a
+                    spare (instrumented passes of their own, after the timed rows).
 
-Medians; the two sides of each comparison are interleaved so machine noise hits both.
+Every row: min/median/max over rounds (each round's value is the median of its samples; the
+sides of a comparison are interleaved so machine noise hits both).
 
-    python3 benchmarks/bench_exec.py [--quick] [--calls N] [--spawns N] [--json]
+    python3 benchmarks/bench_exec.py [--quick] [--rounds N] [--calls N] [--spawns N] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import logging
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +46,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tooldir.audit import AuditEvent
 from tooldir.loader import Loader, make_config
-from tooldir.policy import Policy
+from tooldir.policy import AuditPolicy, Policy, SandboxPolicy
 from tooldir.registry import Registry
-from tooldir.sandbox import RunRequest
+from tooldir.sandbox import RunRequest, bubblewrap, process
 from tooldir.sandbox.bubblewrap import resolve_interpreter
 from tooldir.snapshot import SnapshotStore
 
 NOOP_SCRIPT = 'import json, sys\njson.load(sys.stdin)\nprint(\'{"ok": true, "content": null}\')\n'
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "additionalProperties": False}
+OVERHEAD_TARGET_MS = 0.3
+RATIO_TARGET = 1.3
+CALLERS = 8
 
 
 class _MemoryAudit:
@@ -54,43 +72,90 @@ def _handler(*, input: Any, context: Any) -> Any:
     return None
 
 
-def _registry(tmp: Path, audit: Any = None) -> Registry:
-    policy = Policy()
+def _registry(tmp: Path, policy: Policy, audit: Any = None) -> Registry:
     config = make_config(project=None, user_dirs=[tmp / "tools"], policy=policy, state_dir=tmp / "state")
     store = SnapshotStore(Loader(config).load())
     return Registry(store, policy=policy, state_dir=tmp / "state", audit=audit)
 
 
-def bench_overhead(tmp: Path, calls: int) -> dict[str, float]:
-    (tmp / "tools").mkdir(exist_ok=True)
-    jsonl = _registry(tmp)
-    memory = _registry(tmp, audit=_MemoryAudit())
-    for reg in (jsonl, memory):
-        reg.register("noop", SCHEMA, _handler, description="Does nothing.")
-        for _ in range(100):
-            reg.call("noop", {"n": 1})
+def _quiet(make: Callable[[], Registry]) -> Registry:
+    """Build without the (intended) warning a weakened policy logs."""
+    logger = logging.getLogger("tooldir")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        return make()
+    finally:
+        logger.setLevel(level)
 
-    def per_call(fn: Any) -> float:
-        samples = []
-        for _ in range(5):
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            samples.append((time.perf_counter() - start) / calls * 1000)
-        return statistics.median(samples)
 
-    direct = per_call(lambda: _handler(input={"n": 1}, context={}))
-    with_audit = per_call(lambda: jsonl.call("noop", {"n": 1}))
-    no_fsync = per_call(lambda: memory.call("noop", {"n": 1}))
-    return {
-        "direct_handler_ms": direct,
-        "registry_call_ms": with_audit,
-        "registry_overhead_ms": with_audit - direct,
-        "registry_overhead_memory_audit_ms": no_fsync - direct,
+def spread(values: list[float]) -> dict[str, float]:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def _per_call(fn: Callable[[], Any], calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls * 1000
+
+
+def _concurrent(fn: Callable[[], Any], calls: int) -> float:
+    """Wall ms per call with CALLERS threads calling at once."""
+    each = max(1, calls // CALLERS)
+    gate = threading.Barrier(CALLERS + 1)
+
+    def work() -> None:
+        gate.wait()
+        for _ in range(each):
+            fn()
+
+    threads = [threading.Thread(target=work) for _ in range(CALLERS)]
+    for thread in threads:
+        thread.start()
+    gate.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return (time.perf_counter() - start) / (each * CALLERS) * 1000
+
+
+def _fsync_floor(folder: Path, calls: int) -> float:
+    """ms of one ~400-byte append + fdatasync to a file in ``folder`` (the disk's own price)."""
+    fd = os.open(folder / "floor.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    line = b"x" * 400 + b"\n"
+    try:
+        return _per_call(lambda: (os.write(fd, line), os.fdatasync(fd)), calls)
+    finally:
+        os.close(fd)
+
+
+def bench_overhead(tmp: Path, calls: int, rounds: int) -> dict[str, Any]:
+    (tmp / "tools").mkdir(parents=True, exist_ok=True)
+    sinks = {
+        "durable": _registry(tmp / "d", Policy()),
+        "buffered": _quiet(lambda: _registry(tmp / "b", Policy(audit=AuditPolicy(durability="buffered")))),
+        "memory": _registry(tmp / "m", Policy(), audit=_MemoryAudit()),
     }
+    for name, reg in sinks.items():
+        (tmp / name[0] / "tools").mkdir(parents=True, exist_ok=True)
+        reg.register("noop", SCHEMA, _handler, description="Does nothing.")
+        for _ in range(50):
+            reg.call("noop", {"n": 1})
+    state = tmp / "d" / "state"
+    samples: dict[str, list[float]] = {k: [] for k in ("direct", "floor", "one", "many", "buffered", "memory")}
+    for _ in range(rounds):
+        direct = _per_call(lambda: _handler(input={"n": 1}, context={}), calls)
+        samples["direct"].append(direct)
+        samples["floor"].append(_fsync_floor(state, calls))
+        samples["one"].append(_per_call(lambda: sinks["durable"].call("noop", {"n": 1}), calls) - direct)
+        samples["many"].append(_concurrent(lambda: sinks["durable"].call("noop", {"n": 1}), calls) - direct)
+        samples["buffered"].append(_per_call(lambda: sinks["buffered"].call("noop", {"n": 1}), calls) - direct)
+        samples["memory"].append(_per_call(lambda: sinks["memory"].call("noop", {"n": 1}), calls) - direct)
+    return {name: spread(values) for name, values in samples.items()}
 
 
-def bench_sandbox(tmp: Path, spawns: int) -> dict[str, float]:
+def _tool(tmp: Path) -> Path:
     pkg = tmp / "tools" / "noop_tool"
     pkg.mkdir(parents=True, exist_ok=True)
     manifest = {
@@ -102,13 +167,31 @@ def bench_sandbox(tmp: Path, spawns: int) -> dict[str, float]:
     }
     (pkg / "schema.json").write_text(json.dumps(manifest))
     (pkg / "run.py").write_text(NOOP_SCRIPT)
-    registry = _registry(tmp)
-    problem = registry.sandbox_problem()
-    if problem is not None:
-        return {"unavailable": 1.0}
+    return pkg
+
+
+def bench_sandbox(tmp: Path, spawns: int, rounds: int) -> dict[str, Any]:
+    pkg = _tool(tmp)
+    registry = _registry(tmp, Policy())
+    if registry.sandbox_problem() is not None:
+        return {"unavailable": registry.sandbox_problem()}
+    (tmp / "n").mkdir()
+    (tmp / "n" / "tools").symlink_to(tmp / "tools")
+    no_spare = _registry(tmp / "n", Policy())
+    no_spare_box = no_spare.sandbox()
+    assert isinstance(no_spare_box, bubblewrap.BubblewrapSandbox)
+    no_spare_box._spares.close()  # every call sets its sandbox up itself, as a tool's first run does
+    rlimit_policy = Policy(sandbox=SandboxPolicy(memory_bound="rlimit+seccomp"))
+    (tmp / "r").mkdir()
+    (tmp / "r" / "tools").symlink_to(tmp / "tools")
+    no_cgroup = _registry(tmp / "r", rlimit_policy)
     python = resolve_interpreter("python3")
     assert python is not None
     envelope = json.dumps({"version": 1, "input": {"n": 1}, "context": {}}).encode()
+    box = registry.sandbox()
+    record = registry.store.current.get("noop_tool")
+    assert box is not None and record is not None
+    request = RunRequest(record, envelope, 10.0, {}, False)
 
     def plain() -> None:
         done = subprocess.run([python, "run.py"], input=envelope, capture_output=True, cwd=pkg, env={}, check=True)
@@ -118,55 +201,180 @@ def bench_sandbox(tmp: Path, spawns: int) -> dict[str, float]:
         result = registry.call("noop_tool", {"n": 1})
         assert result.ok, result.error
 
-    box = registry.sandbox()
-    record = registry.store.current.get("noop_tool")
-    assert box is not None and record is not None
-    request = RunRequest(record, envelope, 10.0, {}, False)
-
     def sandbox_only() -> None:
         assert box.run(request).exit_code == 0
 
+    def cold() -> None:
+        result = no_spare.call("noop_tool", {"n": 1})
+        assert result.ok, result.error
+
+    def without_cgroup() -> None:
+        result = no_cgroup.call("noop_tool", {"n": 1})
+        assert result.ok, result.error
+
+    sides = {"plain": plain, "call": sandboxed, "cold": cold, "run": sandbox_only, "rlimit": without_cgroup}
     for _ in range(3):
-        plain()
-        sandboxed()
-        sandbox_only()
-    plain_ms, call_ms, run_ms = [], [], []
-    for _ in range(spawns):
-        for fn, samples in ((plain, plain_ms), (sandboxed, call_ms), (sandbox_only, run_ms)):
-            start = time.perf_counter()
+        for fn in sides.values():
             fn()
-            samples.append((time.perf_counter() - start) * 1000)
-    p, c, r = statistics.median(plain_ms), statistics.median(call_ms), statistics.median(run_ms)
-    return {"plain_spawn_ms": p, "sandboxed_call_ms": c, "sandbox_run_ms": r, "ratio": c / p, "sandbox_ratio": r / p}
+    per_round: dict[str, list[float]] = {k: [] for k in sides}
+    ratios: dict[str, list[float]] = {"call": [], "cold": [], "run": [], "rlimit": []}
+    for _ in range(rounds):
+        samples: dict[str, list[float]] = {k: [] for k in sides}
+        for _ in range(spawns):
+            for name, fn in sides.items():
+                start = time.perf_counter()
+                fn()
+                samples[name].append((time.perf_counter() - start) * 1000)
+        medians = {k: statistics.median(v) for k, v in samples.items()}
+        for name, value in medians.items():
+            per_round[name].append(value)
+        for name, values in ratios.items():
+            values.append(medians[name] / medians["plain"])
+    box_kind = getattr(box, "memory_bound", "?")
+    return {
+        "memory_bound": box_kind,
+        "ms": {k: spread(v) for k, v in per_round.items()},
+        "ratio": {k: spread(v) for k, v in ratios.items()},
+        "breakdown": breakdown(registry, max(spawns, 10)),
+        "breakdown_cold": breakdown(no_spare, max(spawns, 10)),
+    }
+
+
+PHASES = (
+    ("call", "run", "registry before the sandbox (resolve, validate, permission, hooks)"),
+    ("run", "launch", "set-up: take the spare / run cgroup, verified bytes re-read, args, memfds, seccomp"),
+    ("launch", "popen", "spawn: rlimits (task count), fork + exec of prlimit"),
+    ("popen", "child", "bubblewrap start until it reports the sandbox's init (--info-fd)"),
+    ("child", "held", "cgroup moves of the launcher and the init (then held at --block-fd)"),
+    ("held", "release", "from held to released"),
+    ("release", "pumped", "released: bwrap forks and execs the tool, the tool runs and exits"),
+    ("pumped", "collected", "reap: the sandbox's init gone"),
+    ("collected", "ran", "clean-up: fds closed, run cgroup removed"),
+    ("ran", "end", "registry after the sandbox (result, audit line synced)"),
+)
+
+
+def breakdown(registry: Registry, calls: int) -> list[dict[str, Any]]:
+    """Median ms of each phase of a sandboxed call, on the calling thread only (a spare is set up
+    on another thread, ahead: its phases then read 0), by wrapping the stage functions."""
+    marks: dict[str, float] = {}
+    caller = threading.get_ident()
+
+    def mark(name: str) -> None:
+        if threading.get_ident() == caller:
+            marks.setdefault(name, time.perf_counter())
+
+    saved: list[tuple[Any, str, Any]] = []
+
+    def wrap(owner: Any, name: str, before: str | None, after: str | None) -> None:
+        real = getattr(owner, name)
+        saved.append((owner, name, real))
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if before:
+                mark(before)
+            try:
+                return real(*args, **kwargs)
+            finally:
+                if after:
+                    mark(after)
+
+        setattr(owner, name, wrapper)
+
+    real_child = process._child_pid
+
+    def child_pid(info: bytes) -> int | None:
+        found = real_child(info)
+        if found is not None and "release" not in marks:  # (read again after the run: not a phase)
+            mark("child")
+        return found
+
+    class Popen(subprocess.Popen):  # type: ignore[type-arg]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            mark("popen")
+
+    wrap(bubblewrap.BubblewrapSandbox, "run", "run", "ran")
+    wrap(bubblewrap, "launch", "launch", "held")
+    wrap(bubblewrap, "collect", "release", "collected")
+    wrap(process, "_pump", None, "pumped")
+    saved.append((process, "_child_pid", real_child))
+    process._child_pid = child_pid
+    saved.append((process.subprocess, "Popen", process.subprocess.Popen))
+    process.subprocess.Popen = Popen  # type: ignore[misc]
+    order = ["call", "run", "launch", "popen", "child", "held", "release", "pumped", "collected", "ran", "end"]
+    phases: dict[str, list[float]] = {label: [] for _, _, label in PHASES}
+    try:
+        for _ in range(calls):
+            marks.clear()
+            mark("call")
+            assert registry.call("noop_tool", {"n": 1}).ok
+            mark("end")
+            for before, name in itertools.pairwise(order):
+                marks.setdefault(name, marks[before])  # a phase this call did not have: 0
+            for start, stop, label in PHASES:
+                phases[label].append(max(0.0, (marks[stop] - marks[start]) * 1000))
+    finally:
+        for owner, name, real in reversed(saved):
+            setattr(owner, name, real)
+    return [{"phase": label, "median_ms": statistics.median(v), "min_ms": min(v)} for label, v in phases.items()]
+
+
+def _row(name: str, s: dict[str, float], unit: str = "ms", digits: int = 3) -> str:
+    return f"  {name:<52} min {s['min']:.{digits}f}  median {s['median']:.{digits}f}  max {s['max']:.{digits}f} {unit}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations")
-    parser.add_argument("--calls", type=int, help="builtin calls per sample (default 2000, quick 300)")
-    parser.add_argument("--spawns", type=int, help="sandboxed calls (default 40, quick 10)")
+    parser.add_argument("--rounds", type=int, help="rounds per row (default 5, quick 3)")
+    parser.add_argument("--calls", type=int, help="builtin calls per round (default 1000, quick 200)")
+    parser.add_argument("--spawns", type=int, help="sandboxed calls per round (default 15, quick 5)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    calls = args.calls or (300 if args.quick else 2000)
-    spawns = args.spawns or (10 if args.quick else 40)
+    rounds = args.rounds or (3 if args.quick else 5)
+    calls = args.calls or (200 if args.quick else 1000)
+    spawns = args.spawns or (5 if args.quick else 15)
     with tempfile.TemporaryDirectory(prefix="tooldir-bench-exec-") as tmp:
         (Path(tmp) / "a").mkdir()
-        overhead = bench_overhead(Path(tmp) / "a", calls)
-        sandbox = bench_sandbox(Path(tmp) / "b", spawns)
-    result = {"overhead": overhead, "sandbox": sandbox, "uid": os.geteuid()}
+        overhead = bench_overhead(Path(tmp) / "a", calls, rounds)
+        sandbox = bench_sandbox(Path(tmp) / "b", spawns, rounds)
+    result = {"overhead": overhead, "sandbox": sandbox, "uid": os.geteuid(), "rounds": rounds}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"registry overhead per builtin call: {overhead['registry_overhead_ms']:.3f} ms (target <= 0.5)")
-    print(f"  of which without the fsynced audit line: {overhead['registry_overhead_memory_audit_ms']:.3f} ms")
-    if "ratio" in sandbox:
-        print(
-            f"sandboxed no-op Registry.call {sandbox['sandboxed_call_ms']:.1f} ms vs plain spawn "
-            f"{sandbox['plain_spawn_ms']:.1f} ms: {sandbox['ratio']:.2f}x (target <= 1.5)"
-        )
-        print(f"  the sandbox run alone (no registry, no audit): {sandbox['sandbox_ratio']:.2f}x")
-    else:
-        print("sandboxed call: bubblewrap unavailable here")
+    best = min(overhead["one"]["median"], overhead["many"]["median"])
+    print(f"registry overhead per builtin call (target <= {OVERHEAD_TARGET_MS} ms, durability kept; {rounds} rounds):")
+    print(_row("one caller, every line fdatasynced before it returns", overhead["one"]))
+    print(_row(f"{CALLERS} callers at once, group commit (synced too)", overhead["many"]))
+    print(_row('audit.durability = "buffered" (weakened: not synced)', overhead["buffered"]))
+    print(_row("no audit at all (in-memory sink)", overhead["memory"]))
+    print(_row("baseline: one line append + fdatasync on this disk", overhead["floor"]))
+    print(
+        f"  -> durable, concurrent: {'meets' if overhead['many']['median'] <= OVERHEAD_TARGET_MS else 'misses'} the "
+        f"target; one caller alone pays one fdatasync per call (the baseline above); best {best:.3f} ms"
+    )
+    if "unavailable" in sandbox:
+        print(f"sandboxed call: unavailable here ({sandbox['unavailable']})")
+        return 0
+    ms, ratio = sandbox["ms"], sandbox["ratio"]
+    print(
+        f"sandboxed no-op call vs plain subprocess.run (target <= {RATIO_TARGET}x; memory bound "
+        f"{sandbox['memory_bound']}; uid {result['uid']}):"
+    )
+    print(_row("plain subprocess.run of the same script", ms["plain"], digits=1))
+    print(_row("sandboxed Registry.call (a tool run again: its spare)", ms["call"], digits=1))
+    print(_row("sandboxed Registry.call, no spare (a first run)", ms["cold"], digits=1))
+    print(_row("ratio: Registry.call / plain", ratio["call"], "x", 2))
+    print(_row("ratio: Registry.call, no spare / plain", ratio["cold"], "x", 2))
+    print(_row("ratio: the sandbox run alone / plain", ratio["run"], "x", 2))
+    print(_row('ratio: Registry.call, memory_bound = "rlimit+seccomp"', ratio["rlimit"], "x", 2))
+    verdict = "meets" if ratio["call"]["median"] <= RATIO_TARGET else "misses"
+    print(f"  -> {verdict} the target (median of rounds {ratio['call']['median']:.2f}x)")
+    for title, key in (("a tool run again (its spare)", "breakdown"), ("no spare (a first run)", "breakdown_cold")):
+        print(f"where a sandboxed call's time goes, {title} (instrumented pass, median / min ms):")
+        for phase in sandbox[key]:
+            print(f"  {phase['phase']:<84} {phase['median_ms']:6.2f} / {phase['min_ms']:6.2f}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The audit log: one JSON line per call and per denial, hash-chained, fsynced and byte-exact.
+"""The audit log: one JSON line per call and per denial, hash-chained, synced and byte-exact.
 
 Every line carries ``seq`` (1, 2, ...), ``prev`` (the previous line's ``hash``; 64 zeros for the
 first) and ``hash`` = sha256 over the canonical serialisation of the line without ``hash``. The
@@ -26,6 +26,12 @@ backwards to its last line once and the head created. :func:`verify` compares th
 
 Appends take an exclusive ``flock`` on the log so several processes (a CLI run beside
 ``tooldir serve``) keep one chain. Files are created 0600 in the user's state directory.
+
+Durability: a call returns only once its line is on disk (``fdatasync``), and the head is written
+only after the lines it names are synced. Calls that arrive while a sync is in flight are written
+and synced together as one batch (group commit: one sync for all of them, see :class:`JsonlAudit`).
+A new log gets a genesis head (seq 0) before its first line, so a crash at any point leaves either
+a matching head or one that is merely behind (``head-behind``, a warning), never a torn chain.
 """
 
 from __future__ import annotations
@@ -167,47 +173,108 @@ class _Known:
     head_id: tuple[int, int, int]  # (inode, mtime ns, size) of the head file we wrote
 
 
-class JsonlAudit:
-    """The hash-chained JSONL sink at ``<state_dir>/audit.jsonl``, head in ``audit.head``."""
+@dataclass(slots=True)
+class _Pending:
+    """One line waiting for its group commit: its id and fields; then ``done`` or ``error``."""
 
-    def __init__(self, path: Path, head_path: Path | None = None) -> None:
+    audit_id: str
+    fields: dict[str, Any]
+    done: bool = False
+    error: BaseException | None = None
+
+
+class JsonlAudit:
+    """The hash-chained JSONL sink at ``<state_dir>/audit.jsonl``, head in ``audit.head``.
+
+    **Group commit.** Lines that arrive together share one ``fdatasync``: the first caller writes
+    its line and syncs; callers arriving meanwhile queue theirs, and the next of them to run writes
+    the whole queue at once and syncs once for all of it. Every caller returns only once its own
+    line is durable (``durable``) -- a single caller still pays one sync per line, concurrent ones
+    share it. ``durable=False`` (policy ``audit.durability = "buffered"``, reported as weakening)
+    leaves the sync to the kernel: a line survives a crash of tooldir but not of the machine."""
+
+    def __init__(self, path: Path, head_path: Path | None = None, *, durable: bool = True) -> None:
         self.path = Path(path)
         self.head_path = Path(head_path) if head_path is not None else audit_head_path(self.path)
-        self._lock = threading.Lock()
+        self.durable = durable
         self._known: _Known | None = None  # the head this sink last wrote
+        self._queue: list[_Pending] = []
+        self._committing = False  # a caller is writing (and syncing) a batch
+        self._turn = threading.Condition(threading.Lock())
 
     @classmethod
-    def in_state_dir(cls, state_dir: Path) -> JsonlAudit:
-        return cls(Path(state_dir) / AUDIT_FILE)
+    def in_state_dir(cls, state_dir: Path, *, durable: bool = True) -> JsonlAudit:
+        return cls(Path(state_dir) / AUDIT_FILE, durable=durable)
 
     def record(self, event: AuditEvent) -> str:
-        audit_id = uuid.uuid4().hex
-        fields = bounded_fields(event.fields())
-        with self._lock:
+        pending = _Pending(uuid.uuid4().hex, bounded_fields(event.fields()))
+        with self._turn:
+            self._queue.append(pending)
+            while self._committing and not pending.done:
+                self._turn.wait()
+            if not pending.done:  # our turn: commit everything queued so far, ours included
+                self._committing = True
+                batch, self._queue = self._queue, []
+        leading = not pending.done
+        if leading:
+            try:
+                self._commit(batch)
+            finally:
+                with self._turn:
+                    self._committing = False
+                    self._turn.notify_all()
+        error = pending.error
+        if error is None:
+            return pending.audit_id
+        if leading:
+            raise error
+        # the committer's exception object stays its own; each waiter gets a fresh one
+        if isinstance(error, OSError):
+            raise OSError(error.errno, error.strerror, error.filename) if error.errno else OSError(str(error))
+        raise RuntimeError(f"the audit write failed: {error!r}")
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        """Append ``batch`` as consecutive lines under the log's lock, sync once, then record the
+        head (only ever a head whose lines are on disk). Every member ends done or with the error."""
+        written = False
+        try:
             fd, size = self._open_locked()
             try:
                 seq, prev, sep, recorded = self._link(fd, size)
-                line: dict[str, Any] = {
-                    "v": RECORD_VERSION,
-                    "seq": seq + 1,
-                    "id": audit_id,
-                    "time": datetime.now(UTC).isoformat(timespec="microseconds"),
-                    **fields,
-                    "prev": prev,
-                }
-                digest = hashlib.sha256(canonical(line)).hexdigest()
-                line["hash"] = digest
-                data = sep + canonical(line) + b"\n"
-                _write_all(fd, data)
-                os.fdatasync(fd)  # appended data and the new size reach the disk
-                head = ChainHead(seq + 1, digest, size + len(data))
+                data = [sep]
+                for pending in batch:
+                    seq += 1
+                    line: dict[str, Any] = {
+                        "v": RECORD_VERSION,
+                        "seq": seq,
+                        "id": pending.audit_id,
+                        "time": datetime.now(UTC).isoformat(timespec="microseconds"),
+                        **pending.fields,
+                        "prev": prev,
+                    }
+                    prev = hashlib.sha256(canonical(line)).hexdigest()
+                    line["hash"] = prev
+                    data.append(canonical(line) + b"\n")
+                joined = b"".join(data)
+                _write_all(fd, joined)
+                if self.durable:
+                    os.fdatasync(fd)  # appended data and the new size reach the disk
+                head = ChainHead(seq, prev, size + len(joined))
                 # Both slots when the head does not simply advance (none yet, or a chain restarted
                 # after damage), so an older slot with a higher seq cannot outrank it.
                 save_chain_head(self.head_path, head, both=recorded is None or head.seq <= recorded)
                 self._known = _Known(head, _file_id(self.head_path) or (0, 0, 0))
             finally:
                 os.close(fd)  # also releases the flock
-        return audit_id
+            written = True
+        except Exception as exc:  # every member gets the failure (OSError: the log cannot be written)
+            for pending in batch:
+                pending.error = exc
+        finally:  # never leave a waiter waiting, even when interrupted
+            for pending in batch:
+                if not written and pending.error is None:
+                    pending.error = OSError("the audit write was interrupted")
+                pending.done = True
 
     def _open_locked(self) -> tuple[int, int]:
         """The log, opened for append and locked (reopened if it was replaced while we waited),
@@ -248,6 +315,11 @@ class JsonlAudit:
             return head.seq, head.hash, _separator(fd, size), head.seq
         # No head (an older version's log: migrate), or lines appended after it (a crash between an
         # append and its head update, or an older writer): chain to the log's own last line.
+        if head is None and size == 0:
+            # A new log: record the genesis head first, so a crash right after the first line
+            # leaves a head that is merely behind (a warning), never a log without one.
+            save_chain_head(self.head_path, ChainHead(0, GENESIS, 0), both=True)
+            return 0, GENESIS, b"", 0
         floor = head.size if head is not None else 0
         found = _last_link(fd, size, floor)
         recorded = None if head is None else head.seq

@@ -237,6 +237,14 @@ class ExecPolicy(_Frozen):
     """Bare names allowed as argv[0]; argv[1] must then be a file in the package."""
 
 
+class AuditPolicy(_Frozen):
+    durability: Literal["fsync", "buffered"] = "fsync"
+    """``fsync``: every call returns only once its audit line is on disk (``fdatasync``; lines of
+    concurrent calls share one sync). ``buffered``: the line is handed to the kernel before the call
+    returns (it survives a crash of tooldir) but not synced, so a power cut or OS crash can lose the
+    newest lines -- weaker, reported as ``policy-weakened``."""
+
+
 class Limits(_Frozen):
     max_manifest_bytes: int = Field(default=256 * 1024, ge=1024)
     max_file_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
@@ -256,6 +264,7 @@ class Policy(_Frozen):
     permissions: PermissionsPolicy = Field(default_factory=PermissionsPolicy)
     sandbox: SandboxPolicy = Field(default_factory=SandboxPolicy)
     exec: ExecPolicy = Field(default_factory=ExecPolicy)
+    audit: AuditPolicy = Field(default_factory=AuditPolicy)
     limits: Limits = Field(default_factory=Limits)
 
     @field_validator("pins")
@@ -555,6 +564,12 @@ def _memory_bound(value: Any, default: Any) -> str | None:
     return None
 
 
+def _audit_durability(value: Any, default: Any) -> str | None:
+    if value == "buffered" and default != "buffered":
+        return "audit lines are not synced to disk before a call returns: a power cut or OS crash can lose the newest"
+    return None
+
+
 _SOURCE_RULES: dict[str, _Rule] = {
     "require": _require,
     "max_risk": _higher_risk,
@@ -577,6 +592,7 @@ WEAKENING_RULES: Mapping[str, _Rule] = MappingProxyType(
         "sandbox.env_allow": _adds("tools may receive these variables of your environment"),
         "sandbox.runtime_roots": _adds("MCP server sandboxes may read these host folders"),
         "exec.interpreters": _adds("more programs may be argv[0] of a tool"),
+        "audit.durability": _audit_durability,
         **{
             f"sandbox.{key}": _higher(_LARGER)
             for key in (

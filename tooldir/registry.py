@@ -177,7 +177,7 @@ class Registry:
         self._own_permissions = permissions is None
         self._sandbox_problem: str | None = None
         self._sandbox_lock = threading.Lock()
-        self._audit: AuditSink = audit if audit is not None else JsonlAudit.in_state_dir(self._state_dir)
+        self._audit: AuditSink = audit if audit is not None else _default_audit(self._state_dir, policy)
         self._permissions = permissions if permissions is not None else from_policy(policy.permissions)
         self._builtins: Mapping[str, _Builtin] = MappingProxyType({})
         self._register_lock = threading.Lock()
@@ -575,6 +575,14 @@ class Registry:
             )
         failure = None if ok else CallError(code or "tool-failed", message or "")
         return CallResult(ok, content, failure, audit_id)
+
+
+def _default_audit(state_dir: Path, policy: Policy) -> AuditSink:
+    """The hash-chained log in the state dir, synced per the policy's ``audit.durability``."""
+    durable = policy.audit.durability == "fsync"
+    if not durable:
+        log.warning("audit lines are not synced to disk before calls return (policy audit.durability = 'buffered')")
+    return JsonlAudit.in_state_dir(state_dir, durable=durable)
 
 
 def _unknown_name_message(name: str) -> str:

@@ -28,15 +28,28 @@ What a tool gets (see README "Sandbox guarantees"):
   through ``systemd-run --user --scope`` for an unprivileged user; or ``rlimit+seccomp`` --
   RLIMIT_AS = ``memory_mb + address_space_slack_mb`` per process and the calls that hold memory
   outside it (memfd_create, memfd_secret, shmget, mq_open) denied.
+
+Every run is set up first and *held* at bubblewrap's ``--block-fd`` -- namespaces and mounts made,
+the seccomp filter ready, moved into its cgroup -- and only then released to start the tool. A tool
+run again (its second run on, without network) finds a **spare** set up in the background right
+after its previous run: exactly what its run would set up itself, for the very same snapshot
+record and environment, so the call only re-reads and re-hashes the verified bytes (as every run
+does) and releases it. No tool code runs before its call; a spare that does not fit or died is
+killed, and spares die with the sandbox object and with tooldir (``--die-with-parent``; spares are
+made by one long-lived thread, since bubblewrap ends with the thread that started it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import platform
 import shutil
 import subprocess
+import threading
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -47,8 +60,8 @@ from ..model import ToolRecord
 from ..policy import SandboxPolicy
 from . import scope
 from .base import RunRequest, RunResult
-from .cgroup import RunCgroup, RunCgroupV1, RunGroup, V1Parents, find_parent, find_v1_parents
-from .process import TRUSTED_PATH, Identity, identity_for, limits_prefix, spawn_and_collect
+from .cgroup import RunCgroup, RunCgroupV1, RunGroup, V1Parents, find_parent, find_v1_parents, warm_moves
+from .process import TRUSTED_PATH, Identity, Launched, abandon, collect, identity_for, launch, limits_prefix
 from .seccomp import build_filter
 from .store import verified_files
 
@@ -214,6 +227,8 @@ class BubblewrapSandbox:
         self.identity: Identity = identity_for(policy)
         self.bound = bound or choose_bound(policy)
         self.memory_bound: MemoryBound = self.bound.kind
+        self._spares = _Spares()
+        weakref.finalize(self, self._spares.close)  # also at exit: no spare outlives its sandbox
 
     def _cgroup(self) -> RunGroup | None:
         if self.bound.kind == "rlimit+seccomp" and self.policy.memory_bound == "cgroup":
@@ -234,31 +249,67 @@ class BubblewrapSandbox:
             raise SandboxError(f"cannot create the run's cgroup under {where}: {exc}", code="sandbox-failed") from None
 
     def run(self, request: RunRequest) -> RunResult:
-        _, contents = verified_files(request.record, self.store_dir)
-        argv = tool_argv(request.record)
-        args = base_args(self.policy, network=request.network)
-        fds: list[int] = []
+        spare = self._spares.take(_spare_key(request))
+        if spare is not None:
+            try:  # execution still re-reads and re-hashes the verified bytes, as every run does
+                verified_files(request.record, self.store_dir)
+            except BaseException:
+                spare.discard()
+                raise
+            result = self._finish(spare, request, from_now=True)
+        else:
+            result = self._finish(self._prepare(request), request, from_now=False)
+        if self._spares_allowed(request):
+            self._spares.ask(_spare_key(request), lambda: self._prepare(request))
+        return result
+
+    def _spares_allowed(self, request: RunRequest) -> bool:
+        """A spare sandbox is made ahead only for tools without network (a tooldir killed while a
+        spare waits ends its sandbox within milliseconds, but with network those could reach out)
+        where bubblewrap is tooldir's own child (not under a systemd scope), and never on the
+        opt-in path without a seccomp filter (it stays as it was, one logged run at a time)."""
+        return not request.network and self.bound.kind != "systemd-scope" and not self.policy.unsafe_allow_no_seccomp
+
+    def _warm_moves(self, group: RunGroup | None) -> threading.Thread | None:
+        """On cgroup v1, start the grace period the run's cgroup moves wait for now, in the
+        background, while the run is set up (:func:`~tooldir.sandbox.cgroup.warm_moves`). Only
+        once the run's cgroup exists: it holds the cgroup lock meanwhile, which mkdir needs."""
+        if group is None or self.bound.v1 is None:
+            return None
+        thread = threading.Thread(target=warm_moves, args=(self.bound.v1,), name="tooldir-cgroup-warm", daemon=True)
+        thread.start()
+        return thread
+
+    def _prepare(self, request: RunRequest) -> _Prepared:
+        """Everything of a run but the tool itself: the run's cgroup, the verified bytes in memfds,
+        bubblewrap started, its sandbox set up (mounts, namespaces, seccomp filter loaded) and, with
+        a cgroup, moved in -- held at ``--block-fd`` until :meth:`_finish` releases it."""
         group = self._cgroup()
+        warm = self._warm_moves(group)
+        fds: list[int] = []
         release: int | None = None
-        bounded = self.bound.kind != "rlimit+seccomp"
-        wrapper: list[str] = []
-        if self.bound.kind == "systemd-scope":
-            systemd_run = scope.find_systemd_run()
-            if systemd_run is None:
-                raise SandboxError("systemd-run is no longer installed", code="sandbox-failed")
-            memory = self.policy.memory_mb * 1024 * 1024
-            wrapper = scope.scope_prefix(
-                systemd_run, memory_bytes=memory, max_tasks=self.policy.max_processes + BWRAP_PROCESSES
-            )
+        info_read: int | None = None
         try:
+            _, contents = verified_files(request.record, self.store_dir)
+            argv = tool_argv(request.record)
+            args = base_args(self.policy, network=request.network)
+            bounded = self.bound.kind != "rlimit+seccomp"
+            wrapper: list[str] = []
+            if self.bound.kind == "systemd-scope":
+                systemd_run = scope.find_systemd_run()
+                if systemd_run is None:
+                    raise SandboxError("systemd-run is no longer installed", code="sandbox-failed")
+                memory = self.policy.memory_mb * 1024 * 1024
+                wrapper = scope.scope_prefix(
+                    systemd_run, memory_bytes=memory, max_tasks=self.policy.max_processes + BWRAP_PROCESSES
+                )
             args += seccomp_args(
                 fds, self.policy, network=request.network, deny_shared_memory=not bounded, tool=request.record.name
             )
             args += masked_proc_args(fds)
-            if group is not None:
-                block_read, release = os.pipe()
-                fds.append(block_read)
-                args += ["--block-fd", str(block_read)]
+            block_read, release = os.pipe()
+            fds.append(block_read)
+            args += ["--block-fd", str(block_read)]
             args += package_args(request.record, contents, fds)
             args += ["--remount-ro", "/", "--chdir", TOOL_DIR]
             # through a memfd, not argv: the host's process list must not show env values
@@ -266,14 +317,11 @@ class BubblewrapSandbox:
             args += ["--args", str(_memfd(b"".join(a.encode() + b"\0" for a in env_args), fds))]
             info_read, info_write = os.pipe()
             inherited = [*fds, info_write]  # never info_read: the tool must not read (steal) bwrap's report
-            fds.append(info_read)
             args += ["--info-fd", str(info_write), "--", *argv]
-            result = spawn_and_collect(
+            launched = launch(
                 args,
-                stdin=request.stdin,
                 env=scope.scope_env() if wrapper else {},
                 timeout_s=request.timeout_s,
-                cap=self.policy.max_output_bytes,
                 policy=self.policy,
                 identity=self.identity,
                 pass_fds=inherited,
@@ -285,19 +333,171 @@ class BubblewrapSandbox:
                 release_fd=release,
                 wrapper=wrapper,
             )
-            if group is not None and group.oom_killed():
-                result = replace(result, memory_exceeded=True)
-        finally:
-            for fd in fds:
-                os.close(fd)
-            if release is not None:
-                os.close(release)
+        except BaseException:
+            for fd in (release, info_read):
+                if fd is not None:
+                    os.close(fd)
             if group is not None:
                 group.close()
+            if warm is not None:
+                warm.join()
+            raise
+        finally:
+            for fd in fds:  # bubblewrap holds its own copies
+                os.close(fd)
+        return _Prepared(launched, group, warm)
+
+    def _finish(self, prepared: _Prepared, request: RunRequest, *, from_now: bool) -> RunResult:
+        """Release a prepared sandbox, feed and collect the tool, and remove what the run held."""
+        try:
+            result = collect(
+                prepared.launched,
+                stdin=request.stdin,
+                timeout_s=request.timeout_s,
+                cap=self.policy.max_output_bytes,
+                from_now=from_now,
+            )
+            if prepared.group is not None and prepared.group.oom_killed():
+                result = replace(result, memory_exceeded=True)
+        finally:
+            prepared.close()
         if not result.started and not result.timed_out:
             why = result.stderr.decode("utf-8", "replace").strip()[-500:] or f"exit status {result.exit_code}"
             raise SandboxError(f"bubblewrap could not start the tool: {why}", code="sandbox-failed")
         return result
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """A sandbox set up and held before its tool runs (see :meth:`BubblewrapSandbox._prepare`)."""
+
+    launched: Launched
+    group: RunGroup | None
+    warm: threading.Thread | None
+
+    def close(self) -> None:
+        """Close what the run held (after :func:`collect`): its pipes, its cgroup."""
+        for fd in (self.launched.release_fd, self.launched.info_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        if self.group is not None:
+            self.group.close()
+        if self.warm is not None:
+            self.warm.join()
+
+    def usable(self) -> bool:
+        """Still held at its block and alive (a spare may have died while it waited)."""
+        return self.launched.held and self.launched.proc.poll() is None
+
+    def discard(self) -> None:
+        """Kill a prepared sandbox that will never run its tool, and remove what it held."""
+        abandon(self.launched)
+        self.close()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _SpareKey:
+    """What a spare sandbox was made for: the very record object (snapshot records are immutable,
+    so the same object means the same verified package and manifest; it is held here, so its
+    identity cannot be reused while the spare waits), network and environment."""
+
+    record: ToolRecord
+    network: bool
+    env: tuple[tuple[str, str], ...]
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, _SpareKey)
+            and other.record is self.record
+            and (other.network, other.env) == (self.network, self.env)
+        )
+
+    def __hash__(self) -> int:
+        return hash((id(self.record), self.network, self.env))
+
+
+def _spare_key(request: RunRequest) -> _SpareKey:
+    return _SpareKey(request.record, request.network, tuple(sorted(request.env.items())))
+
+
+class _Spares:
+    """At most one spare sandbox, made in the background for the tool that was just run (from its
+    second run on: a tool run once, as by ``tooldir run``, gets none), so the next run of the same
+    tool only releases it. A spare is exactly what that run would have set up itself; one that does
+    not fit (another tool, a new snapshot, another environment) or died is discarded, and every
+    spare left is killed when the sandbox object goes away or the process exits.
+
+    Spares are made by one long-lived thread: bubblewrap's ``--die-with-parent`` ends a sandbox
+    when the *thread* that started it ends, which must be the process's end, never a helper's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition(threading.Lock())
+        self._spare: tuple[_SpareKey, _Prepared] | None = None
+        self._seen: set[_SpareKey] = set()
+        self._wanted: tuple[_SpareKey, Callable[[], _Prepared]] | None = None
+        self._worker: threading.Thread | None = None
+        self._closed = False
+
+    def take(self, key: _SpareKey) -> _Prepared | None:
+        with self._lock:
+            if self._spare is None or self._spare[0] != key:
+                return None
+            _, spare = self._spare
+            self._spare = None
+        if spare.usable():
+            return spare
+        spare.discard()
+        return None
+
+    def ask(self, key: _SpareKey, make: Callable[[], _Prepared]) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if key not in self._seen:
+                if len(self._seen) >= 64:
+                    self._seen.clear()
+                self._seen.add(key)
+                return
+            self._wanted = (key, make)
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._work, name="tooldir-spare-sandbox", daemon=True)
+                self._worker.start()
+            self._lock.notify()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                while self._wanted is None and not self._closed:
+                    self._lock.wait()
+                if self._closed:
+                    return
+                assert self._wanted is not None  # noqa: S101 - the loop above
+                (key, make), self._wanted = self._wanted, None
+            try:
+                spare: _Prepared | None = make()
+            except Exception as exc:  # a spare is an optimisation: the next run sets up its own
+                log.debug("no spare sandbox: %s", exc)
+                spare = None
+            old = None
+            with self._lock:
+                if spare is not None and spare.usable() and not self._closed:
+                    old, self._spare = self._spare, (key, spare)
+                    spare = None
+            for leftover in (old[1] if old else None, spare):
+                if leftover is not None:
+                    leftover.discard()
+            # nothing of this request stays referenced while waiting (it holds its sandbox object,
+            # which must be free to go away and take its spare along)
+            del key, make, spare, old
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            old, self._spare = self._spare, None
+            self._lock.notify_all()
+        if old is not None:
+            old[1].discard()
 
 
 def _memfd(data: bytes, fds: list[int]) -> int:

@@ -28,6 +28,7 @@ import os
 import re
 import secrets
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -363,6 +364,17 @@ class RunCgroupV1:
             pause = min(pause * 2, 0.05)
         for folder in self._dirs():
             _remove(folder, deadline)
+
+
+def warm_moves(parents: V1Parents) -> None:
+    """Move the calling thread into the cgroup it already is in (``parents.memory``, this process's
+    own cgroup), so the run's moves that follow are quick: the first move into any cgroup waits
+    for an RCU grace period (milliseconds, on every cgroup v1 host), the ones within a grace period
+    after it do not. A no-op otherwise; never fatal (a ``tasks`` file this user may not write just
+    means no head start). Only this one thread is named, never the process, so no other thread of
+    the caller is ever moved."""
+    with contextlib.suppress(OSError):
+        _write(parents.memory / "tasks", str(threading.get_native_id()))
 
 
 def _kill_members(listed: list[int], members: Callable[[], list[int]]) -> None:

@@ -139,18 +139,74 @@ def spawn_and_collect(
     wrapper: Sequence[str] = (),
 ) -> RunResult:
     """Run ``argv`` in its own process group, feed ``stdin``, read both outputs up to ``cap`` bytes
-    each. On timeout or an overflowing output the whole group is killed.
+    each. On timeout or an overflowing output the whole group is killed: :func:`launch`, then
+    :func:`collect`.
+
+    Raises:
+        SandboxError: ``sandbox-failed`` when the process cannot be started.
+    """
+    launched = launch(
+        argv,
+        env=env,
+        timeout_s=timeout_s,
+        policy=policy,
+        identity=identity,
+        pass_fds=pass_fds,
+        cwd=cwd,
+        info_fd=info_fd,
+        close_after_spawn=close_after_spawn,
+        address_space=address_space,
+        cgroup=cgroup,
+        release_fd=release_fd,
+        wrapper=wrapper,
+    )
+    return collect(launched, stdin=stdin, timeout_s=timeout_s, cap=cap)
+
+
+@dataclass(slots=True)
+class Launched:
+    """A started process that has not been fed yet. ``held``: bubblewrap is waiting at its
+    ``--block-fd`` (the sandbox's init reported and, with a cgroup, moved in) until :func:`collect`
+    releases it -- no tool code has run."""
+
+    proc: subprocess.Popen[bytes]
+    started: float
+    info_fd: int | None
+    info: CappedBuffer
+    release_fd: int | None
+    held: bool
+
+
+def launch(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    timeout_s: float,
+    policy: SandboxPolicy,
+    identity: Identity,
+    pass_fds: Sequence[int] = (),
+    cwd: str | None = None,
+    info_fd: int | None = None,
+    close_after_spawn: Sequence[int] = (),
+    address_space: int | None = -1,
+    cgroup: RunGroup | None = None,
+    release_fd: int | None = None,
+    wrapper: Sequence[str] = (),
+) -> Launched:
+    """Start ``argv`` in its own process group, with the rlimits of :func:`limits_prefix`.
 
     ``info_fd`` is the read end of bubblewrap's ``--info-fd`` pipe: its ``child-pid`` (the sandbox's
     init) is waited for, bounded, so no sandboxed process outlives the call.
 
-    With ``cgroup``, bubblewrap must have been given ``--block-fd`` whose write end is
-    ``release_fd``: the launcher and the sandbox's init are moved into ``cgroup`` first, and only
-    then is the block released, so the tool never runs outside it. ``address_space`` is passed to
+    With ``release_fd``, bubblewrap must have been given ``--block-fd`` with its read end: the
+    sandbox's init is waited for (and with ``cgroup`` the launcher and the init are moved into it)
+    and the process is returned still held there, so the tool never runs outside the cgroup and
+    not before :func:`collect`. Setting up may take until ``timeout_s`` from now; past that nothing
+    is released (:func:`collect` then kills the group as timed out). ``address_space`` is passed to
     :func:`limits_prefix`; ``wrapper`` (e.g. ``systemd-run --user --scope ... --``) comes first.
 
     Raises:
-        SandboxError: ``sandbox-failed`` when the process cannot be started.
+        SandboxError: ``sandbox-failed`` when the process cannot be started or moved (it is killed).
     """
     started = time.perf_counter()
     try:
@@ -174,26 +230,33 @@ def spawn_and_collect(
     finally:
         for fd in close_after_spawn:
             os.close(fd)
-    out, err, info = CappedBuffer(cap), CappedBuffer(cap), CappedBuffer(4096)
+    launched = Launched(proc, started, info_fd, CappedBuffer(4096), release_fd, False)
+    if release_fd is not None:
+        assert info_fd is not None  # noqa: S101 - caller's contract
+        try:
+            launched.held = _hold(proc, cgroup, info_fd=info_fd, info=launched.info, deadline=started + timeout_s)
+        except BaseException:
+            abandon(launched)
+            raise
+    return launched
+
+
+def collect(launched: Launched, *, stdin: bytes, timeout_s: float, cap: int, from_now: bool = False) -> RunResult:
+    """Release a :func:`launch` ed process, feed it ``stdin``, read both outputs up to ``cap`` bytes
+    each; on timeout or an overflowing output kill the whole group. The timeout counts from the
+    launch, or (``from_now``: a process launched ahead of its call) from now."""
+    proc, info_fd, info = launched.proc, launched.info_fd, launched.info
+    started = time.perf_counter() if from_now else launched.started
+    out, err = CappedBuffer(cap), CappedBuffer(cap)
     timed_out = False
     deadline = started + timeout_s
     try:
-        if cgroup is not None:
-            assert info_fd is not None and release_fd is not None  # noqa: S101 - caller's contract
-            _enter_cgroup(proc, cgroup, info_fd=info_fd, info=info, release_fd=release_fd, deadline=deadline)
+        if launched.held and launched.release_fd is not None:
+            with contextlib.suppress(BrokenPipeError):
+                os.write(launched.release_fd, b"1")
         timed_out = _pump(proc, stdin, out=out, err=err, deadline=deadline, info_fd=info_fd, info=info)
     finally:
-        if proc.poll() is None:
-            _kill_group(proc)
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        child = None
-        if info_fd is not None:
-            _drain(info_fd, info)
-            child = _child_pid(info.value())
-            _wait_gone(child, kill=proc.returncode is None or proc.returncode < 0 or timed_out)
+        child = _end(launched, kill_init=timed_out)
     code = proc.returncode
     killed = timed_out or out.truncated or err.truncated
     return RunResult(
@@ -209,27 +272,49 @@ def spawn_and_collect(
     )
 
 
-def _enter_cgroup(
+def abandon(launched: Launched) -> None:
+    """Kill a launched process that will never be collected, and wait until its sandbox is gone."""
+    _end(launched, kill_init=True)
+
+
+def _end(launched: Launched, *, kill_init: bool) -> int | None:
+    """Kill the group if still running, close its pipes, and wait (bounded) for the sandbox's
+    init to be gone. Returns the init's pid, if bubblewrap reported one."""
+    proc = launched.proc
+    if proc.poll() is None:
+        _kill_group(proc)
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+    if launched.info_fd is None:
+        return None
+    _drain(launched.info_fd, launched.info)
+    child = _child_pid(launched.info.value())
+    _wait_gone(child, kill=kill_init or proc.returncode is None or proc.returncode < 0)
+    return child
+
+
+def _hold(
     proc: subprocess.Popen[bytes],
-    cgroup: RunGroup,
+    cgroup: RunGroup | None,
     *,
     info_fd: int,
     info: CappedBuffer,
-    release_fd: int,
     deadline: float,
-) -> None:
+) -> bool:
     """Read the sandbox init's pid from bubblewrap's info (it waits at ``--block-fd`` meanwhile,
-    before it forks the tool), move the launcher and the init into ``cgroup``, then release it.
-    Past the deadline nothing is released (the caller's pump then kills the group as timed out).
+    before it forks the tool) and move the launcher and the init into ``cgroup``. False when the
+    deadline passed first (then nothing may be released).
 
     Raises:
-        SandboxError: ``sandbox-failed`` when a process cannot be moved (the run is killed first).
+        SandboxError: ``sandbox-failed`` when a process cannot be moved.
     """
     child = None
     while child is None:
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
-            return
+            return False
         ready, _, _ = select.select([info_fd], [], [], remaining)
         if not ready:
             continue
@@ -238,18 +323,17 @@ def _enter_cgroup(
             break  # bubblewrap ended before reporting: nothing of the tool ran
         info.feed(chunk)
         child = _child_pid(info.value())
+    if cgroup is None:
+        return True
     try:
         cgroup.add(proc.pid)
         if child is not None:
             cgroup.add(child)
     except OSError as exc:
-        _kill_group(proc)
-        _wait_gone(child, kill=True)
         raise SandboxError(
             f"cannot move the sandbox into its cgroup {cgroup.path}: {exc}", code="sandbox-failed"
         ) from None
-    with contextlib.suppress(BrokenPipeError):
-        os.write(release_fd, b"1")
+    return True
 
 
 def _drain(fd: int, buffer: CappedBuffer) -> None:

@@ -71,6 +71,7 @@ OTHER: dict[str, Any] = {
     "sandbox.unsafe_allow_no_seccomp": True,
     "sandbox.runtime_roots": ["/opt/venv/lib"],
     "exec.interpreters": ["python3"],
+    "audit.durability": "buffered",
     "limits.max_manifest_bytes": 4096,
     "limits.max_file_bytes": 4096,
     "limits.max_package_bytes": 8192,
@@ -285,6 +286,7 @@ def weakened_keys(text: str) -> set[str]:
         ('[sandbox]\nmemory_bound = "rlimit+seccomp"\n', "sandbox.memory_bound"),
         ("[sandbox]\nunsafe_allow_no_seccomp = true\n", "sandbox.unsafe_allow_no_seccomp"),
         ("[sandbox]\naddress_space_slack_mb = 4096\n", "sandbox.address_space_slack_mb"),
+        ('[audit]\ndurability = "buffered"\n', "audit.durability"),
     ],
 )
 def test_a_value_looser_than_its_default_is_reported_as_weakening_that_key(text: str, key: str | None) -> None:
@@ -301,6 +303,7 @@ def test_a_value_looser_than_its_default_is_reported_as_weakening_that_key(text:
         '[sandbox]\nmemory_bound = "cgroup"\ncgroup_parent = "/sys/fs/cgroup/tooldir"\n',
         '[keys]\nminisign = ["' + MINISIGN + '"]\n',
         '[defer]\nmode = "off"\nmax_working_set = 500\n',
+        '[audit]\ndurability = "fsync"\n',
         "",
     ],
 )

@@ -1,0 +1,251 @@
+"""Spare sandboxes (issue 14 item 8): a tool run again finds its sandbox already set up -- bubblewrap
+started, mounts and namespaces made, seccomp loaded, moved into its cgroup -- and held at
+``--block-fd``, so its call only releases it. No tool code runs before its call, a spare never
+serves another tool or environment, execution still re-reads and re-hashes the verified bytes,
+and no spare outlives its sandbox or a killed tooldir."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from toolkit import make_tool
+
+from tooldir.loader import Loader, make_config
+from tooldir.policy import Policy
+from tooldir.registry import Registry
+from tooldir.sandbox import BubblewrapSandbox
+from tooldir.snapshot import SnapshotStore
+
+STARTED = """\
+import json, sys, time
+started = time.time()
+data = json.load(sys.stdin)
+print(json.dumps({"ok": True, "content": {"tool": "NAME", "started": started, "input": data["input"]}}))
+"""
+
+
+def registry_for(tmp_path: Path, *names: str, policy: Policy | None = None) -> Registry:
+    user = tmp_path / "user"
+    for name in names:
+        make_tool(user, name, script=STARTED.replace("NAME", name))
+    policy = policy or Policy()
+    state = tmp_path / "state"
+    config = make_config(project=None, user_dirs=[user], policy=policy, state_dir=state)
+    return Registry(SnapshotStore(Loader(config).load()), policy=policy, state_dir=state)
+
+
+def box_of(registry: Registry) -> BubblewrapSandbox:
+    box = registry.sandbox()
+    assert isinstance(box, BubblewrapSandbox)
+    return box
+
+
+def wait_for_spare(box: BubblewrapSandbox) -> Any:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        spare = box._spares._spare
+        if spare is not None:
+            return spare[1]
+        time.sleep(0.01)
+    pytest.fail("no spare sandbox was made")
+
+
+def count_prepares(box: BubblewrapSandbox, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The thread of every set-up from scratch (the caller's, or the spare maker's)."""
+    threads: list[str] = []
+    real = box._prepare
+
+    def prepare(request: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return real(request)
+
+    monkeypatch.setattr(box, "_prepare", prepare)
+    return threads
+
+
+def gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_a_tool_run_again_is_served_by_a_spare_made_ahead_that_had_not_started_the_tool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = registry_for(tmp_path, "probe_tool")
+    box = box_of(registry)
+    prepares = count_prepares(box, monkeypatch)
+    for n in (1, 2):
+        assert registry.call("probe_tool", {"text": str(n)}).ok
+    spare = wait_for_spare(box)
+    assert prepares == ["MainThread", "MainThread", "tooldir-spare-sandbox"]  # none after the first run
+    group = spare.group
+    time.sleep(0.2)  # a tool that had started early would show a start time before the call
+    called_at = time.time()
+    result = registry.call("probe_tool", {"text": "3"})
+    assert result.ok, result.error
+    assert result.content["input"] == {"text": "3"}
+    assert result.content["started"] >= called_at
+    assert prepares.count("MainThread") == 2  # the third call set nothing up itself
+    assert group is None or not group.path.exists()  # the spare's cgroup went with its run
+    box._spares.close()
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_a_spare_never_serves_another_tool_and_is_replaced_by_that_tools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = registry_for(tmp_path, "alpha_tool", "beta_tool")
+    box = box_of(registry)
+    prepares = count_prepares(box, monkeypatch)
+    for _ in range(2):
+        assert registry.call("alpha_tool", {"text": "a"}).ok
+    spare = wait_for_spare(box)
+    for _ in range(2):
+        result = registry.call("beta_tool", {"text": "b"})
+        assert result.ok and result.content["tool"] == "beta_tool"
+    assert prepares.count("MainThread") == 4  # beta set up its own sandbox both times
+    deadline = time.monotonic() + 20
+    while wait_for_spare(box) is spare and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert wait_for_spare(box) is not spare  # beta's spare took the place
+    assert gone(spare.launched.proc.pid)  # alpha's spare was killed, never run
+    box._spares.close()
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_a_changed_environment_value_is_never_served_by_a_spare_made_with_the_old_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user = tmp_path / "user"
+    script = (
+        'import json, os, sys\njson.load(sys.stdin)\nprint(json.dumps({"ok": True, "content": os.environ["TOKEN"]}))\n'
+    )
+    make_tool(user, "env_tool", script=script, execute={"command": ["python3", "run.py"], "env": ["TOKEN"]})
+    policy = Policy.model_validate({"sandbox": {"env_allow": ["TOKEN"]}})
+    config = make_config(project=None, user_dirs=[user], policy=policy, state_dir=tmp_path / "state")
+    registry = Registry(SnapshotStore(Loader(config).load()), policy=policy, state_dir=tmp_path / "state")
+    monkeypatch.setenv("TOKEN", "old")
+    for _ in range(2):
+        assert registry.call("env_tool", {"text": "x"}).content == "old"
+    wait_for_spare(box_of(registry))
+    monkeypatch.setenv("TOKEN", "new")
+    assert registry.call("env_tool", {"text": "x"}).content == "new"
+    box_of(registry)._spares.close()
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_a_spare_is_not_run_when_the_verified_bytes_cannot_be_read_again(tmp_path: Path) -> None:
+    registry = registry_for(tmp_path, "probe_tool")
+    box = box_of(registry)
+    for _ in range(2):
+        assert registry.call("probe_tool", {"text": "x"}).ok
+    spare = wait_for_spare(box)
+    record = registry.store.current.get("probe_tool")
+    assert record is not None and record.digest is not None
+    copy = tmp_path / "state" / "sandbox" / "packages" / record.digest.removeprefix("sha256:")
+    for path in sorted(copy.rglob("*"), reverse=True):  # the verified copy is gone ...
+        os.chmod(path.parent, 0o700)
+        path.unlink() if path.is_file() else path.rmdir()
+    (tmp_path / "user" / "probe_tool" / "run.py").write_text("print('swapped')\n")  # ... the package changed
+    result = registry.call("probe_tool", {"text": "x"})
+    assert result.error is not None and result.error.code == "changed-since-verification"
+    deadline = time.monotonic() + 10
+    while not gone(spare.launched.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gone(spare.launched.proc.pid)
+    assert spare.group is None or not spare.group.path.exists()
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_spares_go_with_their_sandbox(tmp_path: Path) -> None:
+    registry = registry_for(tmp_path, "probe_tool")
+    box = box_of(registry)
+    for _ in range(2):
+        assert registry.call("probe_tool", {"text": "x"}).ok
+    spare = wait_for_spare(box)
+    box._spares.close()
+    assert gone(spare.launched.proc.pid)
+    assert spare.group is None or not spare.group.path.exists()
+    assert registry.call("probe_tool", {"text": "x"}).ok  # a closed spare pool just makes none
+
+
+_HOST = """
+import json, sys, time
+from pathlib import Path
+from tooldir.loader import Loader, make_config
+from tooldir.policy import Policy
+from tooldir.registry import Registry
+from tooldir.snapshot import SnapshotStore
+policy = Policy()
+config = make_config(project=None, user_dirs=[Path(sys.argv[1])], policy=policy, state_dir=Path(sys.argv[2]))
+registry = Registry(SnapshotStore(Loader(config).load()), policy=policy, state_dir=Path(sys.argv[2]))
+for _ in range(2):
+    assert registry.call("probe_tool", {"text": "x"}).ok
+box = registry.sandbox()
+while box._spares._spare is None:
+    time.sleep(0.01)
+spare = box._spares._spare[1]
+print(json.dumps({"launcher": spare.launched.proc.pid, "cgroup": str(spare.group.path) if spare.group else None}), flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_a_tooldir_killed_while_a_spare_waits_takes_the_spare_with_it(tmp_path: Path) -> None:
+    make_tool(tmp_path / "user", "probe_tool", script=STARTED.replace("NAME", "probe_tool"))
+    host = subprocess.Popen(
+        [sys.executable, "-c", _HOST, str(tmp_path / "user"), str(tmp_path / "state")],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert host.stdout is not None
+        line = host.stdout.readline()
+        assert line, "the host process never reported its spare"
+        reported = json.loads(line)
+        launcher = reported["launcher"]
+        assert not gone(launcher)
+    finally:
+        host.send_signal(signal.SIGKILL)
+        host.wait()
+        if host.stdout is not None:
+            host.stdout.close()
+    deadline = time.monotonic() + 5
+    while not gone(launcher) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gone(launcher)  # --die-with-parent: the held sandbox dies with tooldir
+    if reported["cgroup"] is not None:  # and with it every process of the run (then we tidy up)
+        procs = Path(reported["cgroup"]) / "cgroup.procs"
+        while procs.read_text().split() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not procs.read_text().split()
+        Path(reported["cgroup"]).rmdir()
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_a_spare_dies_when_its_registry_goes_away(tmp_path: Path) -> None:
+    import gc
+
+    registry = registry_for(tmp_path, "probe_tool")
+    for _ in range(2):
+        assert registry.call("probe_tool", {"text": "x"}).ok
+    spare = wait_for_spare(box_of(registry))
+    pid = spare.launched.proc.pid
+    del registry, spare
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gone(pid)
