@@ -15,6 +15,7 @@ camelCase/snake_case, the description and the parameter names; no stemming, no s
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import json
 import math
@@ -33,6 +34,21 @@ KS = (1, 5, 10)
 class LabelledQuery:
     query: str
     relevant: tuple[str, ...]
+    id: str = ""
+    split: str = ""  # as labelled in the file ("dev", "test_in_domain", ...), or ""
+
+
+TRAIN_SPLITS = frozenset({"train", "dev"})
+
+
+def split_of(query: LabelledQuery) -> str:
+    """``"train"`` or ``"test"``. A query labelled with a split keeps it (``dev``/``train`` are
+    training); an unlabelled one (BFCL) is training when the first byte of SHA-256 of its id
+    (or, without one, its text) is even: a fixed, content-keyed half."""
+    if query.split:
+        return "train" if query.split in TRAIN_SPLITS else "test"
+    key = (query.id or query.query).encode("utf-8", "surrogatepass")
+    return "train" if hashlib.sha256(key).digest()[0] % 2 == 0 else "test"
 
 
 class EvalDataError(ConfigError):
@@ -95,7 +111,15 @@ def read_queries(path: str | Path, known: set[str]) -> list[LabelledQuery]:
         unknown = [r for r in relevant if r not in known]
         if unknown:
             raise EvalDataError(f"relevant tool(s) not in the tools file: {unknown[:3]}", path=str(path), line=number)
-        out.append(LabelledQuery(query, tuple(dict.fromkeys(str(r) for r in relevant))))
+        qid, split = row.get("id", ""), row.get("split", "")
+        out.append(
+            LabelledQuery(
+                query,
+                tuple(dict.fromkeys(str(r) for r in relevant)),
+                qid if isinstance(qid, str) else str(qid),
+                split if isinstance(split, str) else "",
+            )
+        )
     if not out:
         raise EvalDataError("no queries", path=str(path))
     return out

@@ -68,10 +68,13 @@ class IndexFollower:
         self._lock = threading.Lock()
         self._builtins = _builtin_docs(b for b in builtins if b.name not in GUARD_TOOLS)
         self._views: dict[tuple[Any, ...], _View] = {}
+        from .semantic import default_ranker  # numpy and the model only when a search runs
+
+        self._ranker = default_ranker()
         with self._lock:  # subscribe first: a publication racing this build is never missed
             self._unsubscribe = store.subscribe(self._on_publish)
             snapshot = store.current
-            self._pair = (snapshot, SearchIndex.from_snapshot(snapshot, builtins=self._builtins))
+            self._pair = (snapshot, SearchIndex.from_snapshot(snapshot, builtins=self._builtins, ranker=self._ranker))
 
     def _on_publish(self, snapshot: Snapshot, change: SnapshotDiff) -> None:
         with self._lock:
@@ -81,7 +84,7 @@ class IndexFollower:
             if change.old_generation == held:
                 index = self._pair[1].apply_diff(snapshot, change, builtins=self._builtins)
             else:  # a diff from a snapshot this index never saw: rebuild
-                index = SearchIndex.from_snapshot(snapshot, builtins=self._builtins)
+                index = SearchIndex.from_snapshot(snapshot, builtins=self._builtins, ranker=self._pair[1].ranker)
             self._pair = (snapshot, index)
 
     @property

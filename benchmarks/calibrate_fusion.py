@@ -1,0 +1,108 @@
+"""Choose the hybrid ranker's fusion weight and miss threshold on TRAINING splits only.
+
+Seal-Tools: its ``dev`` split. BFCL has no split field: a query is in training when the first
+byte of SHA-256 of its ``id`` is even (:func:`tooldir.evaluate.split_of`), about half.
+Test splits are never read here. Run: ``python3 benchmarks/calibrate_fusion.py [--json]``.
+
+For each alpha on a grid it prints nDCG@10 and recall@5 of the hybrid on each training set and
+of BM25F alone; the chosen alpha maximises the *smallest* gain over BM25F among the two sets and
+the two metrics (maximin: the weight that helps everywhere, not the one that helps one set most). The miss
+threshold is the 99th percentile of the best cosine that nonsense queries (random letter strings
+and random non-words) reach, rounded up to 0.05, kept only if it drops under 2% of the training
+queries' gold tools that no query term matches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import string
+from pathlib import Path
+
+import numpy as np
+
+from tooldir.evaluate import read_queries, read_tools, score_rankings, split_of
+from tooldir.search import SearchIndex, parse_query
+from tooldir.semantic import HybridRanker, load_embedder
+
+EVAL = next(
+    (p / "shared" / "eval" for p in Path(__file__).resolve().parents if (p / "shared" / "eval").is_dir()),
+    Path(__file__).resolve().parents[2] / "shared" / "eval",
+)  # beside the checkout (or a worktree folder's parent)
+GRID = [round(0.5 + 0.05 * i, 2) for i in range(11)]
+METRICS = ("nDCG@10", "recall@5")
+
+
+def nonsense(rng: random.Random, n: int) -> list[str]:
+    out = []
+    for _ in range(n):
+        words = ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(4, 9))) for _ in range(3)]
+        out.append(" ".join(words))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    embedder = load_embedder()
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    gold_unmatched: list[float] = []
+    nonsense_best: list[float] = []
+    rng = random.Random(15)
+    for name in ("sealtools", "bfcl"):
+        docs = read_tools(EVAL / name / "tools.jsonl")
+        queries = [
+            q for q in read_queries(EVAL / name / "queries.jsonl", {d.name for d in docs}) if split_of(q) == "train"
+        ]
+        base = SearchIndex.build(docs)
+        table[name] = {}
+        parsed = [parse_query(q.query) for q in queries]
+        lexical = [base.lexical(p, top_k=50) for p in parsed]
+        m = score_rankings(queries, [[h.name for h in lx[:10]] for lx in lexical])
+        table[name]["bm25f"] = {"nDCG@10": m["nDCG@10"], "recall@5": m["recall@5"], "n": len(queries)}
+        for alpha in GRID:
+            ranker = HybridRanker(embedder, alpha=alpha, min_cosine=-1.0).follow(base)
+            ranked = [[h.name for h in ranker.rank(p, lx, 10)] for p, lx in zip(parsed, lexical, strict=True)]
+            m = score_rankings(queries, ranked)
+            table[name][str(alpha)] = {"nDCG@10": m["nDCG@10"], "recall@5": m["recall@5"], "n": len(queries)}
+        probe = HybridRanker(embedder).follow(base)
+        for q, lx in zip(queries, lexical, strict=True):
+            cos = probe.cosines(q.query)
+            found = {h.name for h in lx}
+            pos = probe.catalog().position
+            gold_unmatched.extend(float(cos[pos[r]]) for r in q.relevant if r not in found)
+        for text in nonsense(rng, 300):
+            nonsense_best.append(float(np.max(probe.cosines(text))))
+    gain = {a: min(table[s][str(a)][k] - table[s]["bm25f"][k] for s in table for k in METRICS) for a in GRID}
+    alpha = max(GRID, key=lambda a: (round(gain[a], 4), -a))
+    p99 = float(np.percentile(nonsense_best, 99))
+    threshold = math.ceil(p99 * 20) / 20
+    lost = sum(c < threshold for c in gold_unmatched) / max(len(gold_unmatched), 1)
+    report = {
+        "grid": table,
+        "smallest_gain": {str(a): round(v, 4) for a, v in gain.items()},
+        "alpha": alpha,
+        "nonsense_best_cosine_p99": round(p99, 4),
+        "min_cosine": threshold,
+        "gold_without_lexical_match": len(gold_unmatched),
+        "share_of_those_below_threshold": round(lost, 4),
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    print(f"{'alpha':>6s} " + " ".join(f"{s + ' nDCG@10':>18s} {s + ' R@5':>14s}" for s in table) + "  smallest gain")
+    for a in ["bm25f", *GRID]:
+        cells = " ".join(f"{table[s][str(a)]['nDCG@10']:18.4f} {table[s][str(a)]['recall@5']:14.4f}" for s in table)
+        print(f"{a!s:>6s} {cells}  {'' if a == 'bm25f' else f'{gain[a]:+.4f}'}")
+    print(f"chosen alpha {alpha} (largest smallest gain over BM25F on the training splits)")
+    print(
+        f"nonsense queries' best cosine p99 {p99:.3f} -> min_cosine {threshold:.2f}; "
+        f"{lost:.1%} of {len(gold_unmatched)} gold tools without a lexical match fall below it"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,365 @@
+"""An offline semantic ranker fused with BM25F (issue 15). Optional: ``pip install "tooldir[semantic]"``.
+
+The embedder is the static token-embedding model that ships *inside* the ``wordllama`` wheel
+(``wordllama/weights/l2_supercat_256.safetensors`` and its tokenizer file): a text's vector is the
+mean of its tokens' vectors. The two files are opened directly (safetensors + tokenizers) and the
+``wordllama`` package itself is never imported: its ``__init__`` configures the root logger and its
+loader falls back to a network download and to ``~/.cache``. Nothing here reads HOME or the network.
+
+Every tool is embedded once from all the text a model would use (:func:`tool_text`: the name split
+into words, description, keywords, parameter names and descriptions, enum values); raw vectors are
+cached (L2-normalised) by the SHA-256 of that text, and the cache is handed from one index to the
+next (:meth:`HybridRanker.follow`), so an edit re-embeds one tool, not the catalog. A query costs
+one embedding and one matrix-vector product over the catalog's (tools x 256) float32 matrix.
+
+Fusion (:meth:`HybridRanker.rank`), per query: the BM25F scores of the lexical candidates are
+divided by the query's best one (so the lexical part is capped at 1 whatever a description
+holds: a description stuffed with popular words cannot outscore the best honest match by more
+than the lexical weight), cosine scores are min-max normalised over the semantic candidates, and the fused score is
+``alpha * lexical + (1 - alpha) * semantic``. ``alpha`` and the miss threshold were chosen on the
+training splits of ``../shared/eval`` only (``benchmarks/calibrate_fusion.py``). A tool that no
+query term matches is returned only when its cosine reaches :data:`MIN_COSINE`: a nonsense query
+still misses. ``+required`` terms keep their meaning (only lexical candidates, which hold every
+required term, are eligible) and the order stays ``(-score, name)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import importlib.util
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .search import Hit, ParsedQuery, SearchDoc, SearchIndex, split_words
+
+__all__ = [
+    "ALPHA",
+    "MIN_COSINE",
+    "SEMANTIC_ENV",
+    "HybridRanker",
+    "SemanticUnavailable",
+    "StaticEmbedder",
+    "default_ranker",
+    "load_embedder",
+    "semantic_status",
+    "tool_text",
+]
+
+SEMANTIC_ENV = "TOOLDIR_SEMANTIC"  # "off": BM25F only, even with the extra installed
+MODEL_PACKAGE = "wordllama"
+WEIGHTS = ("weights", "l2_supercat_256.safetensors")
+TOKENIZER = ("tokenizers", "l2_supercat_tokenizer_config.json")
+TENSOR_KEY = "embedding.weight"
+
+ALPHA = 0.9  # weight of the lexical part; calibrated on training splits (module docstring)
+MIN_COSINE = 0.45  # a tool no query term matches needs at least this (centred) cosine
+POOL = 50  # candidates taken from each side before fusion
+MAX_TEXT_CHARS = 4096  # what is embedded of one tool (a mean over more tokens says nothing new)
+
+Matrix = npt.NDArray[np.float32]
+
+
+class SemanticUnavailable(RuntimeError):
+    """The optional model is not installed, disabled, or unreadable (the search stays BM25F)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# The embedder
+
+
+class StaticEmbedder:
+    """Mean of token vectors: ``embed(texts)`` gives one raw (unnormalised) float32 row per text."""
+
+    name = "wordllama-l2_supercat-256"
+
+    def __init__(self, table: npt.NDArray[Any], tokenizer: Any) -> None:
+        self._table = np.ascontiguousarray(table)  # (vocab, dim), float16 as shipped: half the memory
+        self._tokenizer = tokenizer
+        self.dim = int(self._table.shape[1])
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        encoded = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        lengths = np.fromiter((len(e.ids) for e in encoded), dtype=np.int64, count=len(encoded))
+        ids = np.fromiter((i for e in encoded for i in e.ids), dtype=np.int64, count=int(lengths.sum()))
+        if ids.size == 0:
+            return out
+        np.clip(ids, 0, self._table.shape[0] - 1, out=ids)
+        vectors = self._table[ids].astype(np.float32)
+        nonempty = lengths > 0
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))[nonempty]
+        out[nonempty] = np.add.reduceat(vectors, starts, axis=0) / lengths[nonempty, None]
+        return out
+
+    def embed_one(self, text: str) -> npt.NDArray[np.float32]:
+        ids = self._tokenizer.encode(text, add_special_tokens=False).ids
+        if not ids:
+            return np.zeros(self.dim, dtype=np.float32)
+        rows = self._table[np.clip(np.asarray(ids, dtype=np.int64), 0, self._table.shape[0] - 1)]
+        return rows.astype(np.float32).mean(axis=0)  # type: ignore[no-any-return]
+
+
+def model_dir() -> Path:
+    """The installed ``wordllama`` package folder, found without importing (running) it."""
+    try:
+        spec = importlib.util.find_spec(MODEL_PACKAGE)
+    except (ImportError, ValueError) as exc:
+        raise SemanticUnavailable(f"{MODEL_PACKAGE} cannot be located: {exc}") from None
+    if spec is None or not spec.submodule_search_locations:
+        raise SemanticUnavailable(f'{MODEL_PACKAGE} is not installed (pip install "tooldir[semantic]")')
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+_LOCK = threading.Lock()
+_LOADED: dict[Path, StaticEmbedder] = {}
+
+
+def load_embedder(directory: Path | None = None) -> StaticEmbedder:
+    """Load the shipped model from local files only (cached per folder). Raises SemanticUnavailable."""
+    base = directory if directory is not None else model_dir()
+    with _LOCK:
+        cached = _LOADED.get(base)
+        if cached is not None:
+            return cached
+        weights, tokenizer_file = base.joinpath(*WEIGHTS), base.joinpath(*TOKENIZER)
+        try:
+            from safetensors import safe_open
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise SemanticUnavailable(f"a dependency of the semantic ranker is missing: {exc}") from None
+        try:
+            with safe_open(str(weights), framework="np", device="cpu") as f:
+                table = f.get_tensor(TENSOR_KEY)
+            tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        except Exception as exc:  # any unreadable model file means: no semantic ranker
+            raise SemanticUnavailable(f"cannot load the model from {base}: {type(exc).__name__}: {exc}") from None
+        if getattr(table, "ndim", 0) != 2 or table.shape[0] < 2 or table.shape[1] < 2:
+            raise SemanticUnavailable(f"{weights}: {TENSOR_KEY} is not a (vocabulary, dimension) matrix")
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        embedder = StaticEmbedder(table, tokenizer)
+        _LOADED[base] = embedder
+        return embedder
+
+
+def semantic_status(environ: Mapping[str, str] | None = None, *, load: bool = True) -> tuple[bool, str]:
+    """(usable, why): whether the hybrid ranker will run, and the reason if not. With
+    ``load=False`` only checks that the model files are there (cheap: nothing is read)."""
+    env = os.environ if environ is None else environ
+    if env.get(SEMANTIC_ENV, "").strip().lower() in {"0", "off", "no", "false"}:
+        return False, f"disabled by {SEMANTIC_ENV}={env[SEMANTIC_ENV]}"
+    try:
+        if load:
+            load_embedder()
+        else:
+            base = model_dir()
+            for parts in (WEIGHTS, TOKENIZER):
+                if not base.joinpath(*parts).is_file():
+                    raise SemanticUnavailable(f"{base.joinpath(*parts)} is missing")
+    except SemanticUnavailable as exc:
+        return False, str(exc)
+    return True, "ok"
+
+
+def default_ranker(environ: Mapping[str, str] | None = None) -> HybridRanker | None:
+    """The hybrid ranker when the extra is installed and not disabled, else None (BM25F). The
+    model is read on the first search, not here."""
+    usable, _ = semantic_status(environ, load=False)
+    return HybridRanker(load_embedder) if usable else None
+
+
+# ------------------------------------------------------------------------------------------------
+# What is embedded
+
+
+def tool_text(doc: SearchDoc) -> str:
+    """All the text a model would read about a tool, as plain words."""
+    parts = [" ".join(split_words(doc.name)), doc.description]
+    if doc.keywords:
+        parts.append(", ".join(doc.keywords))
+    for pname, pdesc in doc.params:
+        parts.append(" ".join(split_words(pname)) + (f": {pdesc}" if pdesc else ""))
+    if doc.enums:
+        parts.append(", ".join(doc.enums))
+    return "\n".join(p for p in parts if p)[:MAX_TEXT_CHARS]
+
+
+def _key(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+def query_text(parsed: ParsedQuery) -> str:
+    return " ".join(w[1:] if w.startswith("+") and len(w) > 1 else w for w in parsed.text.split())
+
+
+def _normalised(rows: Matrix) -> Matrix:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    np.divide(rows, norms, out=rows, where=norms > 0)
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------
+# The ranker
+
+
+@dataclass(frozen=True, slots=True)
+class _Catalog:
+    names: tuple[str, ...]
+    position: Mapping[str, int]
+    matrix: Matrix  # (tools, dim), L2-normalised rows
+
+
+class HybridRanker:
+    """BM25F fused with cosine similarity (``mode="hybrid"``), or the embedding alone
+    (``mode="embedding"``, for evaluation). Implements :class:`tooldir.search.Ranker`."""
+
+    def __init__(
+        self,
+        embedder: StaticEmbedder | Callable[[], StaticEmbedder],
+        *,
+        alpha: float = ALPHA,
+        min_cosine: float = MIN_COSINE,
+        pool: int = POOL,
+        mode: str = "hybrid",
+        _index: SearchIndex | None = None,
+        _cache: dict[bytes, npt.NDArray[np.float32]] | None = None,
+    ) -> None:
+        if mode not in {"hybrid", "embedding"}:
+            raise ValueError(f"unknown ranker mode {mode!r}")
+        self._embedder = embedder
+        self.alpha = alpha
+        self.min_cosine = min_cosine
+        self.pool = pool
+        self.mode = mode
+        self.name = "hybrid" if mode == "hybrid" else "embedding"
+        self._index = _index
+        self._cache: dict[bytes, npt.NDArray[np.float32]] = {} if _cache is None else _cache
+        self._catalog: _Catalog | None = None
+        self._lock = threading.Lock()
+        self.embedded = 0  # tools embedded by this ranker (not taken from the cache)
+        self.failure: str | None = None  # why the model could not be used (then: BM25F order)
+
+    def follow(self, index: SearchIndex) -> HybridRanker:
+        """The ranker of ``index``: same model and settings, this one's vectors reused."""
+        return HybridRanker(
+            self._embedder,
+            alpha=self.alpha,
+            min_cosine=self.min_cosine,
+            pool=self.pool,
+            mode=self.mode,
+            _index=index,
+            _cache=self._cache,
+        )
+
+    @property
+    def embedder(self) -> StaticEmbedder:
+        """The model (loaded on first use; raises SemanticUnavailable)."""
+        if not isinstance(self._embedder, StaticEmbedder):
+            self._embedder = self._embedder()
+        return self._embedder
+
+    # -- the catalog matrix (built on first use) -------------------------------------------------
+
+    def catalog(self) -> _Catalog:
+        with self._lock:
+            if self._catalog is None:
+                self._catalog = self._build()
+            return self._catalog
+
+    def _build(self) -> _Catalog:
+        index = self._index
+        names = index.names() if index is not None else ()
+        texts = []
+        for n in names:
+            doc = index.doc(n) if index is not None else None
+            texts.append(tool_text(doc) if doc is not None else n)
+        keys = [_key(t) for t in texts]
+        old = self._cache
+        todo = [i for i, k in enumerate(keys) if k not in old]
+        fresh = _normalised(self.embedder.embed([texts[i] for i in todo]))
+        cache: dict[bytes, npt.NDArray[np.float32]] = {}
+        raw = np.empty((len(names), self.embedder.dim), dtype=np.float32)
+        j = 0
+        for i, k in enumerate(keys):
+            vec = old.get(k)
+            if vec is None:
+                vec = fresh[j]
+                j += 1
+            cache[k] = vec
+            raw[i] = vec
+        self.embedded = len(todo)
+        self._cache = cache  # only what this catalog holds: removed tools are forgotten
+        return _Catalog(names, {n: i for i, n in enumerate(names)}, raw)
+
+    def cosines(self, text: str) -> npt.NDArray[np.float32]:
+        """Cosine of ``text`` with every tool, in ``index.names()`` order."""
+        cat = self.catalog()
+        q = self.embedder.embed_one(text)
+        norm = float(np.linalg.norm(q))
+        if norm == 0.0 or not cat.names:
+            return np.zeros(len(cat.names), dtype=np.float32)
+        return cat.matrix @ (q / norm)
+
+    # -- ranking ---------------------------------------------------------------------------------
+
+    def rank(
+        self,
+        parsed: ParsedQuery,
+        lexical: Sequence[Hit],
+        top_k: int,
+        allow: Callable[[str], bool] | None = None,
+    ) -> list[Hit]:
+        """Fuse ``lexical`` (the best BM25F candidates, all holding every required term) with
+        cosine similarity. Returns at most ``top_k`` hits by (-score, name)."""
+        if top_k <= 0 or not parsed.terms:
+            return []
+        try:
+            cat = self.catalog()
+        except SemanticUnavailable as exc:  # the model went missing after startup: stay lexical
+            self.failure = str(exc)
+            return list(lexical[:top_k])
+        cos = self.cosines(query_text(parsed))
+        names = cat.names
+        candidates: dict[str, float] = {}
+        if not parsed.required:  # a required term rules out every tool lexical search did not find
+            n = len(names)
+            take = min(n, self.pool if allow is None else max(self.pool * 4, self.pool))
+            order = np.argpartition(-cos, take - 1)[:take] if take < n else np.arange(n)
+            for i in order[np.argsort(-cos[order], kind="stable")]:
+                name = names[int(i)]
+                if float(cos[i]) < self.min_cosine:
+                    break
+                if allow is None or allow(name):
+                    candidates[name] = float(cos[i])
+                    if len(candidates) >= self.pool:
+                        break
+        lex = {h.name: h.score for h in lexical if h.name in cat.position}
+        for name in lex:
+            candidates.setdefault(name, float(cos[cat.position[name]]))
+        if not candidates:
+            return []
+        if self.mode == "embedding":
+            fused = candidates
+        else:
+            top_lex = max(lex.values(), default=0.0)
+            values = list(candidates.values())
+            hi, lo = max(values), min(values)
+            span = hi - lo
+            a = self.alpha
+            fused = {}
+            for name, c in candidates.items():
+                sem = (c - lo) / span if span > 1e-9 else 1.0
+                lx = lex.get(name, 0.0) / top_lex if top_lex > 0 else 0.0
+                fused[name] = a * lx + (1 - a) * sem
+        best = heapq.nsmallest(top_k, fused.items(), key=lambda e: (-e[1], e[0]))
+        return [Hit(n, round(s, 6)) for n, s in best]
