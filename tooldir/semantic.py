@@ -261,6 +261,20 @@ class HybridRanker:
             _cache=self._cache,
         )
 
+    def as_mode(self, mode: str) -> HybridRanker:
+        """The same ranker over the same catalog (shared, not rebuilt) in another ``mode``."""
+        other = HybridRanker(
+            self._embedder,
+            alpha=self.alpha,
+            min_cosine=self.min_cosine,
+            pool=self.pool,
+            mode=mode,
+            _index=self._index,
+            _cache=self._cache,
+        )
+        other._catalog = self.catalog()
+        return other
+
     @property
     def embedder(self) -> StaticEmbedder:
         """The model (loaded on first use; raises SemanticUnavailable)."""
@@ -330,6 +344,13 @@ class HybridRanker:
             return list(lexical[:top_k])
         cos = self.cosines(query_text(parsed))
         names = cat.names
+        if self.mode == "embedding":  # cosine alone over every allowed tool: no threshold, no terms
+            ranked = sorted(
+                (i for i in np.argsort(-cos, kind="stable")[: top_k if allow is None else len(names)]),
+                key=lambda i: (-float(cos[i]), names[i]),
+            )
+            out = [Hit(names[i], round(float(cos[i]), 6)) for i in ranked if allow is None or allow(names[i])]
+            return out[:top_k]
         candidates: dict[str, float] = {}
         if not parsed.required:  # a required term rules out every tool lexical search did not find
             n = len(names)
@@ -348,18 +369,15 @@ class HybridRanker:
             candidates.setdefault(name, float(cos[cat.position[name]]))
         if not candidates:
             return []
-        if self.mode == "embedding":
-            fused = candidates
-        else:
-            top_lex = max(lex.values(), default=0.0)
-            values = list(candidates.values())
-            hi, lo = max(values), min(values)
-            span = hi - lo
-            a = self.alpha
-            fused = {}
-            for name, c in candidates.items():
-                sem = (c - lo) / span if span > 1e-9 else 1.0
-                lx = lex.get(name, 0.0) / top_lex if top_lex > 0 else 0.0
-                fused[name] = a * lx + (1 - a) * sem
+        top_lex = max(lex.values(), default=0.0)
+        values = list(candidates.values())
+        hi, lo = max(values), min(values)
+        span = hi - lo
+        a = self.alpha
+        fused = {}
+        for name, c in candidates.items():
+            sem = (c - lo) / span if span > 1e-9 else 1.0
+            lx = lex.get(name, 0.0) / top_lex if top_lex > 0 else 0.0
+            fused[name] = a * lx + (1 - a) * sem
         best = heapq.nsmallest(top_k, fused.items(), key=lambda e: (-e[1], e[0]))
         return [Hit(n, round(s, 6)) for n, s in best]
