@@ -18,8 +18,10 @@ holds: a description stuffed with popular words cannot outscore the best honest 
 than the lexical weight), cosine scores are min-max normalised over the semantic candidates, and the fused score is
 ``alpha * lexical + (1 - alpha) * semantic``. ``alpha`` and the miss threshold were chosen on the
 training splits of ``../shared/eval`` only (``benchmarks/calibrate_fusion.py``). A tool that no
-query term matches is returned only when its cosine reaches :data:`MIN_COSINE`: a nonsense query
-still misses. ``+required`` terms keep their meaning (only lexical candidates, which hold every
+query term matches is returned only when the query holds a word the model knows whole (random
+strings do not: they are split into meaningless pieces) and the tool's cosine reaches
+:data:`MIN_COSINE`, which 99% of random three-word salads of the model's vocabulary never reach
+on the training catalogs: a nonsense query still misses. ``+required`` terms keep their meaning (only lexical candidates, which hold every
 required term, are eligible) and the order stays ``(-score, name)``.
 """
 
@@ -63,7 +65,7 @@ TENSOR_KEY = "embedding.weight"
 DIM = 128  # the model is trained to be truncated (Matryoshka): half the dimensions, half the cost
 
 ALPHA = 0.9  # weight of the lexical part; calibrated on training splits (module docstring)
-MIN_COSINE = 0.45  # a tool no query term matches needs at least this (centred) cosine
+MIN_COSINE = 0.65  # a tool no query term matches needs at least this cosine (calibrated, see above)
 POOL = 20  # candidates taken from each side before fusion
 EMBED_BATCH = 128  # texts embedded together
 MAX_CACHED_WORDS = 200_000  # distinct words whose token ids are kept (then the cache starts over)
@@ -122,6 +124,10 @@ class StaticEmbedder:
             self._learn((w,))
             ids = self._ids[w]
         return ids
+
+    def knows_any(self, text: str) -> bool:
+        """Whether ``text`` holds a word that is one whole token of the model's vocabulary."""
+        return any(w in self._whole for w in words(text))
 
     def embed(self, texts: Sequence[str]) -> Matrix:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
@@ -426,7 +432,11 @@ class HybridRanker:
             out = [Hit(names[i], round(float(cos[i]), 6)) for i in ranked if allow is None or allow(names[i])]
             return out[:top_k]
         candidates: dict[str, float] = {}
-        if not parsed.required:  # a required term rules out every tool lexical search did not find
+        text = query_text(parsed)
+        if not parsed.required and self.embedder.knows_any(text):
+            # a tool no query term matches comes in on meaning alone, only if the query holds a
+            # word the model knows whole (random strings are split into meaningless pieces) and
+            # only above the threshold; a required term rules out every tool BM25F did not find
             n = len(names)
             take = min(n, self.pool if allow is None else max(self.pool * 4, self.pool))
             order = np.argpartition(-cos, take - 1)[:take] if take < n else np.arange(n)

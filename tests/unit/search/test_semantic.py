@@ -70,6 +70,7 @@ HONEST = [
             "properties": {"text": {"type": "string"}, "target": {"type": "string", "enum": ["french", "german"]}},
         },
     ),
+    doc_from_schema("rent_car", "Rent a car for a trip.", {"type": "object", "properties": {}}),
     doc_from_schema(
         "create_calendar_event",
         "Create a meeting or appointment in the user's calendar.",
@@ -157,7 +158,7 @@ def test_loading_and_searching_needs_no_network_no_home_and_never_imports_wordll
         "r = default_ranker()\n"
         "docs = [SearchDoc(d['name'], d['description']) for d in json.loads(sys.argv[1])]\n"
         "i = SearchIndex.build(docs, ranker=r)\n"
-        "hits = [h.name for h in i.search('notify my colleague by mail', top_k=2)]\n"
+        "hits = [h.name for h in i.search('vehicle rental', top_k=2)]\n"
         "print(json.dumps({'ranker': type(r).__name__, 'hits': hits,"
         " 'imported': sorted(m for m in ('wordllama', 'requests', 'huggingface_hub') if m in sys.modules)}))\n"
     )
@@ -173,7 +174,7 @@ def test_loading_and_searching_needs_no_network_no_home_and_never_imports_wordll
     )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data == {"ranker": "HybridRanker", "hits": ["send_email"], "imported": []}
+    assert data == {"ranker": "HybridRanker", "hits": ["rent_car"], "imported": []}
     assert list(home.iterdir()) == []  # nothing written to (or cached in) HOME
 
 
@@ -202,9 +203,11 @@ def test_the_hybrid_puts_the_right_tool_first(embedder: semantic.StaticEmbedder,
 
 def test_a_tool_sharing_no_word_with_the_query_is_found_by_meaning(embedder: semantic.StaticEmbedder) -> None:
     index = _hybrid(embedder)
-    query = "notify my colleague by mail"
-    assert index.lexical(parse_query(query), top_k=5) == []  # BM25F alone misses
-    assert [h.name for h in index.search(query, top_k=1)] == ["send_email"]
+    query = "vehicle rental"
+    assert index.lexical(parse_query(query), top_k=5) == []  # BM25F alone misses ("rental" is not "rent")
+    assert [h.name for h in index.search(query, top_k=1)] == ["rent_car"]
+    weak = "notify my colleague by mail"  # send_email's cosine is under the threshold: a miss, not a guess
+    assert index.lexical(parse_query(weak), top_k=5) == [] and index.search(weak, top_k=5) == []
 
 
 def test_required_terms_still_filter_with_the_hybrid(embedder: semantic.StaticEmbedder) -> None:
@@ -223,8 +226,7 @@ def test_equal_fused_scores_are_ordered_by_name(embedder: semantic.StaticEmbedde
 
 
 def test_the_allow_filter_holds_for_semantic_candidates_too(embedder: semantic.StaticEmbedder) -> None:
-    query = "notify my colleague by mail"
-    assert _hybrid(embedder).search(query, top_k=5, allow=lambda n: n != "send_email") == []
+    assert _hybrid(embedder).search("vehicle rental", top_k=5, allow=lambda n: n != "rent_car") == []
 
 
 # ------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from sesskit import setup
+from sesskit import BUILTINS, setup
 
 from tooldir.semantic import SEMANTIC_ENV, SemanticUnavailable, load_embedder
 
@@ -26,9 +26,9 @@ def hybrid_session_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_session_finds_a_deferred_tool_by_meaning_and_still_misses_nonsense(
     tmp_path: Path, hybrid_session_env: None
 ) -> None:
-    s = setup(tmp_path)
-    result = s.session.tool_search(queries=["schedule a meeting", "qwxzt vrrkp"])
-    assert [m.name for m in result.matches] == ["calendar_create_event"]
+    s = setup(tmp_path, builtins={**BUILTINS, "rent_car": "Rent a car for a trip."})
+    result = s.session.tool_search(queries=["vehicle rental", "qwxzt vrrkp"])
+    assert [m.name for m in result.matches] == ["rent_car"]
     assert result.missing == ("qwxzt vrrkp",)
     result = s.session.tool_search(queries=["select:stock_quote"])
     assert [m.name for m in result.matches] == ["stock_quote"] and result.matches[0].score is None
@@ -36,6 +36,6 @@ def test_a_session_finds_a_deferred_tool_by_meaning_and_still_misses_nonsense(
 
 def test_with_the_ranker_disabled_a_session_is_plain_bm25f(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(SEMANTIC_ENV, "off")
-    s = setup(tmp_path)
-    result = s.session.tool_search(queries=["schedule a meeting"])
-    assert result.matches == () and result.missing == ("schedule a meeting",)
+    s = setup(tmp_path, builtins={**BUILTINS, "rent_car": "Rent a car for a trip."})
+    result = s.session.tool_search(queries=["vehicle rental"])
+    assert result.matches == () and result.missing == ("vehicle rental",)
