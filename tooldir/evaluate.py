@@ -15,6 +15,7 @@ camelCase/snake_case, the description and the parameter names; no stemming, no s
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import json
@@ -196,7 +197,8 @@ class EvalReport:
     """``metrics`` are the active ranker's (``ranker``: ``"hybrid"`` with the semantic extra,
     else ``"bm25f"``), ``baseline`` plain BM25's; ``rankers`` holds every ranker that ran
     (``hybrid``, ``bm25f``, ``plain_bm25``, and ``embedding`` alone with the extra) and
-    ``splits`` the same per ``train``/``test`` split (:func:`split_of`)."""
+    ``splits`` the same per ``train``/``test`` split (:func:`split_of`) and per split label of
+    the file when it has several."""
 
     n: int
     tools: int
@@ -266,8 +268,15 @@ def evaluate(
     active = index.ranker.name if index.ranker is not None else "bm25f"
     rankers = {name: score_rankings(queries, r) for name, r in rankings.items()}
     splits: dict[str, dict[str, Any]] = {}
-    for split in ("train", "test"):
-        picked = [i for i, q in enumerate(queries) if split_of(q) == split]
+    labels = sorted({q.split for q in queries if q.split} - {"train", "test"})
+    groups: list[tuple[str, Callable[[LabelledQuery], bool]]] = [
+        ("train", lambda q: split_of(q) == "train"),
+        ("test", lambda q: split_of(q) == "test"),
+    ]
+    if len({q.split for q in queries}) > 1:  # the file's own splits too (Seal-Tools: dev, test_in_domain, test_out_domain)
+        groups += [(label, functools.partial(_labelled, label)) for label in labels]
+    for split, member in groups:
+        picked = [i for i, q in enumerate(queries) if member(q)]
         if picked and len(picked) < len(queries):
             sub = [queries[i] for i in picked]
             splits[split] = {
@@ -284,6 +293,10 @@ def evaluate(
         splits=splits,
         note=note,
     )
+
+
+def _labelled(label: str, query: LabelledQuery) -> bool:
+    return query.split == label
 
 
 def evaluate_files(tools: str | Path, queries: str | Path, *, progress: Progress | None = None) -> EvalReport:
