@@ -167,7 +167,7 @@ class SearchDoc:
     description: str
     keywords: tuple[str, ...] = ()
     params: tuple[tuple[str, str], ...] = ()  # (parameter name, parameter description)
-    enums: tuple[str, ...] = ()  # enum values of the parameters (for the semantic ranker)
+    enums: tuple[str, ...] = ()  # enum values of the parameters (indexed with their descriptions)
 
 
 def _params(schema: Any, depth: int = 0) -> list[tuple[str, str]]:
@@ -251,7 +251,7 @@ def _field_terms(doc: SearchDoc) -> dict[str, list[str]]:
         "description": tokenize(doc.description),
         "keywords": tokenize(" ".join(doc.keywords)),
         "param_names": tokenize(" ".join(p for p, _ in doc.params)),
-        "param_descriptions": tokenize(" ".join(d for _, d in doc.params)),
+        "param_descriptions": tokenize(" ".join([*(d for _, d in doc.params), *doc.enums])),
     }
 
 
