@@ -273,7 +273,9 @@ def evaluate(
         ("train", lambda q: split_of(q) == "train"),
         ("test", lambda q: split_of(q) == "test"),
     ]
-    if len({q.split for q in queries}) > 1:  # the file's own splits too (Seal-Tools: dev, test_in_domain, test_out_domain)
+    if (
+        len({q.split for q in queries}) > 1
+    ):  # the file's own splits too (Seal-Tools: dev, test_in_domain, test_out_domain)
         groups += [(label, functools.partial(_labelled, label)) for label in labels]
     for split, member in groups:
         picked = [i for i, q in enumerate(queries) if member(q)]

@@ -6,8 +6,10 @@ mean of its tokens' vectors. The two files are opened directly (safetensors + to
 ``wordllama`` package itself is never imported: its ``__init__`` configures the root logger and its
 loader falls back to a network download and to ``~/.cache``. Nothing here reads HOME or the network.
 
-Every tool is embedded once from all the text a model would use (:func:`tool_text`: the name split
-into words, description, keywords, parameter names and descriptions, enum values); raw vectors are
+Every tool is embedded once from all the text a model would use (:func:`tool_texts`: the name
+split into words, description and keywords; and apart, parameter names and descriptions and enum
+values, added with the weight :data:`PARAM_WEIGHT` so a long parameter list does not drown what
+the tool is — BM25F indexes the parameters on its own); vectors are
 cached (L2-normalised) by the SHA-256 of that text, and the cache is handed from one index to the
 next (:meth:`HybridRanker.follow`), so an edit re-embeds one tool, not the catalog. A query costs
 one embedding and one matrix-vector product over the catalog's (tools x 256) float32 matrix.
@@ -64,6 +66,7 @@ TOKENIZER = ("tokenizers", "l2_supercat_tokenizer_config.json")
 TENSOR_KEY = "embedding.weight"
 DIM = 128  # the model is trained to be truncated (Matryoshka): half the dimensions, half the cost
 
+PARAM_WEIGHT = 0.25  # weight of what a tool takes beside what it is, in its vector; calibrated
 ALPHA = 0.9  # weight of the lexical part; calibrated on training splits (module docstring)
 MIN_COSINE = 0.65  # a tool no query term matches needs at least this cosine (calibrated, see above)
 POOL = 20  # candidates taken from each side before fusion
@@ -253,16 +256,22 @@ def default_ranker(environ: Mapping[str, str] | None = None) -> HybridRanker | N
 # What is embedded
 
 
-def tool_text(doc: SearchDoc) -> str:
-    """All the text a model would read about a tool, as plain words."""
-    parts = [" ".join(split_words(doc.name)), doc.description]
+def tool_texts(doc: SearchDoc) -> tuple[str, str]:
+    """All the text a model would read about a tool, as plain words, in two parts embedded
+    apart: what the tool is (name split into words, description, keywords) and what it takes
+    (parameter names and descriptions, enum values)."""
+    head = [" ".join(split_words(doc.name)), doc.description]
     if doc.keywords:
-        parts.append(", ".join(doc.keywords))
-    for pname, pdesc in doc.params:
-        parts.append(" ".join(split_words(pname)) + (f": {pdesc}" if pdesc else ""))
+        head.append(", ".join(doc.keywords))
+    takes = [" ".join(split_words(p)) + (f": {d}" if d else "") for p, d in doc.params]
     if doc.enums:
-        parts.append(", ".join(doc.enums))
-    return "\n".join(p for p in parts if p)[:MAX_TEXT_CHARS]
+        takes.append(", ".join(doc.enums))
+    return "\n".join(p for p in head if p)[:MAX_TEXT_CHARS], "\n".join(p for p in takes if p)[:MAX_TEXT_CHARS]
+
+
+def tool_text(doc: SearchDoc) -> str:
+    """Both parts of :func:`tool_texts` as one text."""
+    return "\n".join(p for p in tool_texts(doc) if p)
 
 
 def _key(text: str) -> bytes:
@@ -303,6 +312,7 @@ class HybridRanker:
         embedder: StaticEmbedder | Callable[[], StaticEmbedder],
         *,
         alpha: float = ALPHA,
+        param_weight: float = PARAM_WEIGHT,
         min_cosine: float = MIN_COSINE,
         pool: int = POOL,
         mode: str = "hybrid",
@@ -313,6 +323,7 @@ class HybridRanker:
             raise ValueError(f"unknown ranker mode {mode!r}")
         self._embedder = embedder
         self.alpha = alpha
+        self.param_weight = param_weight
         self.min_cosine = min_cosine
         self.pool = pool
         self.mode = mode
@@ -329,6 +340,7 @@ class HybridRanker:
         return HybridRanker(
             self._embedder,
             alpha=self.alpha,
+            param_weight=self.param_weight,
             min_cosine=self.min_cosine,
             pool=self.pool,
             mode=self.mode,
@@ -336,11 +348,18 @@ class HybridRanker:
             _cache=self._cache,
         )
 
+    def with_alpha(self, alpha: float) -> HybridRanker:
+        """The same ranker over the same catalog (shared, not rebuilt) with another fusion weight."""
+        other = self.as_mode(self.mode)
+        other.alpha = alpha
+        return other
+
     def as_mode(self, mode: str) -> HybridRanker:
         """The same ranker over the same catalog (shared, not rebuilt) in another ``mode``."""
         other = HybridRanker(
             self._embedder,
             alpha=self.alpha,
+            param_weight=self.param_weight,
             min_cosine=self.min_cosine,
             pool=self.pool,
             mode=mode,
@@ -371,11 +390,13 @@ class HybridRanker:
         texts = []
         for n in names:
             doc = index.doc(n) if index is not None else None
-            texts.append(tool_text(doc) if doc is not None else n)
-        keys = [_key(t) for t in texts]
+            texts.append(tool_texts(doc) if doc is not None else (n, ""))
+        keys = [_key(f"{head}\x00{takes}") for head, takes in texts]
         old = self._cache
         todo = [i for i, k in enumerate(keys) if k not in old]
-        fresh = _normalised(self.embedder.embed([texts[i] for i in todo]))
+        both = self.embedder.embed([texts[i][0] for i in todo] + [texts[i][1] for i in todo])
+        head, takes = _normalised(both[: len(todo)]), _normalised(both[len(todo) :])
+        fresh = _normalised(head + self.param_weight * takes)
         cache: dict[bytes, npt.NDArray[np.float32]] = {}
         raw = np.empty((len(names), self.embedder.dim), dtype=np.float32)
         j = 0
