@@ -11,6 +11,11 @@ on the same data. Metrics (binary relevance), averaged over queries:
 
 The baseline is plain BM25 (k1=1.2, b=0.75) over one bag of words per tool: the name split on
 camelCase/snake_case, the description and the parameter names; no stemming, no stop words.
+
+Rankers scored side by side (:func:`evaluate`): the active one (``hybrid`` with the
+``[semantic]`` extra, else ``bm25f``), ``bm25f`` alone, ``plain_bm25``, and with the extra the
+``embedding`` alone. Every figure is also given per split: ``train``/``test`` (:func:`split_of`)
+and the file's own split labels.
 """
 
 from __future__ import annotations

@@ -66,8 +66,11 @@ TOKENIZER = ("tokenizers", "l2_supercat_tokenizer_config.json")
 TENSOR_KEY = "embedding.weight"
 DIM = 128  # the model is trained to be truncated (Matryoshka): half the dimensions, half the cost
 
-PARAM_WEIGHT = 0.25  # weight of what a tool takes beside what it is, in its vector; calibrated
-ALPHA = 0.9  # weight of the lexical part; calibrated on training splits (module docstring)
+# Calibrated on the training splits (benchmarks/calibrate_fusion.py: maximin gain over BM25F).
+# PARAM_WEIGHT 0: the vector is what the tool is; what it takes (parameters, enums) helps most
+# through BM25F, which indexes it field by field, and only blurred the embedding's part.
+PARAM_WEIGHT = 0.0  # weight of what a tool takes beside what it is, in its vector
+ALPHA = 0.8  # weight of the lexical part; calibrated on training splits (module docstring)
 MIN_COSINE = 0.65  # a tool no query term matches needs at least this cosine (calibrated, see above)
 POOL = 20  # candidates taken from each side before fusion
 EMBED_BATCH = 128  # texts embedded together
@@ -394,9 +397,10 @@ class HybridRanker:
         keys = [_key(f"{head}\x00{takes}") for head, takes in texts]
         old = self._cache
         todo = [i for i, k in enumerate(keys) if k not in old]
-        both = self.embedder.embed([texts[i][0] for i in todo] + [texts[i][1] for i in todo])
-        head, takes = _normalised(both[: len(todo)]), _normalised(both[len(todo) :])
-        fresh = _normalised(head + self.param_weight * takes)
+        fresh = _normalised(self.embedder.embed([texts[i][0] for i in todo]))
+        if self.param_weight:
+            takes = _normalised(self.embedder.embed([texts[i][1] for i in todo]))
+            fresh = _normalised(fresh + self.param_weight * takes)
         cache: dict[bytes, npt.NDArray[np.float32]] = {}
         raw = np.empty((len(names), self.embedder.dim), dtype=np.float32)
         j = 0
