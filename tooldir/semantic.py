@@ -6,25 +6,27 @@ mean of its tokens' vectors. The two files are opened directly (safetensors + to
 ``wordllama`` package itself is never imported: its ``__init__`` configures the root logger and its
 loader falls back to a network download and to ``~/.cache``. Nothing here reads HOME or the network.
 
-Every tool is embedded once from all the text a model would use (:func:`tool_texts`: the name
-split into words, description and keywords; and apart, parameter names and descriptions and enum
-values, added with the weight :data:`PARAM_WEIGHT` so a long parameter list does not drown what
-the tool is — BM25F indexes the parameters on its own); vectors are
-cached (L2-normalised) by the SHA-256 of that text, and the cache is handed from one index to the
-next (:meth:`HybridRanker.follow`), so an edit re-embeds one tool, not the catalog. A query costs
-one embedding and one matrix-vector product over the catalog's (tools x 256) float32 matrix.
+Every tool is embedded once from all the text a model would use (:func:`tool_texts`): what it
+is (name split into words, description, keywords) and, apart, what it takes (parameter names and
+descriptions, enum values), added with the weight :data:`PARAM_WEIGHT` (calibrated: 0, so the
+parameters and enums count through BM25F, which indexes them field by field). Vectors are cached
+(L2-normalised) by the SHA-256 of that text and the cache is handed from one index to the next
+(:meth:`HybridRanker.follow`), so an edit re-embeds one tool, not the catalog. A query costs one
+embedding and one matrix-vector product over the catalog's (tools x 128) float32 matrix (the
+model is trained so that its first dimensions can be used alone: :data:`DIM`).
 
 Fusion (:meth:`HybridRanker.rank`), per query: the BM25F scores of the lexical candidates are
-divided by the query's best one (so the lexical part is capped at 1 whatever a description
-holds: a description stuffed with popular words cannot outscore the best honest match by more
-than the lexical weight), cosine scores are min-max normalised over the semantic candidates, and the fused score is
-``alpha * lexical + (1 - alpha) * semantic``. ``alpha`` and the miss threshold were chosen on the
-training splits of ``../shared/eval`` only (``benchmarks/calibrate_fusion.py``). A tool that no
-query term matches is returned only when the query holds a word the model knows whole (random
-strings do not: they are split into meaningless pieces) and the tool's cosine reaches
-:data:`MIN_COSINE`, which 99% of random three-word salads of the model's vocabulary never reach
-on the training catalogs: a nonsense query still misses. ``+required`` terms keep their meaning (only lexical candidates, which hold every
-required term, are eligible) and the order stays ``(-score, name)``.
+divided by the query's best one (the lexical part is capped at 1 whatever a description holds:
+a description stuffed with popular words cannot outscore the best honest match by more than
+the lexical weight), cosines are min-max normalised over the candidates, and the fused score is
+``alpha * lexical + (1 - alpha) * semantic``. ``alpha``, the parameter weight and the miss
+threshold were chosen on the training splits of ``../shared/eval`` only
+(``benchmarks/calibrate_fusion.py``). A tool that no query term matches is returned only when
+the query holds a word the model knows whole (random strings do not: they are split into
+meaningless pieces) and the tool's cosine reaches :data:`MIN_COSINE`, which 99% of random
+three-word salads of the model's vocabulary never reach on the training catalogs: a nonsense
+query still misses. ``+required`` terms keep their meaning (only lexical candidates, which hold
+every required term, are eligible) and the order stays ``(-score, name)``.
 """
 
 from __future__ import annotations
