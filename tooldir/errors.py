@@ -30,6 +30,8 @@ Internal signals: raised and caught inside tooldir, never raised to a caller of 
     ├── UnavailableError              tooldir.drill.plant
     ├── CommandError                  tooldir._cli.common: the CLI's exit code and message
     └── _Stop                         private to tooldir.registry (-> a call result)
+    RuntimeError
+    └── SemanticUnavailable           tooldir.semantic: the optional model is missing (-> BM25F)
 
 Bad manifests and untrusted packages are not exceptions: the loader reports them as diagnostics
 on the snapshot.

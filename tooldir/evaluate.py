@@ -11,20 +11,27 @@ on the same data. Metrics (binary relevance), averaged over queries:
 
 The baseline is plain BM25 (k1=1.2, b=0.75) over one bag of words per tool: the name split on
 camelCase/snake_case, the description and the parameter names; no stemming, no stop words.
+
+Rankers scored side by side (:func:`evaluate`): the active one (``hybrid`` with the
+``[semantic]`` extra, else ``bm25f``), ``bm25f`` alone, ``plain_bm25``, and with the extra the
+``embedding`` alone. Every figure is also given per split: ``train``/``test`` (:func:`split_of`)
+and the file's own split labels.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import heapq
 import json
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .errors import ConfigError
-from .search import SearchDoc, SearchIndex, doc_from_schema, split_words
+from .search import Ranker, SearchDoc, SearchIndex, doc_from_schema, parse_query, split_words
 
 KS = (1, 5, 10)
 
@@ -33,6 +40,21 @@ KS = (1, 5, 10)
 class LabelledQuery:
     query: str
     relevant: tuple[str, ...]
+    id: str = ""
+    split: str = ""  # as labelled in the file ("dev", "test_in_domain", ...), or ""
+
+
+TRAIN_SPLITS = frozenset({"train", "dev"})
+
+
+def split_of(query: LabelledQuery) -> str:
+    """``"train"`` or ``"test"``. A query labelled with a split keeps it (``dev``/``train`` are
+    training); an unlabelled one (BFCL) is training when the first byte of SHA-256 of its id
+    (or, without one, its text) is even: a fixed, content-keyed half."""
+    if query.split:
+        return "train" if query.split in TRAIN_SPLITS else "test"
+    key = (query.id or query.query).encode("utf-8", "surrogatepass")
+    return "train" if hashlib.sha256(key).digest()[0] % 2 == 0 else "test"
 
 
 class EvalDataError(ConfigError):
@@ -95,7 +117,15 @@ def read_queries(path: str | Path, known: set[str]) -> list[LabelledQuery]:
         unknown = [r for r in relevant if r not in known]
         if unknown:
             raise EvalDataError(f"relevant tool(s) not in the tools file: {unknown[:3]}", path=str(path), line=number)
-        out.append(LabelledQuery(query, tuple(dict.fromkeys(str(r) for r in relevant))))
+        qid, split = row.get("id", ""), row.get("split", "")
+        out.append(
+            LabelledQuery(
+                query,
+                tuple(dict.fromkeys(str(r) for r in relevant)),
+                qid if isinstance(qid, str) else str(qid),
+                split if isinstance(split, str) else "",
+            )
+        )
     if not out:
         raise EvalDataError("no queries", path=str(path))
     return out
@@ -169,27 +199,113 @@ def score_rankings(queries: Sequence[LabelledQuery], rankings: Sequence[Sequence
 
 @dataclass(frozen=True, slots=True)
 class EvalReport:
+    """``metrics`` are the active ranker's (``ranker``: ``"hybrid"`` with the semantic extra,
+    else ``"bm25f"``), ``baseline`` plain BM25's; ``rankers`` holds every ranker that ran
+    (``hybrid``, ``bm25f``, ``plain_bm25``, and ``embedding`` alone with the extra) and
+    ``splits`` the same per ``train``/``test`` split (:func:`split_of`) and per split label of
+    the file when it has several."""
+
     n: int
     tools: int
     metrics: dict[str, float]
     baseline: dict[str, float]
+    ranker: str = "bm25f"
+    rankers: dict[str, dict[str, float]] = field(default_factory=dict)
+    splits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    note: str = ""  # why the semantic ranker did not run, if it did not
 
     def to_json(self) -> dict[str, Any]:
-        return {"n": self.n, "tools": self.tools, "metrics": self.metrics, "baseline": self.baseline}
+        data: dict[str, Any] = {
+            "n": self.n,
+            "tools": self.tools,
+            "ranker": self.ranker,
+            "metrics": self.metrics,
+            "baseline": self.baseline,
+            "rankers": self.rankers,
+            "splits": self.splits,
+        }
+        if self.note:
+            data["semantic"] = self.note
+        return data
 
 
-def evaluate(docs: Sequence[SearchDoc], queries: Sequence[LabelledQuery]) -> EvalReport:
+Progress = Callable[[int, int], None]  # (queries done, total)
+
+
+def evaluate(
+    docs: Sequence[SearchDoc],
+    queries: Sequence[LabelledQuery],
+    *,
+    ranker: Ranker | Literal["default"] | None = "default",
+    progress: Progress | None = None,
+) -> EvalReport:
+    """Score every ranker on ``queries``; ``ranker="default"`` uses the semantic ranker when
+    the extra is installed (:func:`tooldir.semantic.default_ranker`), None plain BM25F."""
+    from .semantic import HybridRanker, default_ranker, semantic_status
+
     depth = max(KS)  # every metric looks at most this deep
-    index = SearchIndex.build(docs)
+    note = ""
+    if ranker == "default":
+        ranker = default_ranker()
+        if ranker is None:
+            note = semantic_status(load=False)[1]
+    index = SearchIndex.build(docs, ranker=ranker)
+    lexical = SearchIndex.build(docs) if index.ranker is not None else index
     baseline = PlainBM25(docs)
+    engines: dict[str, Callable[[str], list[str]]] = {}
+    if index.ranker is not None:
+        engines[index.ranker.name] = lambda q: [h.name for h in index.search(q, top_k=depth)]
+    engines["bm25f"] = lambda q: [h.name for h in lexical.search(q, top_k=depth)]
+    engines["plain_bm25"] = lambda q: baseline.search(q, depth)
+    if isinstance(index.ranker, HybridRanker):
+        alone = index.ranker.as_mode("embedding")
+        engines["embedding"] = lambda q: [h.name for h in alone.rank(parse_query(q), (), depth)]
+    total = len(queries) * len(engines)
+    rankings: dict[str, list[list[str]]] = {}
+    done = 0
+    for name, engine in engines.items():
+        rankings[name] = []
+        for q in queries:
+            rankings[name].append(engine(q.query))
+            done += 1
+            if progress is not None and (done % 50 == 0 or done == total):
+                progress(done, total)
+    active = index.ranker.name if index.ranker is not None else "bm25f"
+    rankers = {name: score_rankings(queries, r) for name, r in rankings.items()}
+    splits: dict[str, dict[str, Any]] = {}
+    labels = sorted({q.split for q in queries if q.split} - {"train", "test"})
+    groups: list[tuple[str, Callable[[LabelledQuery], bool]]] = [
+        ("train", lambda q: split_of(q) == "train"),
+        ("test", lambda q: split_of(q) == "test"),
+    ]
+    if (
+        len({q.split for q in queries}) > 1
+    ):  # the file's own splits too (Seal-Tools: dev, test_in_domain, test_out_domain)
+        groups += [(label, functools.partial(_labelled, label)) for label in labels]
+    for split, member in groups:
+        picked = [i for i, q in enumerate(queries) if member(q)]
+        if picked and len(picked) < len(queries):
+            sub = [queries[i] for i in picked]
+            splits[split] = {
+                "n": len(sub),
+                "rankers": {name: score_rankings(sub, [r[i] for i in picked]) for name, r in rankings.items()},
+            }
     return EvalReport(
         n=len(queries),
         tools=len(docs),
-        metrics=score_rankings(queries, [[h.name for h in index.search(q.query, top_k=depth)] for q in queries]),
-        baseline=score_rankings(queries, [baseline.search(q.query, depth) for q in queries]),
+        metrics=rankers[active],
+        baseline=rankers["plain_bm25"],
+        ranker=active,
+        rankers=rankers,
+        splits=splits,
+        note=note,
     )
 
 
-def evaluate_files(tools: str | Path, queries: str | Path) -> EvalReport:
+def _labelled(label: str, query: LabelledQuery) -> bool:
+    return query.split == label
+
+
+def evaluate_files(tools: str | Path, queries: str | Path, *, progress: Progress | None = None) -> EvalReport:
     docs = read_tools(tools)
-    return evaluate(docs, read_queries(queries, {d.name for d in docs}))
+    return evaluate(docs, read_queries(queries, {d.name for d in docs}), progress=progress)

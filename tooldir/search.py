@@ -19,11 +19,11 @@ import math
 import re
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from .model import Status, ToolRecord
 from .snapshot import Snapshot, SnapshotDiff
@@ -167,6 +167,7 @@ class SearchDoc:
     description: str
     keywords: tuple[str, ...] = ()
     params: tuple[tuple[str, str], ...] = ()  # (parameter name, parameter description)
+    enums: tuple[str, ...] = ()  # enum values of the parameters (indexed with their descriptions)
 
 
 def _params(schema: Any, depth: int = 0) -> list[tuple[str, str]]:
@@ -185,8 +186,23 @@ def _params(schema: Any, depth: int = 0) -> list[tuple[str, str]]:
     return out
 
 
+def _enums(schema: Any, depth: int = 0) -> list[str]:
+    out: list[str] = []
+    if not isinstance(schema, Mapping) or depth > 3:
+        return out
+    values = schema.get("enum")
+    if isinstance(values, list):
+        out.extend(v for v in values if isinstance(v, str))
+    props = schema.get("properties")
+    for sub in props.values() if isinstance(props, Mapping) else ():
+        out.extend(_enums(sub, depth + 1))
+    out.extend(_enums(schema.get("items"), depth + 1))
+    return out
+
+
 def doc_from_schema(name: str, description: str, input_schema: Any, keywords: Iterable[str] = ()) -> SearchDoc:
-    return SearchDoc(name, description or "", tuple(keywords), tuple(_params(input_schema)))
+    enums = tuple(dict.fromkeys(_enums(input_schema)))
+    return SearchDoc(name, description or "", tuple(keywords), tuple(_params(input_schema)), enums)
 
 
 def doc_from_record(record: ToolRecord, builtin: Mapping[str, Any] | None = None) -> SearchDoc | None:
@@ -235,7 +251,7 @@ def _field_terms(doc: SearchDoc) -> dict[str, list[str]]:
         "description": tokenize(doc.description),
         "keywords": tokenize(" ".join(doc.keywords)),
         "param_names": tokenize(" ".join(p for p, _ in doc.params)),
-        "param_descriptions": tokenize(" ".join(d for _, d in doc.params)),
+        "param_descriptions": tokenize(" ".join([*(d for _, d in doc.params), *doc.enums])),
     }
 
 
@@ -268,6 +284,7 @@ class Hit:
 class ParsedQuery:
     terms: tuple[str, ...]  # distinct, in query order
     required: tuple[str, ...]  # from ``+word``
+    text: str = ""  # the query as written (what a semantic ranker embeds)
 
 
 def parse_query(query: str) -> ParsedQuery:
@@ -283,7 +300,22 @@ def parse_query(query: str) -> ParsedQuery:
                 terms.append(t)
             if is_required and t not in required:
                 required.append(t)
-    return ParsedQuery(tuple(terms), tuple(required))
+    return ParsedQuery(tuple(terms), tuple(required), query)
+
+
+class Ranker(Protocol):
+    """The one seam for a second ranker (``tooldir.semantic.HybridRanker``): the index asks it
+    to order the query's best ``pool`` lexical candidates (BM25F hits that hold every required
+    term), and hands it on to every updated index through :meth:`follow`."""
+
+    name: str
+    pool: int
+
+    def follow(self, index: SearchIndex) -> Ranker: ...
+
+    def rank(
+        self, parsed: ParsedQuery, lexical: Sequence[Hit], top_k: int, allow: Callable[[str], bool] | None
+    ) -> list[Hit]: ...
 
 
 # ------------------------------------------------------------------------------------------------
@@ -294,9 +326,9 @@ class SearchIndex:
     """An immutable BM25F index. Build with :meth:`build` or :meth:`from_snapshot`; derive an
     updated index with :meth:`updated` / :meth:`apply_diff` (the original is untouched)."""
 
-    __slots__ = ("_analyzed", "_max_impact", "_names", "_position", "_postings", "params")
+    __slots__ = ("_analyzed", "_max_impact", "_names", "_position", "_postings", "params", "ranker")
 
-    def __init__(self, analyzed: Mapping[str, _Analyzed], params: Bm25fParams) -> None:
+    def __init__(self, analyzed: Mapping[str, _Analyzed], params: Bm25fParams, ranker: Ranker | None = None) -> None:
         self.params = params
         self._analyzed: Mapping[str, _Analyzed] = MappingProxyType(dict(analyzed))
         self._names = tuple(sorted(self._analyzed))
@@ -304,19 +336,26 @@ class SearchIndex:
         self._position: dict[str, dict[int, int]] = {}
         self._max_impact: dict[str, float] = {}
         self._compute()
+        self.ranker = None if ranker is None else ranker.follow(self)
 
     @classmethod
-    def build(cls, docs: Iterable[SearchDoc], params: Bm25fParams | None = None) -> SearchIndex:
+    def build(
+        cls, docs: Iterable[SearchDoc], params: Bm25fParams | None = None, ranker: Ranker | None = None
+    ) -> SearchIndex:
         analyzed: dict[str, _Analyzed] = {}
         for doc in docs:
             if doc.name in analyzed:
                 raise ValueError(f"duplicate tool name {doc.name!r} in search index")
             analyzed[doc.name] = _analyze(doc)
-        return cls(analyzed, params or Bm25fParams())
+        return cls(analyzed, params or Bm25fParams(), ranker)
 
     @classmethod
     def from_snapshot(
-        cls, snapshot: Snapshot, *, builtins: Mapping[str, Mapping[str, Any]] | None = None
+        cls,
+        snapshot: Snapshot,
+        *,
+        builtins: Mapping[str, Mapping[str, Any]] | None = None,
+        ranker: Ranker | None = None,
     ) -> SearchIndex:
         """Index every active tool of ``snapshot``. Nothing of a pending or rejected tool is
         indexed: its text must never reach the model, not even through the collection
@@ -332,7 +371,7 @@ class SearchIndex:
         for name, spec in builtins.items():  # builtins the loader was not told about
             if name not in snapshot.by_name:
                 docs.append(_builtin_doc(name, spec))
-        return cls.build(docs)
+        return cls.build(docs, ranker=ranker)
 
     def updated(self, upserts: Iterable[SearchDoc] = (), removals: Iterable[str] = ()) -> SearchIndex:
         """A new index with ``removals`` dropped and ``upserts`` added or replaced. Unchanged
@@ -342,7 +381,7 @@ class SearchIndex:
             analyzed.pop(name, None)
         for doc in upserts:
             analyzed[doc.name] = _analyze(doc)
-        return SearchIndex(analyzed, self.params)
+        return SearchIndex(analyzed, self.params, self.ranker)
 
     def apply_diff(
         self, snapshot: Snapshot, change: SnapshotDiff, *, builtins: Mapping[str, Mapping[str, Any]] | None = None
@@ -421,8 +460,18 @@ class SearchIndex:
         self, query: str | ParsedQuery, *, top_k: int = 5, allow: Callable[[str], bool] | None = None
     ) -> list[Hit]:
         """The ``top_k`` best tools for ``query``, ordered by (-score, name). Only tools for which
-        ``allow(name)`` is true are considered. Tools matching no term never appear."""
+        ``allow(name)`` is true are considered. Tools matching no term never appear, unless
+        the index has a :class:`Ranker` (which has its own rule for that)."""
         parsed = parse_query(query) if isinstance(query, str) else query
+        if top_k <= 0 or not parsed.terms:
+            return []
+        if self.ranker is not None:
+            lexical = self.lexical(parsed, top_k=max(top_k, self.ranker.pool), allow=allow)
+            return self.ranker.rank(parsed, lexical, top_k, allow)
+        return self.lexical(parsed, top_k=top_k, allow=allow)
+
+    def lexical(self, parsed: ParsedQuery, *, top_k: int, allow: Callable[[str], bool] | None = None) -> list[Hit]:
+        """The BM25F ranking alone (what :meth:`search` returns without a ranker)."""
         if top_k <= 0 or not parsed.terms:
             return []
         names = self._names

@@ -20,6 +20,7 @@ so a server can send ``tools/list_changed``.
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -46,7 +47,7 @@ from .names import GUARD_TOOLS
 from .permissions import PermissionCheck, PermissionRequest, from_policy
 from .policy import Policy
 from .registry import CallError, CallResult, Registry
-from .search import ParsedQuery, SearchIndex, parse_query
+from .search import ParsedQuery, Ranker, SearchIndex, parse_query
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
 from .tokens import TokenCounter, TokenReport, default_counter
 from .trust import builtin_record
@@ -61,6 +62,16 @@ def _builtin_docs(specs: Iterable[BuiltinSpec]) -> dict[str, dict[str, Any]]:
     return {s.name: {"description": s.description, "input_schema": s.input_schema} for s in specs}
 
 
+def _default_ranker() -> Ranker | None:
+    """The semantic ranker when the ``[semantic]`` extra is installed; without it nothing more is
+    imported (numpy, tooldir.semantic) and search is BM25F as before."""
+    if importlib.util.find_spec("wordllama") is None:  # tooldir.semantic.MODEL_PACKAGE
+        return None
+    from .semantic import default_ranker
+
+    return default_ranker()
+
+
 class IndexFollower:
     """One search index kept in step with a snapshot store (share it between sessions)."""
 
@@ -68,10 +79,11 @@ class IndexFollower:
         self._lock = threading.Lock()
         self._builtins = _builtin_docs(b for b in builtins if b.name not in GUARD_TOOLS)
         self._views: dict[tuple[Any, ...], _View] = {}
+        self._ranker = _default_ranker()
         with self._lock:  # subscribe first: a publication racing this build is never missed
             self._unsubscribe = store.subscribe(self._on_publish)
             snapshot = store.current
-            self._pair = (snapshot, SearchIndex.from_snapshot(snapshot, builtins=self._builtins))
+            self._pair = (snapshot, SearchIndex.from_snapshot(snapshot, builtins=self._builtins, ranker=self._ranker))
 
     def _on_publish(self, snapshot: Snapshot, change: SnapshotDiff) -> None:
         with self._lock:
@@ -81,7 +93,7 @@ class IndexFollower:
             if change.old_generation == held:
                 index = self._pair[1].apply_diff(snapshot, change, builtins=self._builtins)
             else:  # a diff from a snapshot this index never saw: rebuild
-                index = SearchIndex.from_snapshot(snapshot, builtins=self._builtins)
+                index = SearchIndex.from_snapshot(snapshot, builtins=self._builtins, ranker=self._pair[1].ranker)
             self._pair = (snapshot, index)
 
     @property

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from rich.table import Table
@@ -119,16 +121,39 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _progress() -> Callable[[int, int], None] | None:
+    """A one-line counter on stderr, only when stderr is a terminal (never in pipes or logs)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        end = "\n" if done >= total else ""
+        sys.stderr.write(f"\r\x1b[Keval: {done}/{total} rankings{end}")
+        sys.stderr.flush()
+
+    return show
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
-    report = evaluate_files(args.tools, args.queries)
+    report = evaluate_files(args.tools, args.queries, progress=_progress())
     if args.json:
         print_json(report.to_json())
         return EXIT_OK
-    table = Table(
-        "metric", "tooldir", "plain BM25", "Δ", title=f"tool search on {report.n} queries, {report.tools} tools"
-    )
-    for key, value in report.metrics.items():
-        base = report.baseline[key]
-        table.add_row(key, f"{value:.3f}", f"{base:.3f}", f"{value - base:+.3f}")
-    console().print(table)
+    out = console()
+    groups = [("all", report.n, report.rankers)]
+    groups += [(split, int(g["n"]), g["rankers"]) for split, g in report.splits.items()]
+    for label, n, rankers in groups:
+        names = list(rankers)
+        table = Table(
+            "metric",
+            *names,
+            f"Δ {report.ranker} vs plain_bm25",
+            title=f"tool search ({label}: {n} queries, {report.tools} tools; active ranker {report.ranker})",
+        )
+        for key, base in rankers["plain_bm25"].items():
+            value = rankers[report.ranker][key]
+            table.add_row(key, *(f"{rankers[r][key]:.3f}" for r in names), f"{value - base:+.3f}")
+        out.print(table)
+    if report.note:
+        out.print(safe(f"semantic ranker not used: {report.note}", "yellow"))
     return EXIT_OK

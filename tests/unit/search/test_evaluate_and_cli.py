@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,18 @@ import pytest
 from toolkit import make_tool, project_tools
 
 from tooldir._cli import main
-from tooldir.evaluate import EvalDataError, LabelledQuery, evaluate_files, read_queries, read_tools, score_rankings
+from tooldir.evaluate import (
+    EvalDataError,
+    LabelledQuery,
+    evaluate,
+    evaluate_files,
+    read_queries,
+    read_tools,
+    score_rankings,
+    split_of,
+)
+from tooldir.search import doc_from_schema
+from tooldir.semantic import SEMANTIC_ENV, semantic_status
 
 TOOLS = [
     {
@@ -92,7 +104,7 @@ def test_eval_command_prints_one_json_object_and_exits_2_on_bad_input(
     t, q = _write(tmp_path / "t.jsonl", TOOLS), _write(tmp_path / "q.jsonl", QUERIES)
     assert main(["eval", "--tools", str(t), "--queries", str(q), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == {"n", "tools", "metrics", "baseline"}
+    assert {"n", "tools", "ranker", "metrics", "baseline", "rankers", "splits"} <= set(data)
     assert data["n"] == 2 and "recall@5" in data["metrics"] and "nDCG@10" in data["baseline"]
     assert main(["eval", "--tools", str(tmp_path / "missing.jsonl"), "--queries", str(q), "--json"]) == 2
     err = capsys.readouterr().err
@@ -147,3 +159,52 @@ def test_catalog_command_reports_directory_tokens_and_first_turn_tools(
     assert isinstance(tokens["exact"], bool) and tokens["method"]
     assert main(["catalog", *args[:-1]]) == 0
     assert "first turn" in capsys.readouterr().out
+
+
+def test_eval_json_names_the_ranker_that_ran_and_scores_every_ranker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t, q = _write(tmp_path / "t.jsonl", TOOLS), _write(tmp_path / "q.jsonl", QUERIES)
+    monkeypatch.setenv(SEMANTIC_ENV, "off")
+    assert main(["eval", "--tools", str(t), "--queries", str(q), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ranker"] == "bm25f" and set(data["rankers"]) == {"bm25f", "plain_bm25"}
+    assert data["metrics"] == data["rankers"]["bm25f"] and data["baseline"] == data["rankers"]["plain_bm25"]
+    assert SEMANTIC_ENV in data["semantic"]  # why the semantic ranker did not run
+    monkeypatch.delenv(SEMANTIC_ENV)
+    usable, _ = semantic_status()
+    if not usable and not os.environ.get("TOOLDIR_REQUIRE_SEMANTIC"):
+        return  # without the extra the default run is the one above
+    assert main(["eval", "--tools", str(t), "--queries", str(q), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ranker"] == "hybrid" and set(data["rankers"]) == {"hybrid", "bm25f", "plain_bm25", "embedding"}
+    assert data["metrics"] == data["rankers"]["hybrid"] and "semantic" not in data
+    for metrics in data["rankers"].values():
+        assert set(metrics) == set(data["baseline"])
+
+
+def test_eval_reports_train_and_test_splits_from_the_split_field_or_a_hash_of_the_id() -> None:
+    assert split_of(LabelledQuery("q", ("a",), "x", "dev")) == "train"
+    assert split_of(LabelledQuery("q", ("a",), "x", "test_in_domain")) == "test"
+    unlabelled = [split_of(LabelledQuery("q", ("a",), f"id-{i}")) for i in range(200)]
+    assert 60 < unlabelled.count("train") < 140  # about half, and fixed by the id
+    assert unlabelled == [split_of(LabelledQuery("other", ("b",), f"id-{i}")) for i in range(200)]
+    docs = [doc_from_schema(t["name"], t["description"], t["input_schema"]) for t in TOOLS]
+    queries = [LabelledQuery(QUERIES[0]["query"], ("weather_lookup",), "a", "dev")]
+    queries.append(LabelledQuery(QUERIES[1]["query"], ("stock_quote", "send_email"), "b", "test"))
+    report = evaluate(docs, queries, ranker=None)
+    assert report.splits["train"]["n"] == 1 and report.splits["test"]["n"] == 1
+    assert set(report.splits["train"]["rankers"]) == {"bm25f", "plain_bm25"}
+
+
+def test_eval_calls_progress_up_to_the_total_and_prints_none_when_stderr_is_not_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = [doc_from_schema(t["name"], t["description"], t["input_schema"]) for t in TOOLS]
+    queries = [LabelledQuery(f"weather {i}", ("weather_lookup",)) for i in range(120)]
+    seen: list[tuple[int, int]] = []
+    evaluate(docs, queries, ranker=None, progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (240, 240) and all(total == 240 for _, total in seen) and len(seen) > 2
+    t, q = _write(tmp_path / "t.jsonl", TOOLS), _write(tmp_path / "q.jsonl", QUERIES)
+    assert main(["eval", "--tools", str(t), "--queries", str(q)]) == 0
+    assert capsys.readouterr().err == ""

@@ -159,3 +159,18 @@ def test_index_follows_snapshot_diffs_from_the_store(tmp_path: Path) -> None:
     assert index.search("stock ticker", top_k=3) == []  # the old index is untouched
     assert updated.search("weather", top_k=3) == SearchIndex.from_snapshot(snapshot).search("weather", top_k=3)
     assert updated.apply_diff(*store.publish(loader.load())) is updated  # nothing changed: same index
+
+
+def test_enum_values_of_parameters_are_indexed_with_the_parameter_descriptions() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            "days": {"type": "array", "items": {"type": "string", "enum": ["monday"]}},
+        },
+    }
+    doc = doc_from_schema("get_temperature", "Current temperature.", schema)
+    assert doc.enums == ("celsius", "fahrenheit", "monday")
+    index = SearchIndex.build([doc, SearchDoc("other", "Something else entirely.")])
+    assert [h.name for h in index.search("fahrenheit", top_k=5)] == ["get_temperature"]
+    assert [h.name for h in index.search("monday", top_k=5)] == ["get_temperature"]

@@ -1,0 +1,299 @@
+"""The semantic ranker (issue 15): offline loading, the fusion's result contract, misses,
+``+required``, stuffing, per-tool re-embedding, and BM25F when the extra is absent or disabled.
+
+Tests that need the ``[semantic]`` extra skip only when it is not installed AND
+``TOOLDIR_REQUIRE_SEMANTIC`` is unset; CI sets it, so there they fail instead of skipping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tooldir import semantic
+from tooldir.evaluate import PlainBM25
+from tooldir.search import SearchDoc, SearchIndex, doc_from_schema, parse_query
+from tooldir.semantic import (
+    SEMANTIC_ENV,
+    HybridRanker,
+    SemanticUnavailable,
+    default_ranker,
+    load_embedder,
+    semantic_status,
+    tool_text,
+)
+
+REQUIRE = "TOOLDIR_REQUIRE_SEMANTIC"
+
+
+def _model_or_skip() -> semantic.StaticEmbedder:
+    try:
+        return load_embedder()
+    except SemanticUnavailable as exc:
+        if os.environ.get(REQUIRE):
+            pytest.fail(f"{REQUIRE} is set but the semantic ranker is unavailable: {exc}")
+        pytest.skip(f"the [semantic] extra is not installed ({exc}); set {REQUIRE}=1 to require it")
+
+
+@pytest.fixture
+def embedder() -> semantic.StaticEmbedder:
+    return _model_or_skip()
+
+
+HONEST = [
+    doc_from_schema(
+        "weather_forecast",
+        "Weather forecast for a city: temperature, rain and wind for the next days.",
+        {"type": "object", "properties": {"city": {"type": "string", "description": "City name"}}},
+    ),
+    doc_from_schema(
+        "send_email",
+        "Send an email message to a recipient.",
+        {"type": "object", "properties": {"to": {"type": "string"}, "subject": {"type": "string"}}},
+    ),
+    doc_from_schema(
+        "stock_quote",
+        "Latest stock price for a ticker symbol on an exchange.",
+        {"type": "object", "properties": {"ticker": {"type": "string"}}},
+    ),
+    doc_from_schema(
+        "translate_text",
+        "Translate text from one language into another language.",
+        {
+            "type": "object",
+            "properties": {"text": {"type": "string"}, "target": {"type": "string", "enum": ["french", "german"]}},
+        },
+    ),
+    doc_from_schema("rent_car", "Rent a car for a trip.", {"type": "object", "properties": {}}),
+    doc_from_schema(
+        "create_calendar_event",
+        "Create a meeting or appointment in the user's calendar.",
+        {"type": "object", "properties": {"title": {"type": "string"}, "start": {"type": "string"}}},
+    ),
+]
+QUERIES = {
+    "weather forecast for Oslo tomorrow": "weather_forecast",
+    "send an email to my boss": "send_email",
+    "stock price of ACME": "stock_quote",
+    "translate this text into German": "translate_text",
+    "create a meeting in my calendar": "create_calendar_event",
+}
+POPULAR = "weather forecast email send stock price translate text language calendar meeting create city"
+STUFFED = SearchDoc("everything_tool", "A helpful tool. " + " ".join([POPULAR] * 8))
+NONSENSE = ["qwxzt vrrkp", "zzkjq plmvb xqw", "jjjjj kkkkk", "xkcdq wpfzv blorptk"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Without the model
+
+
+def test_without_the_extra_or_when_disabled_the_index_is_plain_bm25f() -> None:
+    assert default_ranker({SEMANTIC_ENV: "off"}) is None
+    usable, why = semantic_status({SEMANTIC_ENV: "off"})
+    assert usable is False and SEMANTIC_ENV in why
+    index = SearchIndex.build(HONEST, ranker=default_ranker({SEMANTIC_ENV: "off"}))
+    assert index.ranker is None
+    assert index.search("weather", top_k=3) == index.lexical(parse_query("weather"), top_k=3)
+
+
+def test_a_missing_model_folder_is_a_clear_unavailable_error_not_a_crash(tmp_path: Path) -> None:
+    with pytest.raises(SemanticUnavailable, match="cannot load the model"):
+        load_embedder(tmp_path)
+
+
+def test_a_corrupt_weights_file_is_a_clear_unavailable_error(tmp_path: Path, embedder: object) -> None:
+    base = tmp_path / "model"
+    (base / "weights").mkdir(parents=True)
+    (base / "tokenizers").mkdir()
+    real = semantic.model_dir()
+    shutil.copy(real.joinpath(*semantic.TOKENIZER), base.joinpath(*semantic.TOKENIZER))
+    base.joinpath(*semantic.WEIGHTS).write_bytes(b"\x00" * 64)
+    with pytest.raises(SemanticUnavailable, match="cannot load the model"):
+        load_embedder(base)
+
+
+def test_a_ranker_whose_model_vanished_falls_back_to_the_bm25f_order() -> None:
+    def gone() -> semantic.StaticEmbedder:
+        raise SemanticUnavailable("model removed")
+
+    index = SearchIndex.build(HONEST, ranker=HybridRanker(gone))
+    lexical = index.lexical(parse_query("weather city"), top_k=3)
+    assert index.search("weather city", top_k=3) == lexical
+    assert isinstance(index.ranker, HybridRanker) and index.ranker.failure == "model removed"
+
+
+def test_tool_text_holds_name_words_description_parameters_enums_and_keywords() -> None:
+    doc = doc_from_schema(
+        "getUserProfile",
+        "Read a profile.",
+        {"type": "object", "properties": {"fmt": {"type": "string", "description": "Output", "enum": ["yaml"]}}},
+        ["account"],
+    )
+    text = tool_text(doc)
+    for part in ("get user profile", "Read a profile.", "account", "fmt: Output", "yaml"):
+        assert part in text
+
+
+# ------------------------------------------------------------------------------------------------
+# Offline
+
+
+def test_loading_and_searching_needs_no_network_no_home_and_never_imports_wordllama(
+    tmp_path: Path, embedder: object
+) -> None:
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1) for a network namespace")
+    home = tmp_path / "emptyhome"
+    home.mkdir()
+    code = (
+        "import json, sys\n"
+        "from tooldir.search import SearchDoc, SearchIndex\n"
+        "from tooldir.semantic import default_ranker\n"
+        "r = default_ranker()\n"
+        "docs = [SearchDoc(d['name'], d['description']) for d in json.loads(sys.argv[1])]\n"
+        "i = SearchIndex.build(docs, ranker=r)\n"
+        "hits = [h.name for h in i.search('vehicle rental', top_k=2)]\n"
+        "print(json.dumps({'ranker': type(r).__name__, 'hits': hits,"
+        " 'imported': sorted(m for m in ('wordllama', 'requests', 'huggingface_hub') if m in sys.modules)}))\n"
+    )
+    docs = json.dumps([{"name": d.name, "description": d.description} for d in HONEST])
+    env = {"HOME": str(home), "PATH": os.environ.get("PATH", ""), "XDG_CACHE_HOME": str(home / ".cache")}
+    out = subprocess.run(
+        ["unshare", "-n", sys.executable, "-c", code, docs],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data == {"ranker": "HybridRanker", "hits": ["rent_car"], "imported": []}
+    assert list(home.iterdir()) == []  # nothing written to (or cached in) HOME
+
+
+# ------------------------------------------------------------------------------------------------
+# The result contract with the hybrid
+
+
+def _hybrid(embedder: semantic.StaticEmbedder, docs: list[SearchDoc] = HONEST) -> SearchIndex:
+    return SearchIndex.build(docs, ranker=HybridRanker(embedder))
+
+
+@pytest.mark.parametrize("query", NONSENSE)
+def test_a_nonsense_query_still_misses_with_the_hybrid(embedder: semantic.StaticEmbedder, query: str) -> None:
+    assert _hybrid(embedder).search(query, top_k=5) == []
+
+
+def test_stop_words_alone_miss_with_the_hybrid(embedder: semantic.StaticEmbedder) -> None:
+    assert _hybrid(embedder).search("the of and", top_k=5) == []
+
+
+@pytest.mark.parametrize(("query", "expected"), QUERIES.items())
+def test_the_hybrid_puts_the_right_tool_first(embedder: semantic.StaticEmbedder, query: str, expected: str) -> None:
+    hits = _hybrid(embedder).search(query, top_k=3)
+    assert hits[0].name == expected
+
+
+def test_a_tool_sharing_no_word_with_the_query_is_found_by_meaning(embedder: semantic.StaticEmbedder) -> None:
+    index = _hybrid(embedder)
+    query = "vehicle rental"
+    assert index.lexical(parse_query(query), top_k=5) == []  # BM25F alone misses ("rental" is not "rent")
+    assert [h.name for h in index.search(query, top_k=1)] == ["rent_car"]
+    weak = "notify my colleague by mail"  # send_email's cosine is under the threshold: a miss, not a guess
+    assert index.lexical(parse_query(weak), top_k=5) == [] and index.search(weak, top_k=5) == []
+
+
+def test_required_terms_still_filter_with_the_hybrid(embedder: semantic.StaticEmbedder) -> None:
+    index = _hybrid(embedder)
+    hits = index.search("send a message +email", top_k=5)
+    assert [h.name for h in hits] == ["send_email"]
+    assert index.search("weather +zebra", top_k=5) == []
+
+
+def test_equal_fused_scores_are_ordered_by_name(embedder: semantic.StaticEmbedder) -> None:
+    # digits are not embedded: the three tools have the same vector and the same BM25F score
+    docs = [SearchDoc(n, "convert currency amounts") for n in ("fx_3", "fx_1", "fx_2")]
+    hits = _hybrid(embedder, docs).search("currency", top_k=3)
+    assert [h.name for h in hits] == ["fx_1", "fx_2", "fx_3"]
+    assert len({h.score for h in hits}) == 1
+
+
+def test_the_allow_filter_holds_for_semantic_candidates_too(embedder: semantic.StaticEmbedder) -> None:
+    assert _hybrid(embedder).search("vehicle rental", top_k=5, allow=lambda n: n != "rent_car") == []
+
+
+# ------------------------------------------------------------------------------------------------
+# Stuffing
+
+
+def test_the_stuffed_tool_captures_a_query_under_plain_bm25_so_the_drill_below_is_a_real_attack() -> None:
+    plain = PlainBM25([*HONEST, STUFFED])
+    captured = [q for q, expected in QUERIES.items() if plain.search(q, 1) != [expected]]
+    assert captured  # one bag of words with k1 saturation only: "stock price of ACME" goes to the stuffer
+
+
+@pytest.mark.parametrize("mode", ["bm25f", "hybrid"])
+def test_a_description_stuffed_with_popular_words_captures_no_query(mode: str) -> None:
+    # BM25F saturates per field and normalises the description by its length; the hybrid also
+    # caps the lexical part at the query's best match and adds the (generic) stuffer's cosine
+    ranker = HybridRanker(_model_or_skip()) if mode == "hybrid" else None
+    index = SearchIndex.build([*HONEST, STUFFED], ranker=ranker)
+    for query, expected in QUERIES.items():
+        hits = index.search(query, top_k=3)
+        assert hits[0].name == expected, (query, hits)
+        scores = {h.name: h.score for h in hits}
+        assert scores.get(STUFFED.name, 0.0) < 0.9 * scores[expected], (query, hits)
+
+
+# ------------------------------------------------------------------------------------------------
+# The embedding cache follows the index
+
+
+def test_an_edit_re_embeds_one_tool_and_a_removal_none(embedder: semantic.StaticEmbedder) -> None:
+    index = _hybrid(embedder)
+    first = index.ranker
+    assert isinstance(first, HybridRanker)
+    first.catalog()
+    assert first.embedded == len(HONEST)
+    edited = SearchDoc("stock_quote", "Latest stock price and volume for a ticker symbol.")
+    after = index.updated([edited], removals=["send_email"])
+    assert isinstance(after.ranker, HybridRanker) and after.ranker is not first
+    after.ranker.catalog()
+    assert after.ranker.embedded == 1
+    assert "send_email" not in after.ranker.catalog().names
+    assert [h.name for h in after.search("stock volume", top_k=1)] == ["stock_quote"]
+    assert index.search("send an email", top_k=1)[0].name == "send_email"  # the old index is untouched
+
+
+def test_without_the_package_the_default_is_bm25f_and_the_reason_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(semantic.importlib.util, "find_spec", lambda name: None)
+    assert default_ranker({}) is None
+    usable, why = semantic_status({}, load=False)
+    assert usable is False and "tooldir[semantic]" in why
+
+
+def test_without_the_package_a_session_imports_neither_numpy_nor_the_semantic_module(tmp_path: Path) -> None:
+    code = (
+        "import importlib.util, sys\n"
+        "real = importlib.util.find_spec\n"
+        "importlib.util.find_spec = lambda name, *a: None if name == 'wordllama' else real(name, *a)\n"
+        "from tooldir.loader import Loader, make_config\n"
+        "from tooldir.session import IndexFollower\n"
+        "from tooldir.snapshot import SnapshotStore\n"
+        f"config = make_config(project=None, user_dirs=[], state_dir={str(tmp_path / 'state')!r})\n"
+        "follower = IndexFollower(SnapshotStore(Loader(config).load()))\n"
+        "assert follower.current[1].ranker is None\n"
+        "print(sorted(m for m in ('numpy', 'tooldir.semantic') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,494 @@
+"""An offline semantic ranker fused with BM25F (issue 15). Optional: ``pip install "tooldir[semantic]"``.
+
+The embedder is the static token-embedding model that ships *inside* the ``wordllama`` wheel
+(``wordllama/weights/l2_supercat_256.safetensors`` and its tokenizer file): a text's vector is the
+mean of its tokens' vectors. The two files are opened directly (safetensors + tokenizers) and the
+``wordllama`` package itself is never imported: its ``__init__`` configures the root logger and its
+loader falls back to a network download and to ``~/.cache``. Nothing here reads HOME or the network.
+
+Every tool is embedded once from all the text a model would use (:func:`tool_texts`): what it
+is (name split into words, description, keywords) and, apart, what it takes (parameter names and
+descriptions, enum values), added with the weight :data:`PARAM_WEIGHT` (calibrated: 0, so the
+parameters and enums count through BM25F, which indexes them field by field). Vectors are cached
+(L2-normalised) by the SHA-256 of that text and the cache is handed from one index to the next
+(:meth:`HybridRanker.follow`), so an edit re-embeds one tool, not the catalog. A query costs one
+embedding and one matrix-vector product over the catalog's (tools x 128) float32 matrix (the
+model is trained so that its first dimensions can be used alone: :data:`DIM`).
+
+Fusion (:meth:`HybridRanker.rank`), per query: the BM25F scores of the lexical candidates are
+divided by the query's best one (the lexical part is capped at 1 whatever a description holds:
+a description stuffed with popular words cannot outscore the best honest match by more than
+the lexical weight), cosines are min-max normalised over the candidates, and the fused score is
+``alpha * lexical + (1 - alpha) * semantic``. ``alpha``, the parameter weight and the miss
+threshold were chosen on the training splits of ``../shared/eval`` only
+(``benchmarks/calibrate_fusion.py``). A tool that no query term matches is returned only when
+the query holds a word the model knows whole (random strings do not: they are split into
+meaningless pieces) and the tool's cosine reaches :data:`MIN_COSINE`, which 99% of random
+three-word salads of the model's vocabulary never reach on the training catalogs: a nonsense
+query still misses. ``+required`` terms keep their meaning (only lexical candidates, which hold
+every required term, are eligible) and the order stays ``(-score, name)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import heapq
+import importlib.util
+import os
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .search import STOP_WORDS, Hit, ParsedQuery, SearchDoc, SearchIndex, split_words
+
+__all__ = [
+    "ALPHA",
+    "MIN_COSINE",
+    "SEMANTIC_ENV",
+    "HybridRanker",
+    "SemanticUnavailable",
+    "StaticEmbedder",
+    "default_ranker",
+    "load_embedder",
+    "semantic_status",
+    "tool_text",
+]
+
+SEMANTIC_ENV = "TOOLDIR_SEMANTIC"  # "off": BM25F only, even with the extra installed
+MODEL_PACKAGE = "wordllama"
+WEIGHTS = ("weights", "l2_supercat_256.safetensors")
+TOKENIZER = ("tokenizers", "l2_supercat_tokenizer_config.json")
+TENSOR_KEY = "embedding.weight"
+DIM = 128  # the model is trained to be truncated (Matryoshka): half the dimensions, half the cost
+
+# Calibrated on the training splits (benchmarks/calibrate_fusion.py: maximin gain over BM25F).
+# PARAM_WEIGHT 0: the vector is what the tool is; what it takes (parameters, enums) helps most
+# through BM25F, which indexes it field by field, and only blurred the embedding's part.
+PARAM_WEIGHT = 0.0  # weight of what a tool takes beside what it is, in its vector
+ALPHA = 0.8  # weight of the lexical part; calibrated on training splits (module docstring)
+MIN_COSINE = 0.65  # a tool no query term matches needs at least this cosine (calibrated, see above)
+POOL = 20  # candidates taken from each side before fusion
+EMBED_BATCH = 128  # texts embedded together
+MAX_CACHED_WORDS = 200_000  # distinct words whose token ids are kept (then the cache starts over)
+MAX_TEXT_CHARS = 4096  # what is embedded of one tool (a mean over more tokens says nothing new)
+
+Matrix = npt.NDArray[np.float32]
+
+
+class SemanticUnavailable(RuntimeError):
+    """The optional model is not installed, disabled, or unreadable (the search stays BM25F)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# The embedder
+
+
+class StaticEmbedder:
+    """Mean of token vectors: ``embed(texts)`` gives one raw (unnormalised) float32 row per text.
+
+    Texts are cut into words first (:func:`words`: digits and English stop words dropped, since
+    a static model's mean over ``0.2907590418481535`` or ``the`` only blurs the topic), each
+    distinct word is tokenized once (cached) and a text's vector is the mean of its words'
+    tokens. Word by word is also what keeps tokenizing fast: the model's tokenizer has no
+    pre-tokenizer, so a whole text would be one BPE word, quadratic in its length."""
+
+    name = f"wordllama-l2_supercat-256[:{DIM}]"
+
+    def __init__(self, table: npt.NDArray[Any], tokenizer: Any) -> None:
+        self._table = np.ascontiguousarray(table, dtype=np.float32)  # (vocab, dim)
+        self._tokenizer = tokenizer
+        self._ids: dict[str, tuple[int, ...]] = {}
+        vocab = tokenizer.get_vocab()
+        self._whole = {t[1:]: i for t, i in vocab.items() if t.startswith("\u2581") and 0 <= i < len(self._table)}
+        self.dim = int(self._table.shape[1])
+
+    def _learn(self, ws: Iterable[str]) -> None:
+        """Put the token ids of every new word of ``ws`` in the cache."""
+        cache = self._ids
+        new = []
+        for w in dict.fromkeys(w for w in ws if w not in cache):
+            whole = self._whole.get(w)  # most words are one token of the vocabulary: no BPE needed
+            if whole is not None:
+                cache[w] = (whole,)
+            else:
+                new.append(w)
+        if new:
+            if len(cache) + len(new) > MAX_CACHED_WORDS:
+                cache.clear()
+            top = self._table.shape[0] - 1
+            for w, enc in zip(new, self._tokenizer.encode_batch(new, add_special_tokens=False), strict=True):
+                cache[w] = tuple(min(max(i, 0), top) for i in enc.ids)
+
+    def _ids_of(self, w: str) -> tuple[int, ...]:
+        ids = self._ids.get(w)
+        if ids is None:  # only after the cache was cleared mid-text
+            self._learn((w,))
+            ids = self._ids[w]
+        return ids
+
+    def knows_any(self, text: str) -> bool:
+        """Whether ``text`` holds a word that is one whole token of the model's vocabulary."""
+        return any(w in self._whole for w in words(text))
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for at in range(0, len(texts), EMBED_BATCH):  # batches keep the gathered token rows small
+            out[at : at + EMBED_BATCH] = self._embed_batch(texts[at : at + EMBED_BATCH])
+        return out
+
+    def _embed_batch(self, texts: Sequence[str]) -> Matrix:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        per_text = [words(t) for t in texts]
+        self._learn(w for ws in per_text for w in ws)
+        ids_of = self._ids_of
+        flat: list[int] = []
+        lengths = []
+        for ws in per_text:
+            before = len(flat)
+            for w in ws:
+                flat += ids_of(w)
+            lengths.append(len(flat) - before)
+        if not flat:
+            return out
+        counts = np.asarray(lengths, dtype=np.int64)
+        nonempty = counts > 0
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))[nonempty]
+        rows = self._table[np.asarray(flat, dtype=np.intp)]
+        out[nonempty] = np.add.reduceat(rows, starts, axis=0) / counts[nonempty, None]
+        return out
+
+    def embed_one(self, text: str) -> npt.NDArray[np.float32]:
+        ws = words(text)
+        self._learn(ws)
+        flat = [i for w in ws for i in self._ids_of(w)]
+        if not flat:
+            return np.zeros(self.dim, dtype=np.float32)
+        return self._table[flat].mean(axis=0)  # type: ignore[no-any-return]
+
+
+_EMBED_WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
+
+
+def words(text: str) -> list[str]:
+    """What of ``text`` is embedded: runs of letters (identifiers split on camelCase and
+    snake_case), lower-cased, English stop words dropped."""
+    return [w for raw in _EMBED_WORD.findall(text) for w in _words_of(raw)]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _words_of(raw: str) -> tuple[str, ...]:
+    split = (raw,) if raw.islower() else split_words(raw)
+    return tuple(w for w in map(str.lower, split) if w not in STOP_WORDS)
+
+
+def model_dir() -> Path:
+    """The installed ``wordllama`` package folder, found without importing (running) it."""
+    try:
+        spec = importlib.util.find_spec(MODEL_PACKAGE)
+    except (ImportError, ValueError) as exc:
+        raise SemanticUnavailable(f"{MODEL_PACKAGE} cannot be located: {exc}") from None
+    if spec is None or not spec.submodule_search_locations:
+        raise SemanticUnavailable(f'{MODEL_PACKAGE} is not installed (pip install "tooldir[semantic]")')
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+_LOCK = threading.Lock()
+_LOADED: dict[Path, StaticEmbedder] = {}
+
+
+def load_embedder(directory: Path | None = None) -> StaticEmbedder:
+    """Load the shipped model from local files only (cached per folder). Raises SemanticUnavailable."""
+    base = directory if directory is not None else model_dir()
+    with _LOCK:
+        cached = _LOADED.get(base)
+        if cached is not None:
+            return cached
+        weights, tokenizer_file = base.joinpath(*WEIGHTS), base.joinpath(*TOKENIZER)
+        try:
+            from safetensors import safe_open
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise SemanticUnavailable(f"a dependency of the semantic ranker is missing: {exc}") from None
+        try:
+            with safe_open(str(weights), framework="np", device="cpu") as f:
+                table = f.get_tensor(TENSOR_KEY)[:, :DIM]
+            tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        except Exception as exc:  # any unreadable model file means: no semantic ranker
+            raise SemanticUnavailable(f"cannot load the model from {base}: {type(exc).__name__}: {exc}") from None
+        if getattr(table, "ndim", 0) != 2 or table.shape[0] < 2 or table.shape[1] < 2:
+            raise SemanticUnavailable(f"{weights}: {TENSOR_KEY} is not a (vocabulary, dimension) matrix")
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        embedder = StaticEmbedder(table, tokenizer)
+        _LOADED[base] = embedder
+        return embedder
+
+
+def semantic_status(environ: Mapping[str, str] | None = None, *, load: bool = True) -> tuple[bool, str]:
+    """(usable, why): whether the hybrid ranker will run, and the reason if not. With
+    ``load=False`` only checks that the model files are there (cheap: nothing is read)."""
+    env = os.environ if environ is None else environ
+    if env.get(SEMANTIC_ENV, "").strip().lower() in {"0", "off", "no", "false"}:
+        return False, f"disabled by {SEMANTIC_ENV}={env[SEMANTIC_ENV]}"
+    try:
+        if load:
+            load_embedder()
+        else:
+            base = model_dir()
+            for parts in (WEIGHTS, TOKENIZER):
+                if not base.joinpath(*parts).is_file():
+                    raise SemanticUnavailable(f"{base.joinpath(*parts)} is missing")
+    except SemanticUnavailable as exc:
+        return False, str(exc)
+    return True, "ok"
+
+
+def default_ranker(environ: Mapping[str, str] | None = None) -> HybridRanker | None:
+    """The hybrid ranker when the extra is installed and not disabled, else None (BM25F). The
+    model is read on the first search, not here."""
+    usable, _ = semantic_status(environ, load=False)
+    return HybridRanker(load_embedder) if usable else None
+
+
+# ------------------------------------------------------------------------------------------------
+# What is embedded
+
+
+def tool_texts(doc: SearchDoc) -> tuple[str, str]:
+    """All the text a model would read about a tool, as plain words, in two parts embedded
+    apart: what the tool is (name split into words, description, keywords) and what it takes
+    (parameter names and descriptions, enum values)."""
+    head = [" ".join(split_words(doc.name)), doc.description]
+    if doc.keywords:
+        head.append(", ".join(doc.keywords))
+    takes = [" ".join(split_words(p)) + (f": {d}" if d else "") for p, d in doc.params]
+    if doc.enums:
+        takes.append(", ".join(doc.enums))
+    return "\n".join(p for p in head if p)[:MAX_TEXT_CHARS], "\n".join(p for p in takes if p)[:MAX_TEXT_CHARS]
+
+
+def tool_text(doc: SearchDoc) -> str:
+    """Both parts of :func:`tool_texts` as one text."""
+    return "\n".join(p for p in tool_texts(doc) if p)
+
+
+def _key(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+def query_text(parsed: ParsedQuery) -> str:
+    return " ".join(w[1:] if w.startswith("+") and len(w) > 1 else w for w in parsed.text.split())
+
+
+def _normalised(rows: Matrix) -> Matrix:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    np.divide(rows, norms, out=rows, where=norms > 0)
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------
+# The ranker
+
+
+BLOCK = 64  # rows per matrix-vector product: small enough that BLAS stays on one thread
+
+
+@dataclass(frozen=True, slots=True)
+class _Catalog:
+    names: tuple[str, ...]
+    position: Mapping[str, int]
+    matrix: Matrix  # (tools, dim), L2-normalised rows
+    blocks: npt.NDArray[np.float32]  # the same rows, zero-padded, as (ceil(tools / BLOCK), BLOCK, dim)
+
+
+class HybridRanker:
+    """BM25F fused with cosine similarity (``mode="hybrid"``), or the embedding alone
+    (``mode="embedding"``, for evaluation). Implements :class:`tooldir.search.Ranker`."""
+
+    def __init__(
+        self,
+        embedder: StaticEmbedder | Callable[[], StaticEmbedder],
+        *,
+        alpha: float = ALPHA,
+        param_weight: float = PARAM_WEIGHT,
+        min_cosine: float = MIN_COSINE,
+        pool: int = POOL,
+        mode: str = "hybrid",
+        _index: SearchIndex | None = None,
+        _cache: dict[bytes, npt.NDArray[np.float32]] | None = None,
+    ) -> None:
+        if mode not in {"hybrid", "embedding"}:
+            raise ValueError(f"unknown ranker mode {mode!r}")
+        self._embedder = embedder
+        self.alpha = alpha
+        self.param_weight = param_weight
+        self.min_cosine = min_cosine
+        self.pool = pool
+        self.mode = mode
+        self.name = "hybrid" if mode == "hybrid" else "embedding"
+        self._index = _index
+        self._cache: dict[bytes, npt.NDArray[np.float32]] = {} if _cache is None else _cache
+        self._catalog: _Catalog | None = None
+        self._lock = threading.Lock()
+        self.embedded = 0  # tools embedded by this ranker (not taken from the cache)
+        self.failure: str | None = None  # why the model could not be used (then: BM25F order)
+
+    def follow(self, index: SearchIndex) -> HybridRanker:
+        """The ranker of ``index``: same model and settings, this one's vectors reused."""
+        return HybridRanker(
+            self._embedder,
+            alpha=self.alpha,
+            param_weight=self.param_weight,
+            min_cosine=self.min_cosine,
+            pool=self.pool,
+            mode=self.mode,
+            _index=index,
+            _cache=self._cache,
+        )
+
+    def with_alpha(self, alpha: float) -> HybridRanker:
+        """The same ranker over the same catalog (shared, not rebuilt) with another fusion weight."""
+        other = self.as_mode(self.mode)
+        other.alpha = alpha
+        return other
+
+    def as_mode(self, mode: str) -> HybridRanker:
+        """The same ranker over the same catalog (shared, not rebuilt) in another ``mode``."""
+        other = HybridRanker(
+            self._embedder,
+            alpha=self.alpha,
+            param_weight=self.param_weight,
+            min_cosine=self.min_cosine,
+            pool=self.pool,
+            mode=mode,
+            _index=self._index,
+            _cache=self._cache,
+        )
+        other._catalog = self.catalog()
+        return other
+
+    @property
+    def embedder(self) -> StaticEmbedder:
+        """The model (loaded on first use; raises SemanticUnavailable)."""
+        if not isinstance(self._embedder, StaticEmbedder):
+            self._embedder = self._embedder()
+        return self._embedder
+
+    # -- the catalog matrix (built on first use) -------------------------------------------------
+
+    def catalog(self) -> _Catalog:
+        with self._lock:
+            if self._catalog is None:
+                self._catalog = self._build()
+            return self._catalog
+
+    def _build(self) -> _Catalog:
+        index = self._index
+        names = index.names() if index is not None else ()
+        texts = []
+        for n in names:
+            doc = index.doc(n) if index is not None else None
+            texts.append(tool_texts(doc) if doc is not None else (n, ""))
+        keys = [_key(f"{head}\x00{takes}") for head, takes in texts]
+        old = self._cache
+        todo = [i for i, k in enumerate(keys) if k not in old]
+        fresh = _normalised(self.embedder.embed([texts[i][0] for i in todo]))
+        if self.param_weight:
+            takes = _normalised(self.embedder.embed([texts[i][1] for i in todo]))
+            fresh = _normalised(fresh + self.param_weight * takes)
+        cache: dict[bytes, npt.NDArray[np.float32]] = {}
+        raw = np.empty((len(names), self.embedder.dim), dtype=np.float32)
+        j = 0
+        for i, k in enumerate(keys):
+            vec = old.get(k)
+            if vec is None:
+                vec = fresh[j]
+                j += 1
+            cache[k] = vec
+            raw[i] = vec
+        self.embedded = len(todo)
+        self._cache = cache  # only what this catalog holds: removed tools are forgotten
+        padded = np.zeros((-(-len(names) // BLOCK) * BLOCK, self.embedder.dim), dtype=np.float32)
+        padded[: len(names)] = raw
+        blocks = padded.reshape(-1, BLOCK, self.embedder.dim)
+        return _Catalog(names, {n: i for i, n in enumerate(names)}, padded[: len(names)], blocks)
+
+    def cosines(self, text: str) -> npt.NDArray[np.float32]:
+        """Cosine of ``text`` with every tool, in ``index.names()`` order."""
+        cat = self.catalog()
+        q = self.embedder.embed_one(text)
+        norm = float(np.linalg.norm(q))
+        if norm == 0.0 or not cat.names:
+            return np.zeros(len(cat.names), dtype=np.float32)
+        # stacked small products: one multithreaded BLAS call at 10k rows costs more in thread
+        # wake-ups (and far more on a loaded machine) than it saves
+        return (cat.blocks @ (q / norm)).reshape(-1)[: len(cat.names)]
+
+    # -- ranking ---------------------------------------------------------------------------------
+
+    def rank(
+        self,
+        parsed: ParsedQuery,
+        lexical: Sequence[Hit],
+        top_k: int,
+        allow: Callable[[str], bool] | None = None,
+    ) -> list[Hit]:
+        """Fuse ``lexical`` (the best BM25F candidates, all holding every required term) with
+        cosine similarity. Returns at most ``top_k`` hits by (-score, name)."""
+        if top_k <= 0 or not parsed.terms:
+            return []
+        try:
+            cat = self.catalog()
+        except SemanticUnavailable as exc:  # the model went missing after startup: stay lexical
+            self.failure = str(exc)
+            return list(lexical[:top_k])
+        cos = self.cosines(query_text(parsed))
+        names = cat.names
+        if self.mode == "embedding":  # cosine alone over every allowed tool: no threshold, no terms
+            ranked = sorted(
+                (i for i in np.argsort(-cos, kind="stable")[: top_k if allow is None else len(names)]),
+                key=lambda i: (-float(cos[i]), names[i]),
+            )
+            out = [Hit(names[i], round(float(cos[i]), 6)) for i in ranked if allow is None or allow(names[i])]
+            return out[:top_k]
+        candidates: dict[str, float] = {}
+        text = query_text(parsed)
+        if not parsed.required and self.embedder.knows_any(text):
+            # a tool no query term matches comes in on meaning alone, only if the query holds a
+            # word the model knows whole (random strings are split into meaningless pieces) and
+            # only above the threshold; a required term rules out every tool BM25F did not find
+            n = len(names)
+            take = min(n, self.pool if allow is None else max(self.pool * 4, self.pool))
+            order = np.argpartition(-cos, take - 1)[:take] if take < n else np.arange(n)
+            for i in order[np.argsort(-cos[order], kind="stable")]:
+                name = names[int(i)]
+                if float(cos[i]) < self.min_cosine:
+                    break
+                if allow is None or allow(name):
+                    candidates[name] = float(cos[i])
+                    if len(candidates) >= self.pool:
+                        break
+        lex = {h.name: h.score for h in lexical if h.name in cat.position}
+        for name in lex:
+            candidates.setdefault(name, float(cos[cat.position[name]]))
+        if not candidates:
+            return []
+        top_lex = max(lex.values(), default=0.0)
+        values = list(candidates.values())
+        hi, lo = max(values), min(values)
+        span = hi - lo
+        a = self.alpha
+        fused = {}
+        for name, c in candidates.items():
+            sem = (c - lo) / span if span > 1e-9 else 1.0
+            lx = lex.get(name, 0.0) / top_lex if top_lex > 0 else 0.0
+            fused[name] = a * lx + (1 - a) * sem
+        best = heapq.nsmallest(top_k, fused.items(), key=lambda e: (-e[1], e[0]))
+        return [Hit(n, round(s, 6)) for n, s in best]
