@@ -343,7 +343,6 @@ class SearchIndex:
     updated index with :meth:`updated` / :meth:`apply_diff` (the original is untouched)."""
 
     __slots__ = (
-        "_analyzed",
         "_base",
         "_base_valid",
         "_cache",
@@ -354,6 +353,7 @@ class SearchIndex:
         "_scale",
         "_slot_names",
         "_slots",
+        "_tools",
         "_totals",
         "params",
     )
@@ -363,7 +363,7 @@ class SearchIndex:
 
         self.params = params
         names = sorted(analyzed)
-        self._analyzed: dict[str, _Analyzed] = {n: analyzed[n] for n in names}
+        self._tools: list[_Analyzed | None] = [analyzed[n] for n in names]  # by slot; None: removed
         self._names: tuple[str, ...] | None = tuple(names)
         self._slots: dict[str, int] = {n: i for i, n in enumerate(names)}
         self._slot_names: list[str | None] = list(names)
@@ -378,7 +378,7 @@ class SearchIndex:
         rows: list[tuple[int, ...]] = []
         sizes: list[int] = []
         for n in names:
-            vectors = self._analyzed[n].vectors
+            vectors = analyzed[n].vectors
             term_ids.extend([vocab.setdefault(t, len(vocab)) for t in vectors])
             rows.extend(vectors.values())
             sizes.append(len(vectors))
@@ -430,46 +430,48 @@ class SearchIndex:
         collection statistics are exact (impacts follow lazily, see the module docstring)."""
         import numpy as np
 
-        new = object.__new__(SearchIndex)
-        new.params = self.params
-        analyzed = dict(self._analyzed)
-        slots = dict(self._slots)
-        slot_names = list(self._slot_names)
+        tools = list(self._tools)
+        slots, slot_names = self._slots, self._slot_names  # copied on the first add or removal
         lengths = self._lengths.copy()
         totals = list(self._totals)
         n = self._n
-        drop: dict[str, set[int]] = {}
+        drop: dict[str, list[int]] = {}
         add: dict[str, dict[int, tuple[int, ...]]] = {}
 
-        def forget(name: str) -> int:
-            old = analyzed.pop(name)
-            slot = slots[name]
+        def forget(slot: int) -> None:
+            old = cast(_Analyzed, tools[slot])  # a live slot always holds its tool
+            tools[slot] = None
             for i, v in enumerate(old.lengths):
                 totals[i] -= v
+            if slot < len(lengths):  # else appended by this update and written again below
+                lengths[slot] = 0.0
             for t in old.vectors:
-                drop.setdefault(t, set()).add(slot)
+                drop.setdefault(t, []).append(slot)
                 add.get(t, {}).pop(slot, None)
-            return slot
 
         for name in removals:
-            if name in analyzed:
-                slot = forget(name)
+            slot = slots.get(name)
+            if slot is not None:
+                if slots is self._slots:
+                    slots, slot_names = dict(slots), list(slot_names)
+                forget(slot)
                 slot_names[slot] = None
-                lengths[slot] = 0.0
                 del slots[name]
                 n -= 1
         grown: dict[int, tuple[int, ...]] = {}  # lengths of the slots this update appends
         for doc in upserts:
             a = _analyze(doc)
-            if doc.name in analyzed:
-                slot = forget(doc.name)
+            slot = slots.get(doc.name)
+            if slot is not None:
+                forget(slot)
             else:
-                slot = slots.get(doc.name, -1)
-                if slot < 0:
-                    slot = slots[doc.name] = len(slot_names)
-                    slot_names.append(doc.name)
+                if slots is self._slots:
+                    slots, slot_names = dict(slots), list(slot_names)
+                slot = slots[doc.name] = len(slot_names)
+                slot_names.append(doc.name)
+                tools.append(None)
                 n += 1
-            analyzed[doc.name] = a
+            tools[slot] = a
             for i, v in enumerate(a.lengths):
                 totals[i] += v
             if slot < len(lengths):
@@ -484,11 +486,20 @@ class SearchIndex:
         overlay = dict(self._overlay)
         for t in drop.keys() | add.keys():
             old_slots, old_counts = self._postings(t)
-            gone = drop.get(t)
+            gone = drop.get(t, [])
+            extra = add.get(t, {})
+            if len(gone) == 1 and len(extra) == 1 and gone[0] in extra:  # one tool edited, term kept
+                row = np.flatnonzero(old_slots == gone[0])
+                if len(row) == 1:
+                    counts = old_counts.copy()
+                    counts[row[0]] = extra[gone[0]]
+                    overlay[t] = (old_slots, counts)  # same slots: the array is shared, never written
+                    continue
             if gone and len(old_slots):
-                keep = ~np.isin(old_slots, np.fromiter(gone, dtype=np.int64, count=len(gone)))
+                keep = old_slots != gone[0]
+                for slot in gone[1:]:
+                    keep &= old_slots != slot
                 old_slots, old_counts = old_slots[keep], old_counts[keep]
-            extra = add.get(t)
             if extra:
                 new_slots = np.fromiter(extra, dtype=np.int64, count=len(extra))
                 new_counts = np.array(list(extra.values()), dtype=np.float32).reshape(-1, len(FIELDS))
@@ -498,8 +509,10 @@ class SearchIndex:
                 overlay[t] = (new_slots, new_counts)
             else:
                 overlay[t] = (np.asarray(old_slots, dtype=np.int64), old_counts)
-        new._analyzed = analyzed
-        new._names = None
+        new = object.__new__(SearchIndex)
+        new.params = self.params
+        new._tools = tools
+        new._names = self._names if slots is self._slots else None
         new._slots = slots
         new._slot_names = slot_names
         new._n = n
@@ -531,9 +544,9 @@ class SearchIndex:
                 doc = None if spec is None else _builtin_doc(name, spec)
             if doc is None:
                 removals.append(name)
-            elif name not in self._analyzed or self._analyzed[name].doc != doc:
+            elif self.doc(name) != doc:
                 upserts.append(doc)
-        if not upserts and not any(n in self._analyzed for n in removals):
+        if not upserts and not any(n in self._slots for n in removals):
             return self
         return self.updated(upserts, removals)
 
@@ -549,15 +562,15 @@ class SearchIndex:
         """BM25F's pseudo-frequency ``x`` of each (slot, counts) posting under the current statistics."""
         import numpy as np
 
-        scale = self._scale
-        if scale is None:
+        consts = self._scale
+        if consts is None:  # per field: weight, 1 - b, b / average length
             p = self.params
             n = max(self._n, 1)
-            avg = np.array([max(t / n, 1e-9) for t in self._totals])
-            weights = np.array([p.weights[f] for f in FIELDS])
             b = np.array([p.b[f] for f in FIELDS])
-            scale = self._scale = weights / (1.0 - b + b * self._lengths / avg)
-        x: _Floats = (counts * scale[slots]).sum(axis=1)
+            avg = np.array([max(t / n, 1e-9) for t in self._totals])
+            consts = self._scale = (np.array([p.weights[f] for f in FIELDS]), 1.0 - b, b / avg)
+        weights, keep, per_length = consts
+        x: _Floats = (counts * (weights / (keep + self._lengths[slots] * per_length))).sum(axis=1)
         return x
 
     def _postings(self, term: str) -> tuple[Any, Any]:
@@ -574,24 +587,41 @@ class SearchIndex:
 
     def _term(self, term: str) -> tuple[_Ids, _Floats] | None:
         """(slots, impacts) of ``term`` under this index's statistics, or None when no tool has it."""
-        hit = self._cache.get(term)
-        if hit is not None:
-            return hit
-        base = self._base
-        if self._base_valid and term not in self._overlay:
-            i = base.vocab.get(term)
-            if i is None:
-                return None
-            lo, hi = int(base.ptr[i]), int(base.ptr[i + 1])
-            hit = (base.slots[lo:hi], base.impacts[lo:hi])
-        else:
-            slots, counts = self._postings(term)
-            if not len(slots):
-                return None
-            x = self._pseudo(slots, counts)
-            hit = (slots, self._idf(len(slots)) * x / (self.params.k1 + x))
-        self._cache[term] = hit  # one value per term and index version: a race computes it twice
-        return hit
+        return self._terms((term,))[0]
+
+    def _terms(self, terms: Iterable[str]) -> list[tuple[_Ids, _Floats] | None]:
+        """:meth:`_term` of each of ``terms``; the impacts not cached yet are computed in one step."""
+        import numpy as np
+
+        cache, base = self._cache, self._base
+        out: list[tuple[_Ids, _Floats] | None] = []
+        todo: list[tuple[int, str, Any, Any]] = []
+        for term in terms:
+            hit = cache.get(term)
+            if hit is None:
+                if self._base_valid and term not in self._overlay:
+                    i = base.vocab.get(term)
+                    if i is not None:
+                        lo, hi = int(base.ptr[i]), int(base.ptr[i + 1])
+                        hit = cache[term] = (base.slots[lo:hi], base.impacts[lo:hi])
+                else:
+                    slots, counts = self._postings(term)
+                    if len(slots):
+                        todo.append((len(out), term, slots, counts))
+            out.append(hit)
+        if todo:
+            sizes = [len(e[2]) for e in todo]
+            slots = np.concatenate([e[2] for e in todo]) if len(todo) > 1 else todo[0][2]
+            x = self._pseudo(slots, np.concatenate([e[3] for e in todo]) if len(todo) > 1 else todo[0][3])
+            df = np.array(sizes, dtype=np.float64)
+            impacts = np.repeat(self._idf(df), sizes) * x / (self.params.k1 + x)
+            at = 0
+            for (pos, term, own, _), size in zip(todo, sizes, strict=True):
+                hit = (own, impacts[at : at + size])
+                cache[term] = hit  # one value per term and index version: a race computes it twice
+                out[pos] = hit
+                at += size
+        return out
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -599,16 +629,17 @@ class SearchIndex:
         return self._n
 
     def __contains__(self, name: object) -> bool:
-        return name in self._analyzed
+        return name in self._slots
 
     def names(self) -> tuple[str, ...]:
         names = self._names
         if names is None:
-            names = self._names = tuple(sorted(self._analyzed))
+            names = self._names = tuple(sorted(self._slots))
         return names
 
     def doc(self, name: str) -> SearchDoc | None:
-        a = self._analyzed.get(name)
+        slot = self._slots.get(name)
+        a = None if slot is None else self._tools[slot]
         return None if a is None else a.doc
 
     def search(
@@ -677,13 +708,13 @@ def lexical_scores(
     import numpy as np
 
     parsed = parse_query(query) if isinstance(query, str) else query
-    found = [p for p in map(index._term, parsed.terms) if p is not None]
+    found = [p for p in index._terms(parsed.terms) if p is not None]
     if not found:
         return LexicalScores(index, parsed, None, None)
     size = len(index._slot_names)
     ids: _Ids | None = None
     if parsed.required:
-        need = [index._term(t) for t in parsed.required]
+        need = index._terms(parsed.required)
         if any(p is None for p in need):
             return LexicalScores(index, parsed, None, None)
         if len(need) == 1:
