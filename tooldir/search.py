@@ -271,9 +271,18 @@ class _Analyzed:
     vectors: Mapping[str, tuple[int, ...]]  # term -> its count in each of FIELDS
     lengths: tuple[int, ...]  # terms per field, in FIELDS order
 
-    @property
-    def terms(self) -> frozenset[str]:
-        return frozenset(self.vectors)
+
+@dataclass(frozen=True, slots=True)
+class _Indexed:
+    """What the index keeps of a tool once its counts are in the postings: enough to take it out."""
+
+    doc: SearchDoc
+    terms: tuple[str, ...]
+    lengths: tuple[int, ...]
+
+
+def _kept(a: _Analyzed) -> _Indexed:
+    return _Indexed(a.doc, tuple(a.vectors), a.lengths)
 
 
 def _analyze(doc: SearchDoc) -> _Analyzed:
@@ -363,7 +372,7 @@ class SearchIndex:
 
         self.params = params
         names = sorted(analyzed)
-        self._tools: list[_Analyzed | None] = [analyzed[n] for n in names]  # by slot; None: removed
+        self._tools: list[_Indexed | None] = [_kept(analyzed[n]) for n in names]  # by slot; None: removed
         self._names: tuple[str, ...] | None = tuple(names)
         self._slots: dict[str, int] = {n: i for i, n in enumerate(names)}
         self._slot_names: list[str | None] = list(names)
@@ -439,13 +448,13 @@ class SearchIndex:
         add: dict[str, dict[int, tuple[int, ...]]] = {}
 
         def forget(slot: int) -> None:
-            old = cast(_Analyzed, tools[slot])  # a live slot always holds its tool
+            old = cast(_Indexed, tools[slot])  # a live slot always holds its tool
             tools[slot] = None
             for i, v in enumerate(old.lengths):
                 totals[i] -= v
             if slot < len(lengths):  # else appended by this update and written again below
                 lengths[slot] = 0.0
-            for t in old.vectors:
+            for t in old.terms:
                 drop.setdefault(t, []).append(slot)
                 add.get(t, {}).pop(slot, None)
 
@@ -471,7 +480,7 @@ class SearchIndex:
                 slot_names.append(doc.name)
                 tools.append(None)
                 n += 1
-            tools[slot] = a
+            tools[slot] = _kept(a)
             for i, v in enumerate(a.lengths):
                 totals[i] += v
             if slot < len(lengths):
@@ -741,6 +750,20 @@ def lexical_scores(
     return LexicalScores(index, parsed, dense, ids)
 
 
+def top_k(
+    index: SearchIndex, slots: _Ids, scores: _Floats, k: int, *, allow: Callable[[str], bool] | None = None
+) -> list[Hit]:
+    """The exact top ``k`` of any scores of ``index``'s tools (``scores[i]`` for slot ``slots[i]``,
+    e.g. lexical scores fused with another ranker's) by (-score, name), scores rounded to 1e-9 so
+    ties are ties; only positive scores rank (a score <= 0 is no match, which is how a ranker says
+    "missing"), and only tools for which ``allow(name)`` holds."""
+    import numpy as np
+
+    if k <= 0 or not len(slots):
+        return []
+    return _best(np.asarray(scores, dtype=np.float64), np.asarray(slots, dtype=np.int64), k, allow, index._slot_names)
+
+
 def _best(
     scores: _Floats, ids: _Ids | None, k: int, allow: Callable[[str], bool] | None, table: list[str | None]
 ) -> list[Hit]:
@@ -764,7 +787,7 @@ def _best(
         if floor <= 0 or (len(out) == k and out[-1].score > floor):
             return out
         if allow is not None and m >= 256:  # a picky filter: apply it once to every match
-            matched = np.flatnonzero(scores)
+            matched = np.flatnonzero(scores > 0)
             names = (str(table[s]) for s in (matched if ids is None else ids[matched]).tolist())
             ok = np.fromiter(map(allow, names), dtype=bool, count=len(matched))
             keep = matched[ok]
@@ -790,7 +813,7 @@ def _above(scores: _Floats, m: int) -> tuple[_Ids, float]:
                     return above, round(guess, _DIGITS)
                 part = above
     if part is None:
-        part = np.flatnonzero(scores)
+        part = np.flatnonzero(scores > 0)
         if len(part) <= m:
             return part, 0.0
     best = part[np.argpartition(scores[part], len(part) - m)[len(part) - m :]]

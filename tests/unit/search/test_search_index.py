@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import bm25f_reference as reference
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,6 +28,7 @@ from tooldir.search import (
     split_words,
     stem,
     tokenize,
+    top_k,
 )
 from tooldir.snapshot import SnapshotStore
 
@@ -271,3 +273,13 @@ def test_importing_tooldir_and_building_no_index_keeps_numpy_off_the_load_path()
     code = "import sys, tooldir, tooldir.search, tooldir.session; print('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_another_ranker_can_rank_fused_candidate_scores_with_the_same_contract() -> None:
+    docs = [SearchDoc(n, "convert currency amounts") for n in ("zeta_fx", "alpha_fx", "mid_fx")]
+    index = SearchIndex.build(docs)
+    slots, lexical = lexical_scores(index, "currency").candidates()
+    boost = {"zeta_fx": 1.0, "alpha_fx": 0.0, "mid_fx": -10.0}  # e.g. a cosine term; mid_fx drops out
+    fused = lexical + np.array([boost[n] for n in lexical_scores(index, "currency").names_of(slots)])
+    assert [h.name for h in top_k(index, slots, fused, 5)] == ["zeta_fx", "alpha_fx"]
+    assert [h.name for h in top_k(index, slots, fused, 5, allow=lambda n: n != "zeta_fx")] == ["alpha_fx"]
