@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from array import array
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -279,10 +280,16 @@ class _Indexed:
     doc: SearchDoc
     terms: tuple[str, ...]
     lengths: tuple[int, ...]
+    counts: array[int]  # the term vectors, flat: len(FIELDS) counts per term, in ``terms`` order
+
+    def vector(self, i: int) -> tuple[int, ...]:
+        w = len(FIELDS)
+        return tuple(self.counts[i * w : (i + 1) * w])
 
 
 def _kept(a: _Analyzed) -> _Indexed:
-    return _Indexed(a.doc, tuple(a.vectors), a.lengths)
+    flat = [c for v in a.vectors.values() for c in v]
+    return _Indexed(a.doc, tuple(a.vectors), a.lengths, array("H" if max(flat, default=0) <= 0xFFFF else "Q", flat))
 
 
 def _analyze(doc: SearchDoc) -> _Analyzed:
@@ -446,6 +453,7 @@ class SearchIndex:
         n = self._n
         drop: dict[str, list[int]] = {}
         add: dict[str, dict[int, tuple[int, ...]]] = {}
+        was: dict[tuple[str, int], tuple[int, ...]] = {}
 
         def forget(slot: int) -> None:
             old = cast(_Indexed, tools[slot])  # a live slot always holds its tool
@@ -454,9 +462,12 @@ class SearchIndex:
                 totals[i] -= v
             if slot < len(lengths):  # else appended by this update and written again below
                 lengths[slot] = 0.0
-            for t in old.terms:
+            indexed = slot < len(self._tools) and self._tools[slot] is old
+            for i, t in enumerate(old.terms):
                 drop.setdefault(t, []).append(slot)
                 add.get(t, {}).pop(slot, None)
+                if indexed:  # the version the postings hold (not one added earlier in this update)
+                    was[t, slot] = old.vector(i)
 
         for name in removals:
             slot = slots.get(name)
@@ -498,6 +509,8 @@ class SearchIndex:
             gone = drop.get(t, [])
             extra = add.get(t, {})
             if len(gone) == 1 and len(extra) == 1 and gone[0] in extra:  # one tool edited, term kept
+                if was.get((t, gone[0])) == extra[gone[0]]:
+                    continue  # same counts: the postings do not change (its lengths are not in them)
                 row = np.flatnonzero(old_slots == gone[0])
                 if len(row) == 1:
                     counts = old_counts.copy()
