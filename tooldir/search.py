@@ -318,6 +318,8 @@ class ParsedQuery:
 
 
 def parse_query(query: str) -> ParsedQuery:
+    if "+" not in query:  # no required terms: the words of the whole query, in order
+        return ParsedQuery(tuple(dict.fromkeys(tokenize(query))), ())
     terms: list[str] = []
     required: list[str] = []
     for raw in query.split():

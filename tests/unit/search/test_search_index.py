@@ -287,3 +287,19 @@ def test_another_ranker_can_rank_fused_candidate_scores_with_the_same_contract()
     fused = lexical + np.array([boost[n] for n in lexical_scores(index, "currency").names_of(slots)])
     assert [h.name for h in top_k(index, slots, fused, 5)] == ["zeta_fx", "alpha_fx"]
     assert [h.name for h in top_k(index, slots, fused, 5, allow=lambda n: n != "zeta_fx")] == ["alpha_fx"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["Get", "the", "userID", "+list", "files,", "+1234", "v2", "+the", "a+b", "é", "x"]), max_size=8
+    )
+)
+def test_a_query_parses_to_the_same_terms_word_by_word_or_whole(words: list[str]) -> None:
+    query = " ".join(words)
+    terms: list[str] = []
+    for raw in query.split():  # word by word, the way required terms are parsed
+        required = len(raw) > 1 and raw[0] == "+" and raw[1].isalpha()
+        toks = tokenize(raw[1:] if required else raw) or ([stem(w) for w in split_words(raw[1:])] if required else [])
+        terms.extend(t for t in toks if t not in terms)
+    assert parse_query(query).terms == tuple(terms)
