@@ -286,6 +286,9 @@ class _Indexed:
         w = len(FIELDS)
         return tuple(self.counts[i * w : (i + 1) * w])
 
+    def analyzed(self) -> _Analyzed:
+        return _Analyzed(self.doc, {t: self.vector(i) for i, t in enumerate(self.terms)}, self.lengths)
+
 
 def _kept(a: _Analyzed) -> _Indexed:
     flat = [c for v in a.vectors.values() for c in v]
@@ -340,6 +343,7 @@ def parse_query(query: str) -> ParsedQuery:
 
 _DIGITS = 9  # scores are rounded to this many decimals: equal sums added in another order stay equal
 _NO_TERMS: tuple[Any, Any] = ((), ())
+_COMPACT_AFTER = 1024  # an update rebuilds the columns once removed tools leave more empty slots than this
 _SAMPLE_FROM = 4096  # top-k of at least this many scores starts from a threshold guessed on a sample
 
 
@@ -533,6 +537,8 @@ class SearchIndex:
                 overlay[t] = (new_slots, new_counts)
             else:
                 overlay[t] = (np.asarray(old_slots, dtype=np.int64), old_counts)
+        if len(slot_names) - n > max(_COMPACT_AFTER, n):  # mostly removed slots: rebuild, without re-tokenizing
+            return SearchIndex({t.doc.name: t.analyzed() for t in tools if t is not None}, self.params)
         new = object.__new__(SearchIndex)
         new.params = self.params
         new._tools = tools

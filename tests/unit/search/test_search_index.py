@@ -303,3 +303,18 @@ def test_a_query_parses_to_the_same_terms_word_by_word_or_whole(words: list[str]
         toks = tokenize(raw[1:] if required else raw) or ([stem(w) for w in split_words(raw[1:])] if required else [])
         terms.extend(t for t in toks if t not in terms)
     assert parse_query(query).terms == tuple(terms)
+
+
+def test_an_index_whose_slots_are_mostly_removed_tools_is_compacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(search, "_COMPACT_AFTER", 4)
+    docs = [SearchDoc(f"tool_{i}", f"words {i}") for i in range(4)]
+    index = SearchIndex.build(docs)
+    current = {d.name: d for d in docs}
+    for i in range(12):  # renames: a new name, the old one removed
+        new = SearchDoc(f"renamed_{i}", f"words renamed {i}")
+        index = index.updated([new], [f"tool_{i}" if i < 4 else f"renamed_{i - 4}"])
+        current.pop(f"tool_{i}" if i < 4 else f"renamed_{i - 4}")
+        current[new.name] = new
+        assert len(index._slot_names) <= 2 * 4 + 4 + 1
+    assert index.names() == tuple(sorted(current))
+    assert _agrees(index.search("words renamed 9", top_k=3), reference.top(current.values(), "words renamed 9", 3))
