@@ -459,7 +459,7 @@ class SearchIndex:
         n = self._n
         drop: dict[str, list[int]] = {}
         add: dict[str, dict[int, tuple[int, ...]]] = {}
-        was: dict[tuple[str, int], tuple[int, ...]] = {}
+        was: dict[tuple[str, int], tuple[_Indexed, int]] = {}  # (term, slot) -> where its old counts are
 
         def forget(slot: int) -> None:
             old = cast(_Indexed, tools[slot])  # a live slot always holds its tool
@@ -473,7 +473,7 @@ class SearchIndex:
                 drop.setdefault(t, []).append(slot)
                 add.get(t, {}).pop(slot, None)
                 if indexed:  # the version the postings hold (not one added earlier in this update)
-                    was[t, slot] = old.vector(i)
+                    was[t, slot] = (old, i)
 
         for name in removals:
             slot = slots.get(name)
@@ -511,12 +511,14 @@ class SearchIndex:
             lengths = np.concatenate([lengths, np.array(rows, dtype=np.float64).reshape(-1, len(FIELDS))])
         overlay = dict(self._overlay)
         for t in drop.keys() | add.keys():
-            old_slots, old_counts = self._postings(t)
             gone = drop.get(t, [])
             extra = add.get(t, {})
-            if len(gone) == 1 and len(extra) == 1 and gone[0] in extra:  # one tool edited, term kept
-                if was.get((t, gone[0])) == extra[gone[0]]:
-                    continue  # same counts: the postings do not change (its lengths are not in them)
+            kept = len(gone) == 1 and len(extra) == 1 and gone[0] in extra  # one tool edited, term kept
+            source = was.get((t, gone[0])) if kept else None
+            if source is not None and source[0].vector(source[1]) == extra[gone[0]]:
+                continue  # same counts: the postings do not change (its lengths are not in them)
+            old_slots, old_counts = self._postings(t)
+            if kept:
                 row = np.flatnonzero(old_slots == gone[0])
                 if len(row) == 1:
                     counts = old_counts.copy()
