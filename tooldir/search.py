@@ -12,13 +12,15 @@ Every term keeps a postings pair (tool slots, per-field counts: a CSC-like colum
 are computed from the counts and the current collection statistics once per index version, in one
 vector step, and cached. A query adds the impacts of its terms into a dense score array
 (``bincount``), applies the exact filters (``+required`` terms, a name restriction, an ``allow``
-predicate) and takes the top k with ``argpartition``, ordered by (-score, name); scores are
-rounded to 1e-9 so that ties are ties whatever the order the floats were added in.
+predicate) and takes the top k (a threshold guessed on a sample, then ``argpartition``), ordered
+by (-score, name); scores are rounded to 1e-9 so that ties are ties whatever the order the floats
+were added in. :func:`lexical_scores` gives the scores before top-k, for other rankers.
 
-Updates are incremental per tool: a tool keeps its slot for life (removed tools leave an empty
-slot), and an edit rewrites only the postings of the terms the old and new versions of that tool
-contain (an overlay over the shared base columns). Collection statistics are exact after every
-edit: impacts are recomputed lazily, term by term, the first time a query needs them.
+Updates are incremental per tool: a tool keeps its slot (removed tools leave an empty slot until
+they outnumber the live ones; then the columns are rebuilt from the kept counts), and an edit
+rewrites only the postings of the terms whose counts changed in that tool (an overlay over the
+shared base columns). Collection statistics are exact after every edit: impacts are recomputed
+lazily, in one vector step per query for the terms it needs.
 """
 
 from __future__ import annotations
