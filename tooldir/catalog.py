@@ -45,6 +45,13 @@ class ToolDef:
         )
         return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
 
+    @property
+    def contract_digest(self) -> str:
+        """What a caller relies on when it calls the tool: sha256 over name, input schema and risk
+        (not the description). A session refuses a call as stale only when this changed."""
+        body = dumps_canonical([self.name, self.input_schema, None if self.risk is None else str(self.risk)])
+        return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
     def schema_json(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "input_schema": thaw(self.input_schema)}
 
@@ -210,6 +217,9 @@ class SearchResult:
     missing: tuple[str, ...] = ()
     unavailable: tuple[tuple[str, str], ...] = ()
     hint: str | None = None
+    #: why some entries of ``missing`` are not matches, as (entry, reason): an exact name of an
+    #: immediate (eager) tool is missing because the model already has it and calls it directly
+    missing_reasons: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -217,6 +227,8 @@ class SearchResult:
             "missing": list(self.missing),
             "unavailable": [{"name": n, "reason": r} for n, r in self.unavailable],
         }
+        if self.missing_reasons:
+            out["missing_reasons"] = [{"name": n, "reason": r} for n, r in self.missing_reasons]
         if self.hint is not None:
             out["hint"] = self.hint
         return out

@@ -5,28 +5,44 @@ Each tool is split into fields that are weighted separately (BM25F): the name, t
 splitting identifiers on camelCase, snake_case, dots and digits, lower-casing, dropping a short
 list of English stop words and stripping common English suffixes (a light, conservative stemmer).
 
-Scores are query-independent per (term, tool), so every term keeps an *impact-ordered* postings
-list (highest contribution first). A query adds impacts term by term, highest-impact terms first,
-and stops admitting new candidates as soon as the terms still to come cannot lift an unseen tool
-into the top k (the MaxScore idea); the top k found are exact.
+Scoring is vectorised (numpy, imported on first use so ``import tooldir`` does not load it).
+The score of a tool is the sum over the query's terms of a query-independent *impact*
+``idf(t) * x / (k1 + x)`` with ``x = sum_f weight_f * count_f / (1 - b_f + b_f * len_f / avg_f)``.
+Every term keeps a postings pair (tool slots, per-field counts: a CSC-like column); its impacts
+are computed from the counts and the current collection statistics once per index version, in one
+vector step, and cached. A query adds the impacts of its terms into a dense score array
+(``bincount``), applies the exact filters (``+required`` terms, a name restriction, an ``allow``
+predicate) and takes the top k (a threshold guessed on a sample, then ``argpartition``), ordered
+by (-score, name); scores are rounded to 1e-9 so that ties are ties whatever the order the floats
+were added in. :func:`lexical_scores` gives the scores before top-k, for other rankers.
+
+Updates are incremental per tool: a tool keeps its slot (removed tools leave an empty slot until
+they outnumber the live ones; then the columns are rebuilt from the kept counts), and an edit
+rewrites only the postings of the terms whose counts changed in that tool (an overlay over the
+shared base columns). Collection statistics are exact after every edit: impacts are recomputed
+lazily, in one vector step per query for the terms it needs.
 """
 
 from __future__ import annotations
 
 import functools
-import heapq
 import math
 import re
-from bisect import bisect_right
-from collections import Counter
+from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
 
 from .model import Status, ToolRecord
 from .snapshot import Snapshot, SnapshotDiff
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    _Ids: TypeAlias = npt.NDArray[np.int64]
+    _Floats: TypeAlias = npt.NDArray[np.float64]
 
 # ------------------------------------------------------------------------------------------------
 # Tokenization
@@ -244,6 +260,17 @@ class Bm25fParams:
         )
     )
 
+    def __post_init__(self) -> None:
+        # every term occurrence must add a positive impact: "matched a term" is "scored above 0"
+        if not (math.isfinite(self.k1) and self.k1 >= 0):
+            raise ValueError(f"Bm25fParams.k1 must be a finite number >= 0, not {self.k1!r}")
+        for f in FIELDS:
+            w, b = self.weights.get(f), self.b.get(f)
+            if not (isinstance(w, int | float) and math.isfinite(w) and w > 0):
+                raise ValueError(f"Bm25fParams.weights[{f!r}] must be a finite number > 0, not {w!r}")
+            if not (isinstance(b, int | float) and 0 <= b <= 1):
+                raise ValueError(f"Bm25fParams.b[{f!r}] must be a number from 0 to 1, not {b!r}")
+
 
 def _field_terms(doc: SearchDoc) -> dict[str, list[str]]:
     return {
@@ -257,21 +284,46 @@ def _field_terms(doc: SearchDoc) -> dict[str, list[str]]:
 
 @dataclass(frozen=True, slots=True)
 class _Analyzed:
-    """One document's per-field term counts and lengths (kept so updates never re-tokenize)."""
+    """One document's term vectors and field lengths (kept so updates never re-tokenize)."""
 
     doc: SearchDoc
-    counts: tuple[tuple[str, Mapping[str, int], int], ...]  # (field, term -> count, field length)
-    terms: frozenset[str]
+    vectors: Mapping[str, tuple[int, ...]]  # term -> its count in each of FIELDS
+    lengths: tuple[int, ...]  # terms per field, in FIELDS order
+
+
+@dataclass(frozen=True, slots=True)
+class _Indexed:
+    """What the index keeps of a tool once its counts are in the postings: enough to take it out."""
+
+    doc: SearchDoc
+    terms: tuple[str, ...]
+    lengths: tuple[int, ...]
+    counts: array[int]  # the term vectors, flat: len(FIELDS) counts per term, in ``terms`` order
+
+    def vector(self, i: int) -> tuple[int, ...]:
+        w = len(FIELDS)
+        return tuple(self.counts[i * w : (i + 1) * w])
+
+    def analyzed(self) -> _Analyzed:
+        return _Analyzed(self.doc, {t: self.vector(i) for i, t in enumerate(self.terms)}, self.lengths)
+
+
+def _kept(a: _Analyzed) -> _Indexed:
+    flat = [c for v in a.vectors.values() for c in v]
+    return _Indexed(a.doc, tuple(a.vectors), a.lengths, array("H" if max(flat, default=0) <= 0xFFFF else "Q", flat))
 
 
 def _analyze(doc: SearchDoc) -> _Analyzed:
-    counts = []
-    terms: set[str] = set()
-    for f, words in _field_terms(doc).items():
-        c = Counter(words)
-        terms.update(c)
-        counts.append((f, c, len(words)))
-    return _Analyzed(doc, tuple(counts), frozenset(terms))
+    vectors: dict[str, list[int]] = {}
+    lengths = []
+    for i, words in enumerate(_field_terms(doc).values()):
+        for t in words:
+            vec = vectors.get(t)
+            if vec is None:
+                vec = vectors[t] = [0] * len(FIELDS)
+            vec[i] += 1
+        lengths.append(len(words))
+    return _Analyzed(doc, {t: tuple(v) for t, v in vectors.items()}, tuple(lengths))
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +340,8 @@ class ParsedQuery:
 
 
 def parse_query(query: str) -> ParsedQuery:
+    if "+" not in query:  # no required terms: the words of the whole query, in order
+        return ParsedQuery(tuple(dict.fromkeys(tokenize(query))), (), query)
     terms: list[str] = []
     required: list[str] = []
     for raw in query.split():
@@ -321,21 +375,82 @@ class Ranker(Protocol):
 # ------------------------------------------------------------------------------------------------
 # The index
 
+_DIGITS = 9  # scores are rounded to this many decimals: equal sums added in another order stay equal
+_NO_TERMS: tuple[Any, Any] = ((), ())
+_COMPACT_AFTER = 1024  # an update rebuilds the columns once removed tools leave more empty slots than this
+_SAMPLE_FROM = 4096  # top-k of at least this many scores starts from a threshold guessed on a sample
+
+
+@dataclass(frozen=True, slots=True)
+class _Base:
+    """The postings of one full build, column by term (CSC-like), shared by every index derived
+    from it: term ``vocab[t]`` owns ``slots[ptr[i]:ptr[i+1]]`` and the matching rows of ``counts``
+    (per-field term counts). ``impacts`` are valid for the collection statistics of that build."""
+
+    vocab: Mapping[str, int]
+    ptr: _Ids
+    slots: _Ids
+    counts: Any  # npt.NDArray[np.float32], shape (postings, len(FIELDS))
+    impacts: _Floats
+
 
 class SearchIndex:
     """An immutable BM25F index. Build with :meth:`build` or :meth:`from_snapshot`; derive an
     updated index with :meth:`updated` / :meth:`apply_diff` (the original is untouched)."""
 
-    __slots__ = ("_analyzed", "_max_impact", "_names", "_position", "_postings", "params", "ranker")
+    __slots__ = (
+        "_base",
+        "_base_valid",
+        "_cache",
+        "_lengths",
+        "_n",
+        "_names",
+        "_overlay",
+        "_scale",
+        "_slot_names",
+        "_slots",
+        "_tools",
+        "_totals",
+        "params",
+        "ranker",
+    )
 
     def __init__(self, analyzed: Mapping[str, _Analyzed], params: Bm25fParams, ranker: Ranker | None = None) -> None:
+        import numpy as np
+
         self.params = params
-        self._analyzed: Mapping[str, _Analyzed] = MappingProxyType(dict(analyzed))
-        self._names = tuple(sorted(self._analyzed))
-        self._postings: dict[str, tuple[tuple[int, float], ...]] = {}
-        self._position: dict[str, dict[int, int]] = {}
-        self._max_impact: dict[str, float] = {}
-        self._compute()
+        names = sorted(analyzed)
+        self._tools: list[_Indexed | None] = [_kept(analyzed[n]) for n in names]  # by slot; None: removed
+        self._names: tuple[str, ...] | None = tuple(names)
+        self._slots: dict[str, int] = {n: i for i, n in enumerate(names)}
+        self._slot_names: list[str | None] = list(names)
+        self._n = len(names)
+        self._lengths = np.array([analyzed[n].lengths for n in names], dtype=np.float64).reshape(-1, len(FIELDS))
+        self._totals: tuple[float, ...] = tuple(float(v) for v in self._lengths.sum(axis=0))
+        self._overlay: dict[str, tuple[_Ids, Any]] = {}
+        self._cache: dict[str, tuple[_Ids, _Floats]] = {}
+        self._scale: Any = None
+        vocab: dict[str, int] = {}
+        term_ids: list[int] = []
+        rows: list[tuple[int, ...]] = []
+        sizes: list[int] = []
+        for n in names:
+            vectors = analyzed[n].vectors
+            term_ids.extend([vocab.setdefault(t, len(vocab)) for t in vectors])
+            rows.extend(vectors.values())
+            sizes.append(len(vectors))
+        tids = np.array(term_ids, dtype=np.int64)
+        order = np.argsort(tids, kind="stable")  # by term, then slot (slots were visited in order)
+        slots = np.repeat(np.arange(len(names), dtype=np.int64), sizes)[order]
+        counts = np.array(rows, dtype=np.float32).reshape(-1, len(FIELDS))[order]
+        ptr = np.zeros(len(vocab) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(tids, minlength=len(vocab)), out=ptr[1:])
+        df = np.diff(ptr)
+        idf = self._idf(df)
+        x = self._pseudo(slots, counts)
+        impacts = np.repeat(idf, df) * x / (params.k1 + x)
+        self._base = _Base(MappingProxyType(vocab), ptr, slots, counts, impacts)
+        self._base_valid = True
         self.ranker = None if ranker is None else ranker.follow(self)
 
     @classmethod
@@ -374,14 +489,116 @@ class SearchIndex:
         return cls.build(docs, ranker=ranker)
 
     def updated(self, upserts: Iterable[SearchDoc] = (), removals: Iterable[str] = ()) -> SearchIndex:
-        """A new index with ``removals`` dropped and ``upserts`` added or replaced. Unchanged
-        tools are not re-tokenized; collection statistics are recomputed."""
-        analyzed = dict(self._analyzed)
+        """A new index with ``removals`` dropped and ``upserts`` added or replaced. Only the
+        changed tools are tokenized and only the postings of their terms are rewritten;
+        collection statistics are exact (impacts follow lazily, see the module docstring)."""
+        import numpy as np
+
+        tools = list(self._tools)
+        slots, slot_names = self._slots, self._slot_names  # copied on the first add or removal
+        lengths = self._lengths.copy()
+        totals = list(self._totals)
+        n = self._n
+        drop: dict[str, list[int]] = {}
+        add: dict[str, dict[int, tuple[int, ...]]] = {}
+        was: dict[tuple[str, int], tuple[_Indexed, int]] = {}  # (term, slot) -> where its old counts are
+
+        def forget(slot: int) -> None:
+            old = cast(_Indexed, tools[slot])  # a live slot always holds its tool
+            tools[slot] = None
+            for i, v in enumerate(old.lengths):
+                totals[i] -= v
+            if slot < len(lengths):  # else appended by this update and written again below
+                lengths[slot] = 0.0
+            indexed = slot < len(self._tools) and self._tools[slot] is old
+            for i, t in enumerate(old.terms):
+                drop.setdefault(t, []).append(slot)
+                add.get(t, {}).pop(slot, None)
+                if indexed:  # the version the postings hold (not one added earlier in this update)
+                    was[t, slot] = (old, i)
+
         for name in removals:
-            analyzed.pop(name, None)
+            slot = slots.get(name)
+            if slot is not None:
+                if slots is self._slots:
+                    slots, slot_names = dict(slots), list(slot_names)
+                forget(slot)
+                slot_names[slot] = None
+                del slots[name]
+                n -= 1
+        grown: dict[int, tuple[int, ...]] = {}  # lengths of the slots this update appends
         for doc in upserts:
-            analyzed[doc.name] = _analyze(doc)
-        return SearchIndex(analyzed, self.params, self.ranker)
+            a = _analyze(doc)
+            slot = slots.get(doc.name)
+            if slot is not None:
+                forget(slot)
+            else:
+                if slots is self._slots:
+                    slots, slot_names = dict(slots), list(slot_names)
+                slot = slots[doc.name] = len(slot_names)
+                slot_names.append(doc.name)
+                tools.append(None)
+                n += 1
+            tools[slot] = _kept(a)
+            for i, v in enumerate(a.lengths):
+                totals[i] += v
+            if slot < len(lengths):
+                lengths[slot] = a.lengths
+            else:
+                grown[slot] = a.lengths
+            for t, vec in a.vectors.items():
+                add.setdefault(t, {})[slot] = vec
+        if grown:
+            rows = [grown[i] for i in range(len(lengths), len(slot_names))]
+            lengths = np.concatenate([lengths, np.array(rows, dtype=np.float64).reshape(-1, len(FIELDS))])
+        overlay = dict(self._overlay)
+        for t in drop.keys() | add.keys():
+            gone = drop.get(t, [])
+            extra = add.get(t, {})
+            kept = len(gone) == 1 and len(extra) == 1 and gone[0] in extra  # one tool edited, term kept
+            source = was.get((t, gone[0])) if kept else None
+            if source is not None and source[0].vector(source[1]) == extra[gone[0]]:
+                continue  # same counts: the postings do not change (its lengths are not in them)
+            old_slots, old_counts = self._postings(t)
+            if kept:
+                row = np.flatnonzero(old_slots == gone[0])
+                if len(row) == 1:
+                    counts = old_counts.copy()
+                    counts[row[0]] = extra[gone[0]]
+                    overlay[t] = (old_slots, counts)  # same slots: the array is shared, never written
+                    continue
+            if gone and len(old_slots):
+                keep = old_slots != gone[0]
+                for slot in gone[1:]:
+                    keep &= old_slots != slot
+                old_slots, old_counts = old_slots[keep], old_counts[keep]
+            if extra:
+                new_slots = np.fromiter(extra, dtype=np.int64, count=len(extra))
+                new_counts = np.array(list(extra.values()), dtype=np.float32).reshape(-1, len(FIELDS))
+                if len(old_slots):
+                    new_slots = np.concatenate([old_slots, new_slots])
+                    new_counts = np.concatenate([old_counts, new_counts])
+                overlay[t] = (new_slots, new_counts)
+            else:
+                overlay[t] = (np.asarray(old_slots, dtype=np.int64), old_counts)
+        if len(slot_names) - n > max(_COMPACT_AFTER, n):  # mostly removed slots: rebuild, without re-tokenizing
+            return SearchIndex({t.doc.name: t.analyzed() for t in tools if t is not None}, self.params, self.ranker)
+        new = object.__new__(SearchIndex)
+        new.params = self.params
+        new._tools = tools
+        new._names = self._names if slots is self._slots else None
+        new._slots = slots
+        new._slot_names = slot_names
+        new._n = n
+        new._lengths = lengths
+        new._totals = tuple(totals)
+        new._overlay = overlay
+        new._cache = {}
+        new._scale = None
+        new._base = self._base
+        new._base_valid = False
+        new.ranker = None if self.ranker is None else self.ranker.follow(new)
+        return new
 
     def apply_diff(
         self, snapshot: Snapshot, change: SnapshotDiff, *, builtins: Mapping[str, Mapping[str, Any]] | None = None
@@ -393,7 +610,7 @@ class SearchIndex:
         if not touched:
             return self
         upserts, removals = [], []
-        for name in touched:
+        for name in sorted(touched):
             record = snapshot.by_name.get(name)
             spec = (builtins or {}).get(name)
             if record is not None:
@@ -402,58 +619,102 @@ class SearchIndex:
                 doc = None if spec is None else _builtin_doc(name, spec)
             if doc is None:
                 removals.append(name)
-            elif name not in self._analyzed or self._analyzed[name].doc != doc:
+            elif self.doc(name) != doc:
                 upserts.append(doc)
-        if not upserts and not any(n in self._analyzed for n in removals):
+        if not upserts and not any(n in self._slots for n in removals):
             return self
         return self.updated(upserts, removals)
 
     # -- statistics ------------------------------------------------------------------------------
 
-    def _compute(self) -> None:
-        n = len(self._names)
-        if n == 0:
-            return
-        p = self.params
-        totals = dict.fromkeys(FIELDS, 0)
-        df: Counter[str] = Counter()
-        for a in self._analyzed.values():
-            df.update(a.terms)
-            for f, _, length in a.counts:
-                totals[f] += length
-        avg = {f: max(totals[f] / n, 1e-9) for f in FIELDS}
-        idf = {t: math.log(1.0 + (n - c + 0.5) / (c + 0.5)) for t, c in df.items()}
-        k1 = p.k1
-        postings: dict[str, list[tuple[int, float]]] = {t: [] for t in df}
-        for doc_id, name in enumerate(self._names):
-            pseudo: dict[str, float] = {}
-            get = pseudo.get
-            for f, counts, length in self._analyzed[name].counts:
-                scale = p.weights[f] / (1.0 - p.b[f] + p.b[f] * length / avg[f])
-                for t, c in counts.items():
-                    pseudo[t] = get(t, 0.0) + scale * c
-            for t, x in pseudo.items():
-                postings[t].append((doc_id, idf[t] * x / (k1 + x)))
-        for t, plist in postings.items():
-            plist.sort(key=itemgetter(1), reverse=True)  # stable: equal impacts keep doc order
-            self._postings[t] = tuple(plist)
-            self._max_impact[t] = plist[0][1]
-            if len(plist) > _SCAN_TAIL:
-                self._position[t] = {d: pos for pos, (d, _) in enumerate(plist)}
+    def _idf(self, df: Any) -> Any:
+        import numpy as np
+
+        n = self._n
+        return np.log1p((n - df + 0.5) / (df + 0.5))
+
+    def _pseudo(self, slots: _Ids, counts: Any) -> _Floats:
+        """BM25F's pseudo-frequency ``x`` of each (slot, counts) posting under the current statistics."""
+        import numpy as np
+
+        consts = self._scale
+        if consts is None:  # per field: weight, 1 - b, b / average length
+            p = self.params
+            n = max(self._n, 1)
+            b = np.array([p.b[f] for f in FIELDS])
+            avg = np.array([max(t / n, 1e-9) for t in self._totals])
+            consts = self._scale = (np.array([p.weights[f] for f in FIELDS]), 1.0 - b, b / avg)
+        weights, keep, per_length = consts
+        x: _Floats = (counts * (weights / (keep + self._lengths[slots] * per_length))).sum(axis=1)
+        return x
+
+    def _postings(self, term: str) -> tuple[Any, Any]:
+        """(slots, per-field counts) of ``term``: empty when no tool has it."""
+        hit = self._overlay.get(term)
+        if hit is not None:
+            return hit
+        base = self._base
+        i = base.vocab.get(term)
+        if i is None:
+            return _NO_TERMS
+        lo, hi = int(base.ptr[i]), int(base.ptr[i + 1])
+        return base.slots[lo:hi], base.counts[lo:hi]
+
+    def _term(self, term: str) -> tuple[_Ids, _Floats] | None:
+        """(slots, impacts) of ``term`` under this index's statistics, or None when no tool has it."""
+        return self._terms((term,))[0]
+
+    def _terms(self, terms: Iterable[str]) -> list[tuple[_Ids, _Floats] | None]:
+        """:meth:`_term` of each of ``terms``; the impacts not cached yet are computed in one step."""
+        import numpy as np
+
+        cache, base = self._cache, self._base
+        out: list[tuple[_Ids, _Floats] | None] = []
+        todo: list[tuple[int, str, Any, Any]] = []
+        for term in terms:
+            hit = cache.get(term)
+            if hit is None:
+                if self._base_valid and term not in self._overlay:
+                    i = base.vocab.get(term)
+                    if i is not None:
+                        lo, hi = int(base.ptr[i]), int(base.ptr[i + 1])
+                        hit = cache[term] = (base.slots[lo:hi], base.impacts[lo:hi])
+                else:
+                    slots, counts = self._postings(term)
+                    if len(slots):
+                        todo.append((len(out), term, slots, counts))
+            out.append(hit)
+        if todo:
+            sizes = [len(e[2]) for e in todo]
+            slots = np.concatenate([e[2] for e in todo]) if len(todo) > 1 else todo[0][2]
+            x = self._pseudo(slots, np.concatenate([e[3] for e in todo]) if len(todo) > 1 else todo[0][3])
+            df = np.array(sizes, dtype=np.float64)
+            impacts = np.repeat(self._idf(df), sizes) * x / (self.params.k1 + x)
+            at = 0
+            for (pos, term, own, _), size in zip(todo, sizes, strict=True):
+                hit = (own, impacts[at : at + size])
+                cache[term] = hit  # one value per term and index version: a race computes it twice
+                out[pos] = hit
+                at += size
+        return out
 
     # -- queries ---------------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._names)
+        return self._n
 
     def __contains__(self, name: object) -> bool:
-        return name in self._analyzed
+        return name in self._slots
 
     def names(self) -> tuple[str, ...]:
-        return self._names
+        names = self._names
+        if names is None:
+            names = self._names = tuple(sorted(self._slots))
+        return names
 
     def doc(self, name: str) -> SearchDoc | None:
-        a = self._analyzed.get(name)
+        slot = self._slots.get(name)
+        a = None if slot is None else self._tools[slot]
         return None if a is None else a.doc
 
     def search(
@@ -474,121 +735,163 @@ class SearchIndex:
         """The BM25F ranking alone (what :meth:`search` returns without a ranker)."""
         if top_k <= 0 or not parsed.terms:
             return []
-        names = self._names
-        ok: Callable[[int], bool] = (lambda _i: True) if allow is None else (lambda i: allow(names[i]))
-        required: set[int] | None = None
-        for t in parsed.required:
-            ids = {d for d, _ in self._postings.get(t, ())}
-            required = ids if required is None else required & ids
-            if not required:
-                return []
-        terms = sorted((t for t in parsed.terms if t in self._postings), key=lambda t: -self._max_impact[t])
-        remaining = [0.0] * (len(terms) + 1)
-        for i in range(len(terms) - 1, -1, -1):
-            remaining[i] = remaining[i + 1] + self._max_impact[terms[i]]
-        acc: dict[int, float] = {}
-        rejected: set[int] = set()
-        unfiltered = required is None and allow is None
-
-        def admissible(d: int) -> bool:
-            return (required is None or d in required) and ok(d)
-
-        # a lower bound of the final k-th score, from the exact scores of a few promising tools
-        threshold = self._seed_threshold(terms, top_k, admissible)
-        for i, t in enumerate(terms):
-            rest = remaining[i + 1]
-            plist = self._postings[t]
-            n = len(plist)
-            start = 0
-            if threshold == -math.inf:  # admit from the head of the list until there are top_k candidates
-                start = _accumulate(acc, rejected, admissible, plist, fill=top_k)
-                if len(acc) >= top_k:
-                    threshold = heapq.nlargest(top_k, acc.values())[-1]
-            if start < n:
-                # an unseen tool needs an impact of at least ``cutoff`` here to still reach the top k
-                cutoff = -math.inf
-                if threshold > -math.inf:
-                    if len(acc) >= top_k and max(acc.values()) * (1 - 1e-9) - rest > max(threshold, plist[-1][1]):
-                        threshold = max(threshold, heapq.nlargest(top_k, acc.values())[-1])
-                    cutoff = threshold * (1 - 1e-9) - rest
-                # impact-ordered: entries before ``stop`` may admit unseen tools, later ones cannot
-                stop = n if cutoff <= plist[-1][1] else max(start, bisect_right(plist, -cutoff, key=_neg_impact))
-                if unfiltered:
-                    get = acc.get
-                    for d, s in plist[start:stop]:
-                        acc[d] = get(d, 0.0) + s
-                else:
-                    _accumulate(acc, rejected, admissible, plist[start:stop])
-                if stop < n:  # the tail only updates known candidates
-                    where = self._position.get(t)
-                    if where is None or n - stop < len(acc):
-                        for d, s in plist[stop:]:
-                            if d in acc:
-                                acc[d] += s
-                    else:
-                        for d in acc:
-                            pos = where.get(d, -1)
-                            if pos >= stop:
-                                acc[d] += plist[pos][1]
-                    if len(acc) > 8 * top_k:  # drop what can no longer reach the top k
-                        threshold = max(threshold, heapq.nlargest(top_k, acc.values())[-1])
-                        floor = threshold * (1 - 1e-9) - rest
-                        kept = {d: s for d, s in acc.items() if s >= floor}
-                        rejected.update(acc.keys() - kept.keys())
-                        acc = kept
-        best = heapq.nsmallest(top_k, acc.items(), key=lambda e: (-e[1], names[e[0]]))
-        return [Hit(names[d], s) for d, s in best]
-
-    def _impact(self, term: str, doc_id: int) -> float:
-        plist = self._postings[term]
-        where = self._position.get(term)
-        if where is not None:
-            pos = where.get(doc_id)
-            return 0.0 if pos is None else plist[pos][1]
-        for d, s in plist:
-            if d == doc_id:
-                return s
-        return 0.0
-
-    def _seed_threshold(self, terms: list[str], top_k: int, admissible: Callable[[int], bool]) -> float:
-        """The k-th best *exact* score among the heads of the strongest terms' lists: no tool
-        scoring below it can be in the top k. ``-inf`` when there are fewer than k such tools."""
-        seeds: dict[int, None] = {}
-        for t in terms[:4]:
-            for d, _ in self._postings[t][:top_k]:
-                if d not in seeds and admissible(d):
-                    seeds[d] = None
-        if len(seeds) < top_k:
-            return -math.inf
-        scores = [sum(self._impact(t, d) for t in terms) for d in seeds]
-        return heapq.nlargest(top_k, scores)[-1]
+        return lexical_scores(self, parsed).top(top_k, allow=allow)
 
 
-def _accumulate(
-    acc: dict[int, float],
-    rejected: set[int],
-    admissible: Callable[[int], bool],
-    entries: Iterable[tuple[int, float]],
-    *,
-    fill: float = math.inf,
-) -> int:
-    """Add ``entries`` to the known candidates in ``acc``; an unseen tool is admitted if
-    ``admissible``, else remembered in ``rejected``. Stops once ``acc`` holds ``fill`` candidates.
-    Returns how many entries were consumed."""
-    consumed = 0
-    for consumed, (d, s) in enumerate(entries, 1):  # noqa: B007 - returned after the loop
-        cur = acc.get(d)
-        if cur is not None:
-            acc[d] = cur + s
-        elif d not in rejected:
-            if not admissible(d):
-                rejected.add(d)
-                continue
-            acc[d] = s
-            if len(acc) >= fill:
-                break
-    return consumed
+# ------------------------------------------------------------------------------------------------
+# Scores before top-k: the seam for other rankers (tooldir.semantic fuses them with embeddings)
 
 
-def _neg_impact(entry: tuple[int, float]) -> float:
-    return -entry[1]
+class LexicalScores:
+    """The BM25F scores of every candidate of one query, before top-k.
+
+    Candidates are the tools that match at least one query term and every ``+required`` term
+    (and, given ``among``, are among those names). :meth:`candidates` gives them as aligned
+    arrays ``(slots, scores)``; :meth:`names_of` turns slots into tool names; :meth:`top` is the
+    exact, deterministic top k by (-score, name), optionally filtered by ``allow``. A slot is
+    stable for a tool within one index and the indexes derived from it by updates."""
+
+    __slots__ = ("_dense", "_ids", "_index", "parsed")
+
+    def __init__(self, index: SearchIndex, parsed: ParsedQuery, dense: _Floats | None, ids: _Ids | None) -> None:
+        self._index = index
+        self.parsed = parsed
+        self._dense = dense  # score per slot (0: no match); None: no candidate at all
+        self._ids = ids  # the candidate slots when a filter restricts them, else None (all matches)
+
+    def __bool__(self) -> bool:
+        return self._dense is not None and (self._ids is None or len(self._ids) > 0)
+
+    def candidates(self) -> tuple[_Ids, _Floats]:
+        """(slots, scores) of every candidate, in slot order; scores are > 0."""
+        import numpy as np
+
+        dense = self._dense
+        if dense is None:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        ids = np.flatnonzero(dense) if self._ids is None else self._ids
+        return ids, dense[ids]
+
+    def names_of(self, slots: Iterable[int]) -> list[str]:
+        table = self._index._slot_names
+        return [str(table[int(s)]) for s in slots]
+
+    def top(self, k: int, *, allow: Callable[[str], bool] | None = None) -> list[Hit]:
+        """The ``k`` best candidates for which ``allow(name)`` holds, by (-score, name)."""
+        dense = self._dense
+        if k <= 0 or dense is None:
+            return []
+        if self._ids is None:
+            return _best(dense, None, k, allow, self._index._slot_names)
+        return _best(dense[self._ids], self._ids, k, allow, self._index._slot_names)
+
+
+def lexical_scores(
+    index: SearchIndex, query: str | ParsedQuery, *, among: Iterable[str] | None = None
+) -> LexicalScores:
+    """Score ``query`` against every tool of ``index`` (see :class:`LexicalScores`). ``among``
+    restricts the candidates to those names (names not in the index are ignored)."""
+    import numpy as np
+
+    parsed = parse_query(query) if isinstance(query, str) else query
+    found = [p for p in index._terms(parsed.terms) if p is not None]
+    if not found:
+        return LexicalScores(index, parsed, None, None)
+    size = len(index._slot_names)
+    ids: _Ids | None = None
+    if parsed.required:
+        need = index._terms(parsed.required)
+        if any(p is None for p in need):
+            return LexicalScores(index, parsed, None, None)
+        if len(need) == 1:
+            ids = need[0][0]  # type: ignore[index]
+        else:
+            hits = np.bincount(np.concatenate([p[0] for p in need if p is not None]), minlength=size)
+            ids = np.flatnonzero(hits == len(need))
+    if among is not None:
+        wanted = np.fromiter(sorted({s for s in map(index._slots.get, among) if s is not None}), dtype=np.int64)
+        ids = wanted if ids is None else np.intersect1d(ids, wanted, assume_unique=True)
+    dense: _Floats
+    if len(found) == 1:
+        dense = np.zeros(size, dtype=np.float64)
+        dense[found[0][0]] = found[0][1]
+    else:
+        dense = cast(
+            "_Floats",
+            np.bincount(
+                np.concatenate([p[0] for p in found]), weights=np.concatenate([p[1] for p in found]), minlength=size
+            ),
+        )
+    if ids is not None:
+        ids = ids[dense[ids] > 0]
+    return LexicalScores(index, parsed, dense, ids)
+
+
+def top_k(
+    index: SearchIndex, slots: _Ids, scores: _Floats, k: int, *, allow: Callable[[str], bool] | None = None
+) -> list[Hit]:
+    """The exact top ``k`` of any scores of ``index``'s tools (``scores[i]`` for slot ``slots[i]``,
+    e.g. lexical scores fused with another ranker's) by (-score, name), scores rounded to 1e-9 so
+    ties are ties; only positive scores rank (a score <= 0 is no match, which is how a ranker says
+    "missing"), and only tools for which ``allow(name)`` holds."""
+    import numpy as np
+
+    if k <= 0 or not len(slots):
+        return []
+    return _best(np.asarray(scores, dtype=np.float64), np.asarray(slots, dtype=np.int64), k, allow, index._slot_names)
+
+
+def _best(
+    scores: _Floats, ids: _Ids | None, k: int, allow: Callable[[str], bool] | None, table: list[str | None]
+) -> list[Hit]:
+    """Exact top ``k`` of ``scores`` (slot ``ids[i]`` or ``i``) by (-rounded score, name), among
+    the positive scores for which ``allow(name)`` holds. Looks at a few more than ``k`` of the best
+    and widens while a tie or a refused candidate could hide a better one."""
+    import numpy as np
+
+    m = k + 8 if allow is None else 4 * k + 8
+    while True:
+        part, floor = _above(scores, m)
+        values = scores[part]
+        slots = part if ids is None else ids[part]
+        rows = sorted((-round(v, _DIGITS), str(table[s])) for v, s in zip(values.tolist(), slots.tolist(), strict=True))
+        out: list[Hit] = []
+        for neg, name in rows:
+            if allow is None or allow(name):
+                out.append(Hit(name, -neg))
+                if len(out) == k:
+                    break
+        if floor <= 0 or (len(out) == k and out[-1].score > floor):
+            return out
+        if allow is not None and m >= 256:  # a picky filter: apply it once to every match
+            matched = np.flatnonzero(scores > 0)
+            names = (str(table[s]) for s in (matched if ids is None else ids[matched]).tolist())
+            ok = np.fromiter(map(allow, names), dtype=bool, count=len(matched))
+            keep = matched[ok]
+            return _best(scores[keep], keep if ids is None else ids[keep], k, None, table)
+        m *= 4
+
+
+def _above(scores: _Floats, m: int) -> tuple[_Ids, float]:
+    """Positions of at least ``min(m, matches)`` of the best positive ``scores`` and a floor: every
+    score left out rounds to at most the floor (0.0 when nothing positive is left out). Never
+    partitions the zeros of non-matching tools (many equal values make a partition slow)."""
+    import numpy as np
+
+    part = None
+    if len(scores) >= _SAMPLE_FROM:  # guess a threshold on a sample: one comparison pass
+        sample = scores[::16]
+        kth = len(sample) - min(len(sample), m // 8 + 2)
+        guess = float(np.partition(sample, kth)[kth])
+        if guess > 0:
+            above = np.flatnonzero(scores >= guess)
+            if len(above) >= m:  # everything left out scores below the guess
+                if len(above) <= 4 * m:
+                    return above, round(guess, _DIGITS)
+                part = above
+    if part is None:
+        part = np.flatnonzero(scores > 0)
+        if len(part) <= m:
+            return part, 0.0
+    best = part[np.argpartition(scores[part], len(part) - m)[len(part) - m :]]
+    return best, round(float(scores[best[0]]), _DIGITS)  # the least kept: nothing left out is above it

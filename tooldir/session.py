@@ -47,7 +47,7 @@ from .names import GUARD_TOOLS
 from .permissions import PermissionCheck, PermissionRequest, from_policy
 from .policy import Policy
 from .registry import CallError, CallResult, Registry
-from .search import ParsedQuery, Ranker, SearchIndex, parse_query
+from .search import ParsedQuery, Ranker, SearchIndex, lexical_scores, parse_query
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
 from .tokens import TokenCounter, TokenReport, default_counter
 from .trust import builtin_record
@@ -182,6 +182,7 @@ class Session:
         self._lock = threading.RLock()
         self._view_cache: _View | None = None
         self._pins: dict[str, str] = {}  # name -> schema digest the model has seen
+        self._relied: dict[str, str] = {}  # name -> contract digest (input schema, risk) of that version
         self._loaded: dict[str, _Loaded] = {}  # deferred tools in the working set, in load order
         self._observed: dict[str, Usage] = {}  # for the persisted priors
         self._turn = _Turn()
@@ -267,6 +268,7 @@ class Session:
             if pin:
                 for d in eager + loaded:
                     self._pins[d.name] = d.digest
+                    self._relied[d.name] = d.contract_digest
             return out
 
     def tools(self, fmt: Format = "anthropic") -> list[dict[str, Any]]:
@@ -339,8 +341,13 @@ class Session:
         found: dict[str, float | None] = {}
         missing: list[str] = []
         unavailable: dict[str, str] = {}
+        reasons: list[tuple[str, str]] = []
         for name in selects:
-            if name in view.defs:
+            if name in view.defs and scope == "deferred" and name not in view.deferred:
+                # an immediate tool: the model has it already, and no deferred entry point wraps it
+                missing.append(name)
+                reasons.append((name, f"immediate: {name!r} is already loaded (not deferred); call it directly"))
+            elif name in view.defs:
                 found.setdefault(name, None)
             elif name in view.unavailable:
                 unavailable[name] = view.unavailable[name]
@@ -351,8 +358,9 @@ class Session:
         for q in keyword:
             parsed: ParsedQuery = parse_query(q)
             hits = index.search(parsed, top_k=top_k, allow=searchable)
-            for h in index.search(parsed, top_k=top_k, allow=view.unavailable.__contains__):
-                unavailable.setdefault(h.name, view.unavailable[h.name])
+            if view.unavailable:  # scored among those few names only
+                for h in lexical_scores(index, parsed, among=view.unavailable).top(top_k):
+                    unavailable.setdefault(h.name, view.unavailable[h.name])
             if not hits:
                 missing.append(q)
             for h in hits:
@@ -361,7 +369,7 @@ class Session:
         order = list(found) + sorted(scored, key=lambda n: (-scored[n], n))
         unavailable_t = tuple(sorted(unavailable.items()))
         if not order:  # a miss changes no state
-            return SearchResult((), tuple(missing), unavailable_t)
+            return SearchResult((), tuple(missing), unavailable_t, _immediate_hint(reasons), tuple(reasons))
         if self._turn.searches >= self._policy.defer.max_searches_per_turn:
             return SearchResult(
                 (),
@@ -369,6 +377,7 @@ class Session:
                 unavailable_t,
                 hint=f"search budget for this turn is used up ({self._policy.defer.max_searches_per_turn} "
                 "searches); use the tools already loaded or answer with what you have",
+                missing_reasons=tuple(reasons),
             )
         key = (tuple(selects), tuple(keyword), top_k)
         signature = tuple((n, view.defs[n].digest) for n in order)
@@ -380,6 +389,7 @@ class Session:
                 hint="same search, same results as before: "
                 + ", ".join(order)
                 + " are already loaded; call them instead of searching again",
+                missing_reasons=tuple(reasons),
             )
         matches: list[Match] = []
         withheld: list[str] = []
@@ -404,6 +414,7 @@ class Session:
                 why = "exact name" if score is None else f"keyword match, score {score:.3f}"
                 self._explain(name, "promoted", why, {"schema_tokens": tokens, "p_use_prior": round(usage.p_use, 4)})
             self._pins[name] = d.digest
+            self._relied[name] = d.contract_digest
             matches.append(Match(name, score, str(view.sources[name]), state, d.schema_json()))
         self._turn.searches += 1
         self._last_search[key] = signature
@@ -415,7 +426,9 @@ class Session:
             )
         if promoted:
             self._changed()
-        return SearchResult(tuple(matches), tuple(missing), unavailable_t, hint)
+        return SearchResult(
+            tuple(matches), tuple(missing), unavailable_t, hint or _immediate_hint(reasons), tuple(reasons)
+        )
 
     # ----------------------------------------------------------------------------- calls
 
@@ -448,7 +461,14 @@ class Session:
                     f"{name!r} is deferred and not loaded in this session; call tool_search with "
                     f'tool_names=["{name}"] first, then call it',
                 )
-            if pinned is not None and digest != pinned:
+            if (
+                pinned is not None
+                and digest != pinned
+                and (current is None or current.contract_digest != self._relied.get(name))
+            ):
+                # what the caller relied on (the input schema or the risk) changed; a changed
+                # description alone is not refused: the call runs against the current version and
+                # the client hears list_changed (see _on_publish)
                 return (
                     "session:stale",
                     f"the schema of {name!r} changed since this session loaded it; load it again with "
@@ -551,6 +571,7 @@ class Session:
                 if verdict.redefer or name not in view.defs:
                     del self._loaded[name]
                     self._pins.pop(name, None)
+                    self._relied.pop(name, None)
                     dropped = True
                     reason = verdict.reason if name in view.defs else "no longer available"
                     self._explain(name, "re-deferred", reason, verdict.numbers)
@@ -692,6 +713,13 @@ def initial_plan(
     specs = {b.name: b for b in builtins if b.name not in GUARD_TOOLS}
     counter = counter or default_counter()
     return _static_view(snapshot, policy, specs, from_policy(policy.permissions), counter).plan
+
+
+def _immediate_hint(reasons: list[tuple[str, str]]) -> str | None:
+    if not reasons:
+        return None
+    names = ", ".join(n for n, _ in reasons)
+    return f"already loaded (immediate, not deferred): {names}; call them directly, no tool_search needed"
 
 
 def _refused(code: str, message: str) -> CallResult:

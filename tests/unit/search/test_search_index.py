@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+import math
+import subprocess
+import sys
 from pathlib import Path
 
+import bm25f_reference as reference
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from toolkit import make_tool
 
+from tooldir import search
 from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy
-from tooldir.search import SearchDoc, SearchIndex, doc_from_schema, parse_query, split_words, stem, tokenize
+from tooldir.search import (
+    Bm25fParams,
+    Hit,
+    SearchDoc,
+    SearchIndex,
+    doc_from_schema,
+    lexical_scores,
+    parse_query,
+    split_words,
+    stem,
+    tokenize,
+    top_k,
+)
 from tooldir.snapshot import SnapshotStore
 
 
@@ -99,36 +117,117 @@ DOCS = st.lists(
 )
 
 
-def _exhaustive(index: SearchIndex, query: str, k: int) -> list[str]:
-    """The oracle: add every posting of every query term, no pruning, then sort."""
-    scores: dict[str, float] = {}
-    postings = index._postings  # white-box on purpose: the impacts are what the pruning skips over
-    for term in parse_query(query).terms:
-        for doc_id, impact in postings.get(term, ()):
-            name = index.names()[doc_id]
-            scores[name] = scores.get(name, 0.0) + impact
-    return [n for n, _ in sorted(scores.items(), key=lambda e: (-e[1], e[0]))[:k]]
+def _agrees(hits: list[Hit], expected: list[tuple[str, float]]) -> bool:
+    return [h.name for h in hits] == [n for n, _ in expected] and all(
+        math.isclose(h.score, s, rel_tol=1e-9, abs_tol=1e-9) for h, (_, s) in zip(hits, expected, strict=True)
+    )
+
+
+def _docs(raw: list[tuple[list[str], list[str], list[str]]]) -> list[SearchDoc]:
+    """Tools from word lists; every third one is a copy of the one before under another name, so
+    that equal scores (ties broken by name) are common."""
+    docs = []
+    for i, (n, d, ps) in enumerate(raw):
+        if i % 3 == 2:
+            prev = docs[-1]
+            docs.append(SearchDoc(f"t{i}_" + "_".join(n), prev.description, prev.keywords, prev.params))
+        else:
+            params = tuple((p, " ".join(d[:2])) for p in ps)
+            docs.append(SearchDoc(f"t{i}_" + "_".join(n), " ".join(d), tuple(ps[:1]), params))
+    return docs
+
+
+@settings(max_examples=80, deadline=None)
+@given(DOCS, st.lists(WORDS, min_size=1, max_size=8), st.integers(min_value=1, max_value=6))
+def test_the_vectorised_top_k_equals_a_reference_bm25f_scorer(
+    raw: list[tuple[list[str], list[str], list[str]]], q: list[str], k: int
+) -> None:
+    for sample_from in (search._SAMPLE_FROM, 1):  # the top-k of a large index starts from a sampled guess
+        saved, search._SAMPLE_FROM = search._SAMPLE_FROM, sample_from
+        try:
+            _check_against_reference(raw, q, k)
+        finally:
+            search._SAMPLE_FROM = saved
+
+
+def _check_against_reference(raw: list[tuple[list[str], list[str], list[str]]], q: list[str], k: int) -> None:
+    docs = _docs(raw)
+    index = SearchIndex.build(docs)
+    query = " ".join(q)
+    assert _agrees(index.search(query, top_k=k), reference.top(docs, query, k))
+    even = {d.name for d in docs[::2]}  # a visibility filter, as sessions use one
+    assert _agrees(
+        index.search(query, top_k=k, allow=even.__contains__), reference.top(docs, query, k, even.__contains__)
+    )
+    required = f"+{q[0]} {query}"  # "+word": only tools containing it
+    assert _agrees(index.search(required, top_k=k), reference.top(docs, required, k))
+    picky = {d.name for d in docs[::7]}  # a filter that refuses most candidates
+    assert _agrees(
+        index.search(query, top_k=k, allow=picky.__contains__), reference.top(docs, query, k, picky.__contains__)
+    )
+    among = lexical_scores(index, query, among=sorted(even)).top(k)
+    assert _agrees(among, reference.top(docs, query, k, even.__contains__))
 
 
 @settings(max_examples=60, deadline=None)
-@given(DOCS, st.lists(WORDS, min_size=1, max_size=8), st.integers(min_value=1, max_value=6))
-def test_pruned_top_k_equals_the_exhaustive_ranking(
-    raw: list[tuple[list[str], list[str], list[str]]], q: list[str], k: int
+@given(DOCS, st.data())
+def test_an_incrementally_updated_index_scores_like_the_reference_on_its_current_tools(
+    raw: list[tuple[list[str], list[str], list[str]]], data: st.DataObject
 ) -> None:
-    docs = [
-        SearchDoc(f"t{i}_" + "_".join(n), " ".join(d), params=tuple((p, "") for p in ps))
-        for i, (n, d, ps) in enumerate(raw)
-    ]
+    docs = _docs(raw)
     index = SearchIndex.build(docs)
-    query = " ".join(q)
-    assert [h.name for h in index.search(query, top_k=k)] == _exhaustive(index, query, k)
-    even = {d.name for d in docs[::2]}  # a visibility filter, as sessions use one
-    filtered = [n for n in _exhaustive(index, query, len(docs)) if n in even][:k]
-    assert [h.name for h in index.search(query, top_k=k, allow=even.__contains__)] == filtered
-    must = parse_query(q[0]).terms[0]  # "+word": only tools containing it
-    having = {index.names()[d] for d, _ in index._postings.get(must, ())}
-    required = [n for n in _exhaustive(index, query, len(docs)) if n in having][:k]
-    assert [h.name for h in index.search(f"+{q[0]} {query}", top_k=k)] == required
+    current = {d.name: d for d in docs}
+    for _ in range(data.draw(st.integers(min_value=1, max_value=4))):  # a few watcher publishes
+        removed = data.draw(st.lists(st.sampled_from(sorted(current) or ["none"]), max_size=2))
+        edited = [
+            SearchDoc(name, " ".join(data.draw(st.lists(WORDS, max_size=6))))
+            for name in data.draw(st.lists(st.sampled_from([*sorted(current), "new_a", "new_b"]), max_size=3))
+        ]
+        index = index.updated(edited, removed)
+        for name in removed:
+            current.pop(name, None)
+        current.update({d.name: d for d in edited})
+        assert len(index) == len(current) and index.names() == tuple(sorted(current))
+    for query in ("alpha", "file user", "weather stock quote +city", "list read write send mail"):
+        assert _agrees(index.search(query, top_k=5), reference.top(current.values(), query, 5))
+
+
+def test_scores_before_top_k_are_aligned_arrays_of_every_candidate() -> None:
+    docs = [SearchDoc("list_files", "List files in a folder."), SearchDoc("read_file", "Read one file.")]
+    docs.append(SearchDoc("weather", "Current weather."))
+    index = SearchIndex.build(docs)
+    scored = lexical_scores(index, "read a file")
+    slots, values = scored.candidates()
+    got = dict(zip(scored.names_of(slots), values.tolist(), strict=True))
+    expected = reference.scores(docs, "read a file")
+    assert got.keys() == expected.keys() == {"list_files", "read_file"}
+    assert all(math.isclose(got[n], expected[n], rel_tol=1e-12) for n in got)
+    assert scored.parsed.terms == ("read", "file")
+    assert not lexical_scores(index, "qwertyuiop") and lexical_scores(index, "qwertyuiop").top(5) == []
+    assert lexical_scores(index, "+read file").candidates()[0].tolist() == [index_slot(index, "read_file")]
+
+
+def index_slot(index: SearchIndex, name: str) -> int:
+    scored = lexical_scores(index, name.replace("_", " "), among=[name])
+    return int(scored.candidates()[0][0])
+
+
+def test_an_edit_rewrites_only_the_postings_of_the_terms_whose_counts_changed() -> None:
+    docs = [SearchDoc(f"tool_{i}", f"common words plus unique{i}") for i in range(50)]
+    index = SearchIndex.build(docs)
+    change = SearchDoc("tool_3", "common words and a novel term")
+    edited = index.updated([change])
+    # "plus" and "unique" left, "novel" and "term" came, "3" left the description (still in the name)
+    assert set(edited._overlay) == {"plus", "uniqu", "3", "novel", "term"}
+    assert edited._base is index._base  # the full columns are shared, not rebuilt
+    current = [change if d.name == "tool_3" else d for d in docs]
+    for query in ("common words", "novel unique3", "tool 3"):
+        assert _agrees(edited.search(query, top_k=3), reference.top(current, query, 3))
+
+
+def test_invalid_field_weights_are_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="weights"):
+        Bm25fParams(weights={"name": 0.0})
 
 
 @settings(max_examples=40, deadline=None)
@@ -174,3 +273,63 @@ def test_enum_values_of_parameters_are_indexed_with_the_parameter_descriptions()
     index = SearchIndex.build([doc, SearchDoc("other", "Something else entirely.")])
     assert [h.name for h in index.search("fahrenheit", top_k=5)] == ["get_temperature"]
     assert [h.name for h in index.search("monday", top_k=5)] == ["get_temperature"]
+
+
+@pytest.mark.parametrize("sample_from", [search._SAMPLE_FROM, 1])
+def test_many_tools_tied_at_the_cut_are_ranked_by_name(monkeypatch: pytest.MonkeyPatch, sample_from: int) -> None:
+    monkeypatch.setattr(search, "_SAMPLE_FROM", sample_from)
+    names = [f"fx_{i:03d}" for i in range(200)]
+    docs = [SearchDoc(n, "convert currency amounts") for n in reversed(names)]
+    docs += [SearchDoc(f"other_{i}", "weather forecast") for i in range(100)]
+    index = SearchIndex.build(docs)
+    assert [h.name for h in index.search("currency", top_k=3)] == names[:3]
+    odd = set(names[1::2])
+    assert [h.name for h in index.search("currency", top_k=4, allow=odd.__contains__)] == sorted(odd)[:4]
+    assert [h.name for h in index.updated([SearchDoc("fx_000", "weather")]).search("currency", top_k=2)] == names[1:3]
+
+
+def test_importing_tooldir_and_building_no_index_keeps_numpy_off_the_load_path() -> None:
+    code = "import sys, tooldir, tooldir.search, tooldir.session; print('numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_another_ranker_can_rank_fused_candidate_scores_with_the_same_contract() -> None:
+    docs = [SearchDoc(n, "convert currency amounts") for n in ("zeta_fx", "alpha_fx", "mid_fx")]
+    index = SearchIndex.build(docs)
+    slots, lexical = lexical_scores(index, "currency").candidates()
+    boost = {"zeta_fx": 1.0, "alpha_fx": 0.0, "mid_fx": -10.0}  # e.g. a cosine term; mid_fx drops out
+    fused = lexical + np.array([boost[n] for n in lexical_scores(index, "currency").names_of(slots)])
+    assert [h.name for h in top_k(index, slots, fused, 5)] == ["zeta_fx", "alpha_fx"]
+    assert [h.name for h in top_k(index, slots, fused, 5, allow=lambda n: n != "zeta_fx")] == ["alpha_fx"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["Get", "the", "userID", "+list", "files,", "+1234", "v2", "+the", "a+b", "é", "x"]), max_size=8
+    )
+)
+def test_a_query_parses_to_the_same_terms_word_by_word_or_whole(words: list[str]) -> None:
+    query = " ".join(words)
+    terms: list[str] = []
+    for raw in query.split():  # word by word, the way required terms are parsed
+        required = len(raw) > 1 and raw[0] == "+" and raw[1].isalpha()
+        toks = tokenize(raw[1:] if required else raw) or ([stem(w) for w in split_words(raw[1:])] if required else [])
+        terms.extend(t for t in toks if t not in terms)
+    assert parse_query(query).terms == tuple(terms)
+
+
+def test_an_index_whose_slots_are_mostly_removed_tools_is_compacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(search, "_COMPACT_AFTER", 4)
+    docs = [SearchDoc(f"tool_{i}", f"words {i}") for i in range(4)]
+    index = SearchIndex.build(docs)
+    current = {d.name: d for d in docs}
+    for i in range(12):  # renames: a new name, the old one removed
+        new = SearchDoc(f"renamed_{i}", f"words renamed {i}")
+        index = index.updated([new], [f"tool_{i}" if i < 4 else f"renamed_{i - 4}"])
+        current.pop(f"tool_{i}" if i < 4 else f"renamed_{i - 4}")
+        current[new.name] = new
+        assert len(index._slot_names) <= 2 * 4 + 4 + 1
+    assert index.names() == tuple(sorted(current))
+    assert _agrees(index.search("words renamed 9", top_k=3), reference.top(current.values(), "words renamed 9", 3))

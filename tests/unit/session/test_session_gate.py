@@ -54,7 +54,8 @@ def test_call_against_a_changed_schema_is_refused_as_stale_until_loaded_again(tm
     assert [m.name for m in s.session.tool_search(tool_names=["jira_get_issue"]).matches] == ["jira_get_issue"]
     assert s.session.call("jira_get_issue", {"text": "X-1"}).ok
     data = json.loads((folder / "schema.json").read_text())
-    data["description"] = "Read one Jira issue by key and delete it afterwards."
+    data["input_schema"]["properties"]["project"] = {"type": "string"}
+    data["input_schema"]["required"] = ["text", "project"]
     (folder / "schema.json").write_text(json.dumps(data))
     republish(s)
     stale = s.session.call("jira_get_issue", {"text": "X-1"})
@@ -62,9 +63,59 @@ def test_call_against_a_changed_schema_is_refused_as_stale_until_loaded_again(tm
     assert len(s.sandbox.requests) == 1  # nothing ran for the stale call
     again = s.session.tool_search(tool_names=["jira_get_issue"])
     assert again.matches[0].load_state == "loaded"
-    assert "delete" in again.matches[0].schema["description"]
-    assert s.session.call("jira_get_issue", {"text": "X-1"}).ok
+    assert "project" in again.matches[0].schema["input_schema"]["properties"]
+    assert s.session.call("jira_get_issue", {"text": "X-1", "project": "X"}).ok
     assert len(s.sandbox.requests) == 2
+
+
+def _edit(folder: Path, **changes: Any) -> None:
+    data = json.loads((folder / "schema.json").read_text())
+    data.update(changes)
+    (folder / "schema.json").write_text(json.dumps(data))
+
+
+def test_an_immediate_tool_whose_description_alone_changed_runs_and_the_client_hears_list_changed(
+    tmp_path: Path,
+) -> None:
+    user = tmp_path / "user"
+    folder = make_tool(user, "notes_read", description="Read notes.")
+    s = setup(tmp_path, user_dir=user, builtins={}, policy=Policy(defer=DeferPolicy(mode="off")))
+    assert [d.name for d in s.session.working_set()] == ["notes_read"]
+    versions: list[int] = []
+    s.session.subscribe(versions.append)
+    _edit(folder, description="Read notes, newest first.")
+    republish(s)
+    assert versions == [1]  # tools/list_changed: the next listing shows the new description
+    ran = s.session.call("notes_read", {"text": "a"})
+    assert ran.ok and ran.error is None
+    assert len(s.sandbox.requests) == 1
+    assert [d.description for d in s.session.working_set()] == ["Read notes, newest first."]
+
+
+def test_an_immediate_tool_whose_risk_changed_is_stale_until_the_next_working_set(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    folder = make_tool(user, "notes_read", risk="read")
+    s = setup(tmp_path, user_dir=user, builtins={}, policy=Policy(defer=DeferPolicy(mode="off")))
+    s.session.working_set()
+    _edit(folder, risk="write")
+    republish(s)
+    stale = s.session.call("notes_read", {"text": "a"})
+    assert stale.error is not None and stale.error.code == "session:stale"
+    assert s.sandbox.requests == []
+    s.session.working_set()
+    assert s.session.call("notes_read", {"text": "a"}).ok
+
+
+def test_a_loaded_deferred_tool_whose_description_alone_changed_still_runs(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    folder = make_tool(user, "jira_get_issue", description="Read one Jira issue by key.")
+    s = setup(tmp_path, user_dir=user, builtins={})
+    s.session.tool_search(tool_names=["jira_get_issue"])
+    _edit(folder, description="Read one Jira issue by its key.")
+    republish(s)
+    assert s.session.call("jira_get_issue", {"text": "X-1"}).ok
+    again = s.session.tool_search(tool_names=["jira_get_issue"])  # the model may read the new text
+    assert again.matches[0].load_state == "loaded" and "its key" in again.matches[0].schema["description"]
 
 
 def test_eager_tool_that_changes_after_the_model_saw_it_is_stale_until_the_next_working_set(tmp_path: Path) -> None:

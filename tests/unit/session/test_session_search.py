@@ -174,3 +174,27 @@ def test_the_search_index_misses_no_publication_made_while_it_is_being_built(tmp
     assert [m.name for m in result.matches] == ["bravo_tool"]
     snapshot, index = follower.current
     assert snapshot is store.current and set(index.names()) == {"alpha_tool", "bravo_tool", "charlie_tool"}
+
+
+def test_the_exact_name_of_an_immediate_tool_is_missing_with_the_reason_and_changes_no_state(tmp_path: Path) -> None:
+    s = setup(tmp_path, policy=defer_policy(rules=("Defer(*)", "NoDefer(translate_text)")))
+    version = s.session.version
+    result = s.session.tool_search(tool_names=["translate_text"])
+    assert result.matches == ()
+    assert result.missing == ("translate_text",)
+    assert [n for n, _ in result.missing_reasons] == ["translate_text"]
+    assert result.missing_reasons[0][1].startswith("immediate:")
+    assert result.to_json()["missing_reasons"] == [{"name": "translate_text", "reason": result.missing_reasons[0][1]}]
+    assert (s.session.version, s.session.loaded()) == (version, [])
+    mixed = s.session.tool_search(tool_names=["translate_text", "stock_quote"])  # the deferred one still loads
+    assert [m.name for m in mixed.matches] == ["stock_quote"] and mixed.missing == ("translate_text",)
+    assert s.session.loaded() == ["stock_quote"]
+    content = s.session.call("tool_search", {"tool_names": ["translate_text"]}).content
+    assert content["missing"] == ["translate_text"] and content["matches"] == []
+    assert content["missing_reasons"][0]["name"] == "translate_text"
+
+
+def test_the_cli_view_still_shows_an_immediate_tool_asked_for_by_name(tmp_path: Path) -> None:
+    s = setup(tmp_path, policy=defer_policy(rules=("Defer(*)", "NoDefer(translate_text)")))
+    result = s.session.tool_search(tool_names=["translate_text"], scope="all")
+    assert [m.name for m in result.matches] == ["translate_text"] and result.missing_reasons == ()
