@@ -57,12 +57,26 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         prog="tooldir",
         description="Load LLM agent tools from directories on disk, safely.",
     )
+    parser.add_argument("--version", action="version", version=f"tooldir {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     command = None if argv is None else _selected(argv)
-    modules = [COMMANDS[command]] if command else list(dict.fromkeys(COMMANDS.values()))
+    if command is None and argv is not None and list(argv[:1]) == ["--version"]:
+        modules: list[str] = []  # argparse prints the version and exits before any command is needed
+    else:
+        modules = [COMMANDS[command]] if command else list(dict.fromkeys(COMMANDS.values()))
     for name in modules:
         importlib.import_module(f"{__name__}.{name}").register(sub)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (the metadata pip wrote), or "unknown" from a bare tree."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tooldir")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
