@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,15 +178,31 @@ class EvalReport:
         return {"n": self.n, "tools": self.tools, "metrics": self.metrics, "baseline": self.baseline}
 
 
-def evaluate(docs: Sequence[SearchDoc], queries: Sequence[LabelledQuery]) -> EvalReport:
+def evaluate(
+    docs: Sequence[SearchDoc], queries: Sequence[LabelledQuery], *, on_query: Callable[[], None] | None = None
+) -> EvalReport:
+    """Score tooldir's search and the plain BM25 baseline on ``queries``; ``on_query`` (if given) is
+    called after each of the ``2 * len(queries)`` searches (progress)."""
     depth = max(KS)  # every metric looks at most this deep
     index = SearchIndex.build(docs)
     baseline = PlainBM25(docs)
+    tick = on_query or (lambda: None)
+
+    def ours(query: str) -> list[str]:
+        names = [h.name for h in index.search(query, top_k=depth)]
+        tick()
+        return names
+
+    def theirs(query: str) -> list[str]:
+        names = baseline.search(query, depth)
+        tick()
+        return names
+
     return EvalReport(
         n=len(queries),
         tools=len(docs),
-        metrics=score_rankings(queries, [[h.name for h in index.search(q.query, top_k=depth)] for q in queries]),
-        baseline=score_rankings(queries, [baseline.search(q.query, depth) for q in queries]),
+        metrics=score_rankings(queries, [ours(q.query) for q in queries]),
+        baseline=score_rankings(queries, [theirs(q.query) for q in queries]),
     )
 
 

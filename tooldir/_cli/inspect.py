@@ -9,7 +9,6 @@ from typing import Any
 from rich.table import Table
 
 from ..defer import DeferralPlan
-from ..loader import Loader
 from ..model import Severity, Status, ToolRecord
 from ..session import initial_plan
 from ..snapshot import Snapshot
@@ -23,6 +22,7 @@ from .common import (
     print_json,
     safe,
 )
+from .progress import load_roots
 
 _STATUS_STYLE = {Status.ACTIVE: "green", Status.PENDING: "yellow", Status.SHADOWED: "dim", Status.REJECTED: "red"}
 _SEVERITY_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
@@ -46,7 +46,7 @@ def load_snapshot(args: argparse.Namespace) -> tuple[Snapshot, DeferralPlan]:
     ``deferred`` here is what ``catalog``, a session and ``tooldir serve`` do)."""
     config = config_from_args(args)
     # the load records the signed versions it verified (rollback protection), as every load does
-    snap = Loader(config).load()
+    snap = load_roots(config)
     return snap, initial_plan(snap, policy=config.policy, builtins=config.builtins)
 
 

@@ -8,8 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from ..catalog import FORMATS, directory_text, summary
-from ..evaluate import evaluate_files
-from ..loader import Loader
+from ..evaluate import evaluate, read_queries, read_tools
 from ..session import MAX_TOP_K, Session
 from ..snapshot import SnapshotStore
 from .common import (
@@ -22,6 +21,7 @@ from .common import (
     print_json,
     safe,
 )
+from .progress import load_roots, progress
 
 
 def register(sub: Any) -> None:
@@ -41,7 +41,7 @@ def register(sub: Any) -> None:
 
 def _session(args: argparse.Namespace) -> tuple[Session, SnapshotStore]:
     config = config_from_args(args)
-    store = SnapshotStore(Loader(config).load())
+    store = SnapshotStore(load_roots(config))
     session = Session(store, policy=config.policy, builtins=config.builtins)
     session.working_set()  # the first turn: the model has seen the eager tools
     return session, store
@@ -120,7 +120,11 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    report = evaluate_files(args.tools, args.queries)
+    with progress("reading the labelled set"):
+        docs = read_tools(args.tools)
+        queries = read_queries(args.queries, {d.name for d in docs})
+    with progress("searching", total=2 * len(queries)) as tracker:  # stderr, only on a terminal
+        report = evaluate(docs, queries, on_query=tracker.advance)
     if args.json:
         print_json(report.to_json())
         return EXIT_OK
