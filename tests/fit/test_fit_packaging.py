@@ -26,7 +26,9 @@ def test_the_license_file_is_the_license_the_metadata_names_and_ships_in_the_whe
     assert metadata.get_all("License-File") == ["LICENSE"]
 
 
-def test_the_installed_tooldir_prints_its_version_from_an_unrelated_folder(plain: PlainInstall, elsewhere: Path) -> None:
+def test_the_installed_tooldir_prints_its_version_from_an_unrelated_folder(
+    plain: PlainInstall, elsewhere: Path
+) -> None:
     done = plain.run([plain.tooldir, "--version"], elsewhere)
     assert done.returncode == 0, done.stderr
     version = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["project"]["version"]
