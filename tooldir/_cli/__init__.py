@@ -20,6 +20,7 @@ from .common import EXIT_OK, EXIT_USAGE, CommandError, console_err
 
 #: Every command, in the order ``tooldir --help`` lists them, and the module that registers it.
 COMMANDS: dict[str, str] = {
+    "init": "init",
     "scan": "inspect",
     "list": "inspect",
     "show": "inspect",
