@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -9,8 +13,15 @@ from plaininstall import PlainInstall, install_wheel
 
 
 @pytest.fixture(scope="session")
-def plain(tmp_path_factory: pytest.TempPathFactory) -> PlainInstall:
-    return install_wheel(tmp_path_factory.mktemp("plain"))
+def plain() -> Iterator[PlainInstall]:
+    # under /tmp itself, open to every user (not pytest's 0700 tmp tree), so the unprivileged tests
+    # can run the same install
+    where = Path(tempfile.mkdtemp(prefix="tooldir-plain-", dir="/tmp"))
+    try:
+        os.chmod(where, 0o755)  # noqa: S103 - read-only to others: they run it, nobody else writes it
+        yield install_wheel(where)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
 
 
 @pytest.fixture
