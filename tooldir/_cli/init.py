@@ -40,5 +40,9 @@ def cmd_init(args: argparse.Namespace) -> int:
         return EXIT_OK
     out = console()
     out.print(safe(f"created {folder}/: {', '.join(files)}"))
-    out.print(safe(f'next: tooldir run {args.name} --input \'{{"text": "hello"}}\''))
+    label = "next"
+    if args.dir == DEFAULT_ROOT:  # a project tool: it runs once you approve it
+        out.print(safe(f"next: tooldir allow {args.name}   (a project tool runs only once you approve it)"))
+        label = "then"
+    out.print(safe(f'{label}: tooldir run {args.name} --input \'{{"text": "hello"}}\''))
     return EXIT_OK
