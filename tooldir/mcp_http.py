@@ -195,6 +195,52 @@ def _peer(scope: Scope) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
+# list_changed to every HTTP client
+
+
+MAX_NOTIFIED_CONNECTIONS = 1024
+
+
+def many_clients_notifier() -> Any:
+    """A :class:`tooldir.mcp_server.ListChangedNotifier` for many connections: over stdio there is
+    one client, over HTTP every handshake-era client must get ``tools/list_changed`` (they share
+    one tooldir session, so one client's ``tool_search`` changes every client's list)."""
+    from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+    from mcp.server.session import ServerSession
+    from mcp.server.subscriptions import ToolsListChanged
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    from .mcp_server import ListChangedNotifier
+
+    class ManyClients(ListChangedNotifier):
+        def __init__(self) -> None:
+            super().__init__()
+            # connection -> the latest request's session (its standalone channel is the connection's);
+            # the SDK has no public connection handle, so the session's own is used when present
+            self._sessions: dict[int, ServerSession] = {}
+
+        async def observe(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+            if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS and ctx.method != "initialize":
+                key = id(getattr(ctx.session, "_connection", ctx.session))
+                self._sessions.pop(key, None)
+                self._sessions[key] = ctx.session
+                while len(self._sessions) > MAX_NOTIFIED_CONNECTIONS:  # oldest first
+                    self._sessions.pop(next(iter(self._sessions)))
+            return await call_next(ctx)
+
+        async def tools_changed(self) -> None:
+            await self.bus.publish(ToolsListChanged())
+            for key, session in list(self._sessions.items()):
+                try:
+                    await session.send_tool_list_changed()
+                except Exception as exc:  # that client went away: stop notifying it
+                    log.debug("could not send tools/list_changed: %s", exc)
+                    self._sessions.pop(key, None)
+
+    return ManyClients()
+
+
+# ------------------------------------------------------------------------------------------------
 # The I/O edge
 
 
@@ -247,6 +293,7 @@ async def serve_http(
         raise
     try:
         async with BlockingPortal() as portal:
+            front.notifier = many_clients_notifier()
             front.attach(portal)
             server = build_server(front)
             # handshake-era sessions read their capabilities from here: announce tools/list_changed

@@ -14,9 +14,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
+import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -42,13 +44,14 @@ def _token_file(folder: Path, text: str = TOKEN + "\n", mode: int = 0o600) -> Pa
     return path
 
 
-@pytest.fixture
-def served(plain: PlainInstall, elsewhere: Path) -> Iterator[Running]:
+def _start(plain: PlainInstall, elsewhere: Path, *, watch: bool) -> Iterator[Running]:
     user = elsewhere / "user-tools"
     make_tool(user, "echo_text")
     stderr = elsewhere / "serve.stderr"
     argv = [plain.tooldir, "serve", "--http", "127.0.0.1:0", "--token-file", str(_token_file(elsewhere))]
-    argv += ["--user-dir", "user-tools", "--state-dir", str(elsewhere / "state"), "--no-watch"]
+    argv += ["--user-dir", "user-tools", "--state-dir", str(elsewhere / "state")]
+    if not watch:
+        argv.append("--no-watch")
     env = dict(plain.env)
     if os.environ.get("TOOLDIR_REQUIRE_SANDBOX"):
         env["TOOLDIR_REQUIRE_SANDBOX"] = os.environ["TOOLDIR_REQUIRE_SANDBOX"]
@@ -64,6 +67,16 @@ def served(plain: PlainInstall, elsewhere: Path) -> Iterator[Running]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.fixture
+def served(plain: PlainInstall, elsewhere: Path) -> Iterator[Running]:
+    yield from _start(plain, elsewhere, watch=False)
+
+
+@pytest.fixture
+def watched(plain: PlainInstall, elsewhere: Path) -> Iterator[Running]:
+    yield from _start(plain, elsewhere, watch=True)
 
 
 def _raw(port: int, headers: dict[str, str], *, body: bytes | None = None) -> tuple[int, dict[str, str]]:
@@ -97,6 +110,40 @@ def test_the_sdk_http_client_lists_and_calls_tools_with_the_bearer_token(served:
     names, text = anyio.run(_list_and_call, served.url, TOKEN)
     assert "echo_text" in names
     assert json.loads(text) == {"text": "over http"}
+
+
+async def _two_clients_see_a_new_tool(url: str, user_root: Path) -> list[str]:
+    changed = anyio.Event()
+    seen: list[str] = []
+
+    def handler(who: str) -> Any:
+        async def on_message(message: Any) -> None:
+            if isinstance(message, types.ToolListChangedNotification):
+                seen.append(who)
+                if {"a", "b"} <= set(seen):
+                    changed.set()
+
+        return on_message
+
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http_a,
+        httpx2.AsyncClient(headers=headers, timeout=30) as http_b,
+        Client(streamable_http_client(url, http_client=http_a), mode="legacy", message_handler=handler("a")) as a,
+        Client(streamable_http_client(url, http_client=http_b), mode="legacy", message_handler=handler("b")) as b,
+    ):
+        with anyio.fail_after(60):
+            await a.list_tools()
+            await b.list_tools()
+            make_tool(user_root, "new_tool")
+            await changed.wait()
+            names = [t.name for t in (await b.list_tools(cache_mode="refresh")).tools]
+    assert "new_tool" in names
+    return sorted(set(seen))
+
+
+def test_every_http_client_is_told_when_the_tool_list_changes(watched: Running, elsewhere: Path) -> None:
+    assert anyio.run(_two_clients_see_a_new_tool, watched.url, elsewhere / "user-tools") == ["a", "b"]
 
 
 def test_a_request_without_the_right_bearer_token_gets_401(served: Running) -> None:
