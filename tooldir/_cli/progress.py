@@ -51,7 +51,8 @@ def progress(description: str, total: int | None = None) -> Iterator[Tracker]:
     if total is not None:
         columns += [BarColumn(), MofNCompleteColumn()]
     columns.append(TimeElapsedColumn())
-    with Progress(*columns, console=console_err(), transient=True) as bar:
+    # never redirect stdout/stderr: what the work prints (and --json) reaches them untouched
+    with Progress(*columns, console=console_err(), transient=True, redirect_stdout=False, redirect_stderr=False) as bar:
         yield _Drawn(bar, bar.add_task(description, total=total), description)
 
 
