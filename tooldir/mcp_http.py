@@ -15,8 +15,9 @@ is readable or writable by group or others, is empty or shorter than :data:`MIN_
 is refused (:class:`HttpSetupError`, exit 2). Only loopback addresses may be bound unless the
 caller opts in to another one (``allow_remote``; logged as a warning on start).
 
-All HTTP clients share one tooldir session (one working set of loaded tools, one usage model);
-each client still gets its own MCP session and list_changed notifications. This module is
+All HTTP clients share one tooldir session (one working set of loaded tools, one usage model):
+one client's ``tool_search`` loads tools for all of them, and every client gets its own MCP
+session and every ``tools/list_changed`` (:func:`many_clients_notifier`). This module is
 imported only when ``--http`` is given, so stdio serving never loads the HTTP stack.
 """
 
