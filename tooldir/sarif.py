@@ -7,8 +7,8 @@ and other CI security dashboards. Pure: the caller says where each diagnostic is
 * one result per diagnostic: ``level`` (error / warning / note), the message (characters that
   could hide or rewrite text shown as ``<U+XXXX>``), and, when it has a file, a location: inside
   the repository root a URI relative to it under ``uriBaseId`` :data:`ROOT_ID`, elsewhere (a user
-  tool root, the policy file) an absolute ``file:`` URI; a ``region`` when the pointer maps to a
-  line; the tool as a logical location; a stable ``partialFingerprints`` entry.
+  tool root, the policy file) an absolute ``file:`` URI; a ``region``: the pointer's line, or line 1
+  for a whole file or package; the tool as a logical location; a stable ``partialFingerprints`` entry.
 """
 
 from __future__ import annotations
@@ -92,10 +92,10 @@ def result(diagnostic: Diagnostic, *, index: int, root: Path, locate: Locate) ->
     where = locate(diagnostic)
     if where is not None:
         file, line = where
-        physical: dict[str, Any] = {"artifactLocation": artifact_location(file, root)}
-        if line is not None:
-            physical["region"] = {"startLine": line}
-        location["physicalLocation"] = physical
+        # GitHub code scanning places an alert only with a region: the file's first line when the
+        # diagnostic is about the whole file or package
+        region = {"startLine": 1 if line is None else line}
+        location["physicalLocation"] = {"artifactLocation": artifact_location(file, root), "region": region}
     if diagnostic.tool:
         location["logicalLocations"] = [{"name": _shown(diagnostic.tool), "kind": "module"}]
     if location:

@@ -97,6 +97,11 @@ def test_sarif_locations_are_relative_to_the_repository_root_with_the_pointer_li
     [command] = by_rule["unsafe-command"]
     assert command["artifactLocation"] == {"uri": ".tooldir/tools/bad_command/schema.json", "uriBaseId": "PROJECTROOT"}
     assert command["region"] == {"startLine": 8}  # the line of "../../outside.sh" (/execute/command/0)
+    [pending] = by_rule["not-approved"]
+    assert pending == {
+        "artifactLocation": {"uri": ".tooldir/tools/fine_tool/schema.json", "uriBaseId": "PROJECTROOT"},
+        "region": {"startLine": 1},  # the whole package: its manifest's first line
+    }
     broken = by_rule["invalid-json"][0]["artifactLocation"]
     assert broken == {"uri": ".tooldir/tools/broken%20json/schema.json", "uriBaseId": "PROJECTROOT"}
     outside = [loc["artifactLocation"] for loc in by_rule["shadowed"] if "uriBaseId" not in loc["artifactLocation"]]
