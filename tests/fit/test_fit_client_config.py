@@ -42,6 +42,12 @@ def test_print_config_prints_a_parsable_snippet_naming_the_installed_tooldir(
         assert entry["type"] == "stdio"
 
 
+def test_print_config_refuses_a_project_that_is_not_a_directory(plain: PlainInstall, elsewhere: Path) -> None:
+    done = plain.run([plain.tooldir, "serve", "--print-config", "codex", "--project", "nowhere"], elsewhere)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "tooldir serve: --project nowhere: not a directory\n"
+
+
 def test_print_config_loads_neither_the_mcp_sdk_nor_the_http_stack(plain: PlainInstall, elsewhere: Path) -> None:
     code = (
         "import sys; from tooldir._cli import main; main(['serve', '--print-config', 'cursor']); "

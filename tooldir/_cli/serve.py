@@ -87,7 +87,10 @@ def server_argv(args: argparse.Namespace) -> tuple[str, list[str]]:
     the installed ``tooldir`` script beside this interpreter, else ``python -m tooldir``."""
     script = Path(sys.executable).parent / "tooldir"
     command, argv = (str(script), ["serve"]) if script.is_file() else (sys.executable, ["-m", "tooldir", "serve"])
-    argv += ["--project", str(Path(args.project).resolve())]
+    project = Path(args.project).expanduser()
+    if not project.is_dir():
+        raise CommandError(f"--project {args.project}: not a directory")
+    argv += ["--project", str(project.resolve())]
     for folder in args.user_dir or ():
         argv += ["--user-dir", str(Path(folder).expanduser().resolve())]
     if args.policy:
