@@ -2,13 +2,15 @@
 
 :func:`package_files` is pure (the files of a package, by language); :func:`create_package` is
 the I/O edge: it creates ``ROOT/NAME`` (never overwriting anything: the folder must not exist)
-with modes discovery accepts (folders 0755, files 0644, whatever the umask).
+with modes discovery accepts whatever the umask: never group- or world-writable (folders at most
+0755, files at most 0644; a stricter umask is kept).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 from .names import explain_invalid, is_valid_name
@@ -95,14 +97,12 @@ def create_package(root: str | os.PathLike[str], name: str, lang: str) -> tuple[
     base = Path(root)
     missing = [p for p in (base, *base.parents) if not p.exists()]
     base.mkdir(parents=True, exist_ok=True)
-    for made in missing:
-        os.chmod(made, 0o755)  # noqa: S103 - discovery refuses group/world-writable folders
+    for made in missing:  # discovery refuses group/world-writable folders; a stricter umask stays
+        os.chmod(made, stat.S_IMODE(os.stat(made).st_mode) & ~0o022)
     folder = base / name
-    os.mkdir(folder, 0o755)  # FileExistsError if anything is there: never overwrite
-    os.chmod(folder, 0o755)  # noqa: S103 - whatever the umask
+    os.mkdir(folder, 0o755)  # FileExistsError if anything is there: never overwrite; at most rwxr-xr-x
     for file_name, text in files.items():
         fd = os.open(folder / file_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:  # at most rw-r--r--, whatever the umask
             out.write(text)
-        os.chmod(folder / file_name, 0o644)
     return folder, list(files)
