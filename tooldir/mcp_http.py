@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from .errors import ConfigError
+
 log = logging.getLogger("tooldir.serve")
 
 MIN_TOKEN_CHARS = 16
@@ -47,8 +49,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-class HttpSetupError(ValueError):
-    """``--http`` or ``--token-file`` cannot be used as given (the server does not start)."""
+class HttpSetupError(ConfigError):
+    """``--http`` or ``--token-file`` cannot be used as given (the server does not start; exit 2)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,13 +19,9 @@ from collections.abc import Mapping
 MAX_DEPTH = 512  # deeper than the strict parser allows; stops a pathological input
 
 
-class _Stop(Exception):
-    pass
-
-
 def pointer_lines(text: str) -> dict[str, int]:
     scanner = _Scanner(text)
-    with contextlib.suppress(_Stop, ValueError, IndexError):  # not valid JSON after all: keep what was found
+    with contextlib.suppress(ValueError, IndexError):  # not valid JSON after all: keep what was found
         scanner.value("", 0)
     return scanner.lines
 
@@ -60,7 +56,7 @@ class _Scanner:
 
     def value(self, pointer: str, depth: int) -> None:
         if depth > MAX_DEPTH:
-            raise _Stop
+            raise ValueError("not JSON")
         self.ws()
         self.lines.setdefault(pointer, self.line)
         char = self.text[self.pos]
@@ -75,7 +71,7 @@ class _Scanner:
                 line = self.line
                 key = json.loads(self.string())
                 if not isinstance(key, str):
-                    raise _Stop
+                    raise ValueError("not JSON")
                 child = f"{pointer}/{escape_token(key)}"
                 self.lines.setdefault(child, line)
                 self.ws()
@@ -110,13 +106,13 @@ class _Scanner:
         while self.pos < len(self.text) and self.text[self.pos] not in " \t\n\r,]}":
             self.pos += 1
         if self.pos == start:
-            raise _Stop
+            raise ValueError("not JSON")
 
     def string(self) -> str:
         """The raw string token at ``pos`` (quotes included); strings never span lines in JSON."""
         text, start = self.text, self.pos
         if text[start] != '"':
-            raise _Stop
+            raise ValueError("not JSON")
         pos = start + 1
         while True:
             char = text[pos]
@@ -126,11 +122,11 @@ class _Scanner:
                 self.pos = pos + 1
                 return text[start : self.pos]
             elif char == "\n":
-                raise _Stop
+                raise ValueError("not JSON")
             else:
                 pos += 1
 
     def expect(self, char: str) -> None:
         if self.text[self.pos] != char:
-            raise _Stop
+            raise ValueError("not JSON")
         self.pos += 1
