@@ -23,13 +23,16 @@ imported only when ``--http`` is given, so stdio serving never loads the HTTP st
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
 import logging
 import os
+import signal
 import socket
 import stat
-from collections.abc import Awaitable, Callable, MutableMapping
+import threading
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -41,6 +44,7 @@ log = logging.getLogger("tooldir.serve")
 MIN_TOKEN_CHARS = 16
 MAX_TOKEN_BYTES = 4096
 MCP_PATH = "/mcp"
+GRACEFUL_SHUTDOWN_S = 5.0
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -273,6 +277,32 @@ async def serve_http(
 
     from .mcp_server import DEFAULT_TURN_IDLE_S, ToolServer, build_server
 
+    class _GracefulServer(uvicorn.Server):
+        """SIGINT/SIGTERM end serving gracefully and ``serve_http`` returns (so the session is
+        closed and the exit code is 0); uvicorn's own handling would re-raise the signal after
+        shutting down, killing the process before tooldir closes its session."""
+
+        stopped_by: int | None = None
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+
+            def stop(signum: int, frame: Any) -> None:
+                if self.should_exit:  # a second signal: stop waiting for open requests
+                    self.force_exit = True
+                self.stopped_by = signum
+                self.should_exit = True
+
+            previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
     if not bind.is_loopback():
         if not allow_remote:
             raise HttpSetupError(
@@ -310,7 +340,7 @@ async def serve_http(
             )
             app = server.streamable_http_app(streamable_http_path=MCP_PATH, transport_security=security, host=bind.host)
             guarded = Guard(app, bind=bind, token=token)
-            uv = uvicorn.Server(
+            uv = _GracefulServer(
                 uvicorn.Config(
                     guarded,
                     host=bind.host,
@@ -319,6 +349,7 @@ async def serve_http(
                     log_config=None,
                     access_log=False,
                     server_header=False,
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,  # open event streams never hold a stop
                     ws="none",
                 )
             )
@@ -336,6 +367,8 @@ async def serve_http(
                 tg.start_soon(announce)
                 await uv.serve(sockets=[listener])
                 tg.cancel_scope.cancel()
+            if uv.stopped_by is not None:
+                log.info("signal %s: shut down cleanly", signal.Signals(uv.stopped_by).name)
     finally:
         listener.close()
         front.close()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import httpx2
 import mcp_types as types
 import pytest
@@ -206,3 +207,29 @@ def test_the_server_refuses_to_start_without_a_usable_token_file_or_on_a_non_loo
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("tooldir serve: ") and expected in done.stderr
     assert "Traceback" not in done.stderr and "MCP over HTTP at" not in done.stderr
+
+
+def test_sigterm_stops_the_http_server_cleanly(served: Running) -> None:
+    served.proc.terminate()
+    assert served.proc.wait(timeout=30) == 0
+    text = served.stderr.read_text()
+    assert "Traceback" not in text
+    with pytest.raises(OSError):
+        http.client.HTTPConnection("127.0.0.1", served.port, timeout=5).connect()
+
+
+async def _stop_while_connected(url: str, proc: subprocess.Popen[str]) -> float:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    async with http, Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
+        with anyio.fail_after(30):
+            await client.list_tools()
+        started = time.monotonic()
+        proc.terminate()
+        await anyio.to_thread.run_sync(lambda: proc.wait(timeout=60))
+        return time.monotonic() - started
+
+
+def test_sigterm_stops_the_server_promptly_while_a_client_is_connected(served: Running) -> None:
+    seconds = anyio.run(_stop_while_connected, served.url, served.proc)
+    assert served.proc.returncode == 0
+    assert seconds < 30
