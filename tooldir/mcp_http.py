@@ -44,7 +44,7 @@ log = logging.getLogger("tooldir.serve")
 MIN_TOKEN_CHARS = 16
 MAX_TOKEN_BYTES = 4096
 MCP_PATH = "/mcp"
-GRACEFUL_SHUTDOWN_S = 5.0
+GRACEFUL_SHUTDOWN_S = 5  # seconds (uvicorn takes an int)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
