@@ -85,3 +85,17 @@ def test_progress_imports_rich_progress_only_when_it_draws(plain: PlainInstall, 
     )
     done = plain.run([str(plain.bin / "python"), "-c", code], elsewhere)
     assert done.stdout == "False\n", done.stderr
+
+
+def test_drill_shows_progress_on_a_terminal_and_prints_the_same_json_as_into_a_pipe(
+    plain: PlainInstall, elsewhere: Path
+) -> None:
+    argv = [plain.tooldir, "drill", "--only", "fs:prefix", "--json"]
+    piped = plain.run(argv, elsewhere)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stderr == ""
+    code, out, terminal = _run_with_stderr_on_a_terminal(plain, argv, elsewhere)
+    assert code == 0, terminal
+    assert b"drills" in terminal  # the progress bar's label
+    strip = [{k: v for k, v in d.items() if k != "seconds"} for d in json.loads(out)["drills"]]
+    assert strip == [{k: v for k, v in d.items() if k != "seconds"} for d in json.loads(piped.stdout)["drills"]]
