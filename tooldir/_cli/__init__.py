@@ -58,7 +58,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         prog="tooldir",
         description="Load LLM agent tools from directories on disk, safely.",
     )
-    parser.add_argument("--version", action="version", version=f"tooldir {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     command = None if argv is None else _selected(argv)
     if command is None and argv is not None and list(argv[:1]) == ["--version"]:
@@ -68,6 +68,21 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     for name in modules:
         importlib.import_module(f"{__name__}.{name}").register(sub)
     return parser
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the metadata is read only when asked for (it costs a scan of site-packages)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(
+            option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help="print the installed version and exit"
+        )
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: object, values: object, option: object = None
+    ) -> None:
+        sys.stdout.write(f"tooldir {_version()}\n")
+        parser.exit()
 
 
 def _version() -> str:
