@@ -6,7 +6,8 @@
     │   ├── StateError                .path
     │   ├── StateDirError             .setting, .value (a relative state location)
     │   ├── EvalDataError             .path, .line (tooldir.evaluate)
-    │   └── ScenarioError             .path (tooldir.drill.plant)
+    │   ├── ScenarioError             .path (tooldir.drill.plant)
+    │   └── HttpSetupError            --http / --token-file unusable (tooldir.mcp_http)
     ├── DiscoveryError                a tool root cannot be opened
     ├── PackageError                  .path, .reason, .found (tooldir.manage: approve, lock, sign, ...)
     └── ExecutionError                .code

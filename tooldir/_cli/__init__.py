@@ -20,6 +20,7 @@ from .common import EXIT_OK, EXIT_USAGE, CommandError, console_err
 
 #: Every command, in the order ``tooldir --help`` lists them, and the module that registers it.
 COMMANDS: dict[str, str] = {
+    "init": "init",
     "scan": "inspect",
     "list": "inspect",
     "show": "inspect",
@@ -57,12 +58,41 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         prog="tooldir",
         description="Load LLM agent tools from directories on disk, safely.",
     )
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     command = None if argv is None else _selected(argv)
-    modules = [COMMANDS[command]] if command else list(dict.fromkeys(COMMANDS.values()))
+    if command is None and argv is not None and list(argv[:1]) == ["--version"]:
+        modules: list[str] = []  # argparse prints the version and exits before any command is needed
+    else:
+        modules = [COMMANDS[command]] if command else list(dict.fromkeys(COMMANDS.values()))
     for name in modules:
         importlib.import_module(f"{__name__}.{name}").register(sub)
     return parser
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the metadata is read only when asked for (it costs a scan of site-packages)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(
+            option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help="print the installed version and exit"
+        )
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: object, values: object, option: object = None
+    ) -> None:
+        sys.stdout.write(f"tooldir {_version()}\n")
+        parser.exit()
+
+
+def _version() -> str:
+    """The installed distribution's version (the metadata pip wrote), or "unknown" from a bare tree."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tooldir")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -84,7 +84,14 @@ def console() -> Console:
 
 @cache
 def console_err() -> Console:
-    return Console(stderr=True, highlight=False)
+    # not a terminal (a pipe, CI, a log file): never wrap, so a message stays one greppable line
+    tty = sys.stderr.isatty()
+    return Console(stderr=True, highlight=False, soft_wrap=not tty)
+
+
+def stderr_is_terminal() -> bool:
+    """Whether progress may be drawn: only on a terminal, never into a pipe or a log."""
+    return sys.stderr.isatty()
 
 
 def print_json(value: Any) -> None:

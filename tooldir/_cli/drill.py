@@ -10,8 +10,9 @@ from typing import Any
 from rich.table import Table
 
 from .._data import SCENARIOS
-from ..drill import DrillResult, Scenario, load_scenarios, run_drill, run_drills, select, verdict
+from ..drill import DrillResult, Scenario, load_scenarios, run_drill, select, verdict
 from .common import EXIT_FOUND_ERRORS, EXIT_OK, CommandError, console, print_json, safe
+from .progress import progress
 
 
 def register(sub: Any) -> None:
@@ -62,13 +63,11 @@ def cmd_drill(args: argparse.Namespace) -> int:
     if args.list:
         return list_drills(chosen, as_json=args.json)
     results: list[DrillResult] = []
-    if args.json:
-        results = run_drills(chosen)
-    else:
-        with console().status("running drills...") as status:
-            for s in chosen:
-                status.update(safe(f"drill {s.drill_id}"))
-                results.append(run_drill(s))
+    with progress("drills", total=len(chosen)) as tracker:  # stderr, only on a terminal
+        for s in chosen:
+            tracker.label(s.drill_id)
+            results.append(run_drill(s))
+            tracker.advance()
     passed = verdict(results, require_all=args.require_all)
     if args.json:
         counts = Counter(r.status for r in results)

@@ -9,7 +9,6 @@ from typing import Any
 from rich.table import Table
 
 from ..defer import DeferralPlan
-from ..loader import Loader
 from ..model import Severity, Status, ToolRecord
 from ..session import initial_plan
 from ..snapshot import Snapshot
@@ -23,7 +22,9 @@ from .common import (
     print_json,
     safe,
 )
+from .progress import load_roots
 
+SCAN_FORMATS = ("table", "json", "sarif")
 _STATUS_STYLE = {Status.ACTIVE: "green", Status.PENDING: "yellow", Status.SHADOWED: "dim", Status.REJECTED: "red"}
 _SEVERITY_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
 
@@ -32,6 +33,11 @@ def register(sub: Any) -> None:
     parent = common_options()
     p = sub.add_parser("scan", parents=[parent], help="load every tool root and report tools and diagnostics")
     p.add_argument("--strict", action="store_true", help="exit 1 if any error diagnostic was found")
+    p.add_argument(
+        "--format",
+        choices=SCAN_FORMATS,
+        help="table (people, the default), json (the same as --json) or sarif (SARIF 2.1.0 for code scanning)",
+    )
     p.set_defaults(handler=cmd_scan)
     p = sub.add_parser("list", parents=[parent], help="list the tools that would be offered (active and pending)")
     p.add_argument("--all", action="store_true", help="also list shadowed and rejected tools")
@@ -46,7 +52,7 @@ def load_snapshot(args: argparse.Namespace) -> tuple[Snapshot, DeferralPlan]:
     ``deferred`` here is what ``catalog``, a session and ``tooldir serve`` do)."""
     config = config_from_args(args)
     # the load records the signed versions it verified (rollback protection), as every load does
-    snap = Loader(config).load()
+    snap = load_roots(config)
     if any(t.server is not None for t in snap.tools):  # MCP server packages: their last listings
         from ..upstream import extend_snapshot, load_upstream_state  # (never starts a server)
 
@@ -75,10 +81,22 @@ def scan_json(snap: Snapshot, plan: DeferralPlan) -> dict[str, Any]:
     return data
 
 
+def scan_format(args: argparse.Namespace) -> str:
+    """``--format``, with ``--json`` an alias of ``--format json``."""
+    if args.json and args.format not in (None, "json"):
+        raise CommandError(f"--json is --format json; it cannot be combined with --format {args.format}")
+    return str(args.format or ("json" if args.json else "table"))
+
+
 def cmd_scan(args: argparse.Namespace) -> int:
+    fmt = scan_format(args)
     snap, plan = load_snapshot(args)
-    if args.json:
+    if fmt == "json":
         print_json(scan_json(snap, plan))
+    elif fmt == "sarif":
+        from .sarif_out import scan_sarif
+
+        print_json(scan_sarif(snap, project=args.project))
     else:
         print_tools(snap.tools, plan, title=f"tooldir scan — snapshot {snap.id} (generation {snap.generation})")
         print_diagnostics(snap)

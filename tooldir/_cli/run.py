@@ -26,7 +26,6 @@ from typing import Any
 from .._internal.strictjson import StrictJSONError, loads, thaw
 from ..audit import AUDIT_FILE, GENESIS, parse_head, verify
 from ..errors import StateError
-from ..loader import Loader
 from ..registry import CallResult, Registry
 from ..snapshot import SnapshotStore
 from ..state import audit_head_path, load_chain_head
@@ -44,6 +43,7 @@ from .common import (
     print_json,
     safe,
 )
+from .progress import load_roots
 
 USAGE_CODES = frozenset({"invalid-input", "unknown-tool"})
 REFUSED_CODES = frozenset(
@@ -132,7 +132,7 @@ def _read_input(args: argparse.Namespace, limit: int) -> dict[str, Any]:
 def cmd_run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     data = _read_input(args, config.policy.sandbox.max_input_bytes)
-    snapshot = Loader(config).load()
+    snapshot = load_roots(config)
     registry = Registry(SnapshotStore(snapshot), policy=config.policy, state_dir=config.state_dir)
     hub = None
     if SEPARATOR in args.name and any(t.server is not None for t in snapshot.tools):

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Callable
 from typing import Any
 
 from rich.table import Table
 
 from ..catalog import FORMATS, directory_text, summary
-from ..evaluate import evaluate_files
-from ..loader import Loader
+from ..evaluate import evaluate, read_queries, read_tools
 from ..session import MAX_TOP_K, Session
 from ..snapshot import SnapshotStore
 from .common import (
@@ -24,6 +21,7 @@ from .common import (
     print_json,
     safe,
 )
+from .progress import load_roots, progress
 
 
 def register(sub: Any) -> None:
@@ -43,7 +41,7 @@ def register(sub: Any) -> None:
 
 def _session(args: argparse.Namespace) -> tuple[Session, SnapshotStore]:
     config = config_from_args(args)
-    store = SnapshotStore(Loader(config).load())
+    store = SnapshotStore(load_roots(config))
     session = Session(store, policy=config.policy, builtins=config.builtins)
     session.working_set()  # the first turn: the model has seen the eager tools
     return session, store
@@ -121,21 +119,14 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _progress() -> Callable[[int, int], None] | None:
-    """A one-line counter on stderr, only when stderr is a terminal (never in pipes or logs)."""
-    if not sys.stderr.isatty():
-        return None
-
-    def show(done: int, total: int) -> None:
-        end = "\n" if done >= total else ""
-        sys.stderr.write(f"\r\x1b[Keval: {done}/{total} rankings{end}")
-        sys.stderr.flush()
-
-    return show
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
-    report = evaluate_files(args.tools, args.queries, progress=_progress())
+    with progress("reading the labelled set"):  # stderr, only on a terminal
+        docs = read_tools(args.tools)
+        queries = read_queries(args.queries, {d.name for d in docs})
+    with progress("searching") as tracker:
+        report = evaluate(
+            docs, queries, progress=lambda done, total: tracker.label(f"searching: {done}/{total} rankings")
+        )
     if args.json:
         print_json(report.to_json())
         return EXIT_OK

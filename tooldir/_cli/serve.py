@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
+from pathlib import Path
 from typing import Any
 
+from ..mcp_config import CLIENTS, client_config
 from ..policy import default_policy_path
 from .common import EXIT_OK, CommandError, common_options, config_from_args
 
@@ -16,7 +19,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "serve",
         parents=[common_options()],
-        help="serve the tools as an MCP server over stdio (for Claude Code, Cursor, Codex, ...)",
+        help="serve the tools as an MCP server over stdio or HTTP (for Claude Code, Cursor, Codex, VS Code, ...)",
         description=(
             "Speak MCP on stdin/stdout: tools/list is this session's working set (eager tools, loaded "
             "deferred tools and tool_search); tools/call runs through the registry (trust, permission, "
@@ -39,6 +42,28 @@ def register(sub: Any) -> None:
         choices=["debug", "info", "warning", "error"],
         help="log level (default: warning)",
     )
+    p.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve MCP over Streamable HTTP at http://HOST:PORT/mcp instead of stdio (loopback only unless "
+        "--unsafe-http-remote; needs --token-file)",
+    )
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="with --http: the bearer token every request must send (one line; a file of yours, mode 600)",
+    )
+    p.add_argument(
+        "--unsafe-http-remote",
+        action="store_true",
+        help="with --http: allow a non-loopback address (logged); anyone who reaches the port with the token runs tools",
+    )
+    p.add_argument(
+        "--print-config",
+        choices=CLIENTS,
+        metavar="CLIENT",
+        help=f"print the configuration snippet that makes CLIENT ({', '.join(CLIENTS)}) start this server, and exit",
+    )
     p.set_defaults(handler=cmd_serve)
 
 
@@ -57,17 +82,88 @@ def _configure_logging(args: argparse.Namespace) -> None:
     root.setLevel(getattr(logging, args.log_level.upper()))
 
 
+def server_argv(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """(command, args) that start this server over stdio with this invocation's roots, all absolute:
+    the installed ``tooldir`` script beside this interpreter, else ``python -m tooldir``."""
+    script = Path(sys.executable).parent / "tooldir"
+    command, argv = (str(script), ["serve"]) if script.is_file() else (sys.executable, ["-m", "tooldir", "serve"])
+    project = Path(args.project).expanduser()
+    if not project.is_dir():
+        raise CommandError(f"--project {args.project}: not a directory")
+    argv += ["--project", str(project.resolve())]
+    for folder in args.user_dir or ():
+        argv += ["--user-dir", str(Path(folder).expanduser().resolve())]
+    if args.policy:
+        argv += ["--policy", str(Path(args.policy).expanduser().resolve())]
+    if args.state_dir:
+        argv += ["--state-dir", args.state_dir]  # must already be absolute (checked when serving)
+    if args.no_watch:
+        argv.append("--no-watch")
+    return command, argv
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    if args.json:
+        raise CommandError("--json does not apply: serve speaks MCP (JSON-RPC) on stdout")
+    if args.print_config:
+        if args.http:
+            raise CommandError("--print-config prints a stdio configuration; leave out --http")
+        sys.stdout.write(client_config(args.print_config, *server_argv(args)))
+        return EXIT_OK
+    if not 0 <= args.turn_idle <= 86_400:
+        raise CommandError("--turn-idle must be between 0 and 86400 seconds")
+    if args.http is None:
+        if args.token_file or args.unsafe_http_remote:
+            raise CommandError("--token-file and --unsafe-http-remote apply only with --http HOST:PORT")
+        return _serve_stdio(args)
+    return _serve_http(args)
+
+
+def _serve_stdio(args: argparse.Namespace) -> int:
     import anyio
 
     from ..mcp_server import serve_stdio
 
-    if args.json:
-        raise CommandError("--json does not apply: serve speaks MCP (JSON-RPC) on stdout")
-    if not 0 <= args.turn_idle <= 86_400:
-        raise CommandError("--turn-idle must be between 0 and 86400 seconds")
     config = config_from_args(args)
     _configure_logging(args)
     policy_file = args.policy or default_policy_path()
     anyio.run(lambda: serve_stdio(config, watch=not args.no_watch, policy_file=policy_file, turn_idle_s=args.turn_idle))
+    return EXIT_OK
+
+
+def _serve_http(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ..mcp_http import Bind, HttpSetupError, parse_bind, read_token, serve_http
+
+    try:
+        bind = parse_bind(args.http)
+        if not args.token_file:
+            raise HttpSetupError("--http needs --token-file FILE: tooldir never serves HTTP without a bearer token")
+        token = read_token(args.token_file)
+    except HttpSetupError as exc:
+        raise CommandError(str(exc)) from None
+    config = config_from_args(args)
+    _configure_logging(args)
+    policy_file = args.policy or default_policy_path()
+
+    def ready(where: Bind) -> None:
+        sys.stderr.write(f"tooldir serve: MCP over HTTP at {where.url}\n")
+        sys.stderr.flush()
+
+    try:
+        anyio.run(
+            lambda: serve_http(
+                config,
+                bind=bind,
+                token=token,
+                allow_remote=args.unsafe_http_remote,
+                watch=not args.no_watch,
+                policy_file=policy_file,
+                turn_idle_s=args.turn_idle,
+                on_ready=ready,
+            )
+        )
+    except HttpSetupError as exc:
+        raise CommandError(str(exc)) from None
     return EXIT_OK

@@ -1,0 +1,62 @@
+"""Progress for long CLI work (``eval``, ``drill``, loading large roots), drawn on stderr.
+
+Only on a terminal: into a pipe, a log file or CI nothing is drawn, so stderr keeps only whole
+messages and stdout (``--json`` included) never changes. rich's progress machinery is imported
+only when something is actually drawn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from ..loader import LoadConfig, Loader
+from ..snapshot import Snapshot
+from .common import clean, console_err, stderr_is_terminal
+
+
+class Tracker:
+    """What a long loop reports: :meth:`label` says what runs now, :meth:`advance` that one unit is done.
+    This base class draws nothing (stderr is not a terminal)."""
+
+    def label(self, text: str) -> None:
+        return None
+
+    def advance(self) -> None:
+        return None
+
+
+class _Drawn(Tracker):
+    def __init__(self, bar: Any, task: Any, description: str) -> None:
+        self._bar, self._task, self._description = bar, task, description
+
+    def label(self, text: str) -> None:
+        self._bar.update(self._task, description=f"{self._description}: {clean(text)}")
+
+    def advance(self) -> None:
+        self._bar.advance(self._task)
+
+
+@contextlib.contextmanager
+def progress(description: str, total: int | None = None) -> Iterator[Tracker]:
+    """A progress bar (``total`` known) or spinner (``total`` None) on stderr while the block runs,
+    removed when it ends. Off (a :class:`Tracker` that draws nothing) when stderr is not a terminal."""
+    if not stderr_is_terminal():
+        yield Tracker()
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}", markup=False)]
+    if total is not None:
+        columns += [BarColumn(), MofNCompleteColumn()]
+    columns.append(TimeElapsedColumn())
+    # never redirect stdout/stderr: what the work prints (and --json) reaches them untouched
+    with Progress(*columns, console=console_err(), transient=True, redirect_stdout=False, redirect_stderr=False) as bar:
+        yield _Drawn(bar, bar.add_task(description, total=total), description)
+
+
+def load_roots(config: LoadConfig) -> Snapshot:
+    """``Loader(config).load()`` with a spinner on a terminal (large roots take a while)."""
+    with progress(f"loading {len(config.roots)} tool root(s)"):
+        return Loader(config).load()
