@@ -264,6 +264,19 @@ def display_name(name: str) -> str:
     return name
 
 
+def overfull_root(root: RootSpec, limit: int) -> Diagnostic:
+    """The error for a root with more than ``limit`` entries (policy ``limits.max_root_entries``):
+    nothing is loaded from it, and the message says so, names the key and how to raise it."""
+    return error(
+        "too-many-entries",
+        f"root {root.path} has more than {limit} entries (policy limits.max_root_entries); nothing from this "
+        "root is loaded (other roots load as usual); to load it, raise max_root_entries under [limits] "
+        "in your policy file",
+        source=root.source,
+        path=root.path,
+    )
+
+
 def list_packages(root_fd: int, root: RootSpec, limits: Limits) -> tuple[list[str], list[Diagnostic]] | None:
     """Names of candidate tool folders directly under the root, with diagnostics for entries that
     are not folders. None when the root has more entries than allowed (the whole root is refused)."""

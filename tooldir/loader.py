@@ -24,10 +24,20 @@ from itertools import chain
 from pathlib import Path
 from typing import Protocol
 
-from .discover import EntryKind, RootSpec, is_hidden, list_packages, mode_kind, open_root, root_entry, scan_package
+from .discover import (
+    EntryKind,
+    RootSpec,
+    is_hidden,
+    list_packages,
+    mode_kind,
+    open_root,
+    overfull_root,
+    root_entry,
+    scan_package,
+)
 from .errors import StateError
 from .lockfile import UNLISTED
-from .model import BuiltinSpec, Diagnostic, Source, ToolRecord, error, warning
+from .model import BuiltinSpec, Diagnostic, Source, ToolRecord, warning
 from .names import skeleton
 from .policy import Policy, config_home, policy_diagnostics
 from .resolve import Assessed, resolve
@@ -346,13 +356,7 @@ class Loader:
             os.close(fd)
 
     def _overfull(self, root: RootSpec, identity: tuple[int, int]) -> _Root:
-        limit = self.config.policy.limits.max_root_entries
-        diag = error(
-            "too-many-entries",
-            f"root {root.path} has more than {limit} entries; nothing loaded from it",
-            source=root.source,
-            path=root.path,
-        )
+        diag = overfull_root(root, self.config.policy.limits.max_root_entries)
         return _Root(identity, (diag_entry(diag),), overfull=True)
 
     def _list_root(self, fd: int, root: RootSpec, identity: tuple[int, int], diags: list[Diagnostic]) -> _Root:
