@@ -47,7 +47,8 @@ def load_snapshot(args: argparse.Namespace) -> tuple[Snapshot, DeferralPlan]:
     config = config_from_args(args)
     # the load records the signed versions it verified (rollback protection), as every load does
     snap = Loader(config).load()
-    return snap, initial_plan(snap, policy=config.policy, builtins=config.builtins)
+    # only the deferred set is shown: decided from token bounds when they suffice (no tokenizer load)
+    return snap, initial_plan(snap, policy=config.policy, builtins=config.builtins, by_bounds=True)
 
 
 def record_json(record: ToolRecord, plan: DeferralPlan) -> dict[str, Any]:
