@@ -115,7 +115,7 @@ class PackageScan:
     name: str  # the folder's name
     path: str
     files: tuple[PackageFile, ...]
-    contents: Mapping[str, bytes]  # bytes of KEPT_FILES present
+    contents: Mapping[str, bytes]  # bytes of KEPT_FILES present (a Candidate's scan: no longer the manifest's)
     digest: str | None
     diagnostics: tuple[Diagnostic, ...]
 

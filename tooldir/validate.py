@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
+from types import MappingProxyType
 from typing import Any
 
 import jsonschema_rs
@@ -109,11 +111,27 @@ def _all_clear_validator() -> Any:
 
 
 def validate_package(scan: PackageScan, policy: Policy) -> Candidate:
+    """The candidate of one scanned package. Its ``scan`` no longer holds the manifest's bytes
+    (parsed here, never read again; a load of 10k tools would keep 25 MB of them), only the lock
+    and signature bytes trust reads."""
     if scan.digest is None:
         return Candidate(scan, None, scan.diagnostics)
     v = _Validation(scan, policy)
     manifest = v.run()
-    return Candidate(scan, manifest, tuple(v.diags))
+    return Candidate(_without_manifest_bytes(scan), manifest, tuple(v.diags))
+
+
+_NO_CONTENTS: Mapping[str, bytes] = MappingProxyType({})
+
+
+def _without_manifest_bytes(scan: PackageScan) -> PackageScan:
+    contents = scan.contents
+    if MANIFEST not in contents:
+        return scan
+    rest = (
+        _NO_CONTENTS if len(contents) == 1 else MappingProxyType({k: v for k, v in contents.items() if k != MANIFEST})
+    )
+    return replace(scan, contents=rest)
 
 
 class _Validation:

@@ -464,3 +464,18 @@ def test_whatever_the_published_schema_accepts_on_the_fixtures_the_model_accepts
         assert with_model.execute.env == ("LANG",)
         with pytest.raises(ValidationError):
             Manifest.model_validate(freeze({**data, "unknown": 1}))
+
+
+def test_a_validated_candidate_keeps_the_lock_bytes_but_not_the_manifest_bytes(tmp_path: Path) -> None:
+    from tooldir.discover import LOCK, MANIFEST, RootSpec, scan_one
+    from tooldir.model import Source
+    from tooldir.policy import Policy
+    from tooldir.validate import validate_package
+
+    make_tool(tmp_path, "echo_text", extra_files={LOCK: b"not a lock"})
+    scan = scan_one(RootSpec(Source.USER, str(tmp_path)), "echo_text", Policy().limits)
+    assert set(scan.contents) == {MANIFEST, LOCK}
+    candidate = validate_package(scan, Policy())
+    assert candidate.manifest is not None
+    assert dict(candidate.scan.contents) == {LOCK: b"not a lock"}
+    assert (candidate.scan.digest, candidate.scan.files) == (scan.digest, scan.files)
