@@ -37,7 +37,7 @@ from ..trust import TrustCache
 
 #: Fewest packages in one root for which the helper pays for its start (~50 ms of Python start-up
 #: and imports, overlapped with reading): measured crossover on 2 cores, see the module docstring.
-MIN_PACKAGES = 200
+MIN_PACKAGES = 500
 _HEAD = struct.Struct(">I")
 _ANSWER = struct.Struct(">IB")
 _FLUSH = 1 << 16
