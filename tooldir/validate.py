@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from types import MappingProxyType
@@ -131,7 +131,8 @@ def _without_manifest_bytes(scan: PackageScan) -> PackageScan:
     rest = (
         _NO_CONTENTS if len(contents) == 1 else MappingProxyType({k: v for k, v in contents.items() if k != MANIFEST})
     )
-    return replace(scan, contents=rest)
+    # constructed directly: dataclasses.replace costs ~10 us a call
+    return PackageScan(scan.source, scan.root, scan.name, scan.path, scan.files, rest, scan.digest, scan.diagnostics)
 
 
 class _Validation:
