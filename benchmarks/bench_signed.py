@@ -17,6 +17,14 @@ Each variant: ``Loader(make_config(project=..., user_dirs=[], policy=..., read_o
 (signed-recording without ``read_only``), warm page
 cache (one untimed pass), median of several interleaved runs. Target: signed <= 1.2x unsigned.
 
+Whole process (issue 14 item 4): ``python -m tooldir scan --json --project P --policy F`` with a
+fresh state folder every round (a real first load: nothing remembered), signed against unsigned,
+min/median/max of wall time and CPU (the process and its helper). Target: signed <= 1.3x unsigned.
+
+Helper crossover: in-process signed-cold loads with the minisign helper process
+(:mod:`tooldir._internal.verify_pool`) forced on and forced off, at a few small sizes: where the
+helper starts to pay is ``MIN_PACKAGES``.
+
     python3 benchmarks/bench_signed.py [--quick] [--sizes 1000,10000] [--runs 5] [--json]
 """
 
@@ -25,7 +33,9 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +47,7 @@ from benchmarks.generate import generate
 from benchmarks.sizes import parse_args
 from benchmarks.sizes import workdir as workdir_for
 from tooldir import keys
+from tooldir._internal import verify_pool
 from tooldir.discover import RootSpec, open_root, scan_package
 from tooldir.loader import Loader, make_config, remember_load
 from tooldir.lockfile import LOCK, MINISIG, render_lock
@@ -150,13 +161,98 @@ def bench(n: int, runs: int, workdir: Path) -> dict[str, Any]:
     }
 
 
+def _policy_file(workdir: Path, n: int, public: str) -> Path:
+    path = workdir / f"policy-{n}.toml"
+    path.write_text(
+        '[sources.project]\nrequire = ["approval", "signature", "pin"]\nmax_risk = "exec"\n\n'
+        f'[keys]\nminisign = ["{public}"]\n'
+    )
+    return path
+
+
+def _process(argv: list[str]) -> tuple[float, float]:
+    """(wall s, CPU s of the process and the children it waited for)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/")
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"benchmark invalid: {argv} failed")
+    return time.perf_counter() - t0, usage.ru_utime + usage.ru_stime
+
+
+def bench_cli(n: int, runs: int, workdir: Path) -> dict[str, Any]:
+    """Whole-process first loads: signed vs unsigned, a fresh state folder every round."""
+    unsigned, signed, public = prepare(n, workdir)
+    policy = _policy_file(workdir, n, public)
+    empty = workdir / "no-user-tools"
+    empty.mkdir(exist_ok=True)
+    samples: dict[str, list[tuple[float, float]]] = {"unsigned": [], "signed": []}
+    with tempfile.TemporaryDirectory(prefix="tooldir-bench-signed-state-") as tmp:
+        fresh = iter(range(1 << 30))
+
+        def argv(project: Path) -> list[str]:
+            state = Path(tmp) / f"state-{next(fresh)}"
+            return [
+                sys.executable, "-m", "tooldir", "scan", "--json", "--project", str(project),
+                "--user-dir", str(empty), "--policy", str(policy), "--state-dir", str(state),
+            ]  # fmt: skip
+
+        for project in (unsigned, signed):
+            _process(argv(project))  # warm the page cache
+        for _ in range(runs):
+            samples["unsigned"].append(_process(argv(unsigned)))
+            samples["signed"].append(_process(argv(signed)))
+
+    def mmm(values: list[float]) -> dict[str, float]:
+        return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+    wall = {k: mmm([w for w, _ in v]) for k, v in samples.items()}
+    cpu = {k: mmm([c for _, c in v]) for k, v in samples.items()}
+    return {
+        "n": n,
+        "runs": runs,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "ratio": wall["signed"]["median"] / wall["unsigned"]["median"],
+        "ratio_cpu": cpu["signed"]["median"] / cpu["unsigned"]["median"],
+        "target": 1.3,
+    }
+
+
+def crossover(sizes: list[int], runs: int, workdir: Path) -> list[dict[str, Any]]:
+    """In-process signed-cold loads with the verification helper forced on and off."""
+    rows = []
+    saved = verify_pool.MIN_PACKAGES
+    try:
+        for n in sizes:
+            _unsigned, signed, public = prepare(n, workdir)
+            project = ProjectSourcePolicy(require=("approval", "signature", "pin"), max_risk="exec")
+            policy = Policy(sources=SourcesPolicy(project=project), keys=KeysPolicy(minisign=(public,)))
+            state = workdir / f"state-crossover-{n}"
+            times: dict[str, list[float]] = {"helper": [], "in-process": []}
+            for _ in range(runs + 1):
+                for mode, threshold in (("helper", 0), ("in-process", 1 << 40)):
+                    verify_pool.MIN_PACKAGES = threshold
+                    t0 = time.perf_counter()
+                    _load(signed, policy, state)
+                    times[mode].append(time.perf_counter() - t0)
+            median = {k: statistics.median(v[1:]) for k, v in times.items()}  # the first round warms up
+            rows.append({"n": n, "seconds": median, "ratio": median["helper"] / median["in-process"]})
+    finally:
+        verify_pool.MIN_PACKAGES = saved
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     args, sizes, runs = parse_args(__doc__, argv)
     with workdir_for(args, "tooldir-bench-signed-") as workdir:
         rows = [bench(n, runs, workdir) for n in sizes]
+        cli = [bench_cli(n, runs, workdir) for n in sizes]
+        cross = crossover([50, 100, 200, 400] if args.quick else [50, 100, 200, 400, 800], runs, workdir)
     if args.json:
-        print(json.dumps({"benchmark": "signed", "results": rows}, indent=2))
+        print(json.dumps({"benchmark": "signed", "results": rows, "cli": cli, "crossover": cross}, indent=2))
         return 0
+    _print_cli(cli, cross)
     print(f"signed-load benchmark (median of {runs}, warm page cache; target signed <= 1.2x unsigned)")
     print(
         f"{'n':>7} {'unsigned s':>11} {'cold s':>8} {'ratio':>6} {'remembered s':>13} {'ratio':>6} {'rebuild s':>10} {'ratio':>6}"
@@ -171,6 +267,23 @@ def main(argv: list[str] | None = None) -> int:
             f" {s['signed-recording']:>12.3f} {q['signed-recording']:>5.2f}x"
         )
     return 0
+
+
+def _print_cli(cli: list[dict[str, Any]], cross: list[dict[str, Any]]) -> None:
+    print("whole process, first load (fresh state): tooldir scan --json, signed vs unsigned; target <= 1.3x")
+    print(f"{'n':>7} {'variant':>9} {'wall min/med/max s':>22} {'cpu min/med/max s':>22}")
+    for r in cli:
+        for key in ("unsigned", "signed"):
+            w, c = r["wall_s"][key], r["cpu_s"][key]
+            print(
+                f"{r['n']:>7} {key:>9} {w['min']:>6.3f}/{w['median']:>6.3f}/{w['max']:>6.3f}"
+                f"   {c['min']:>6.3f}/{c['median']:>6.3f}/{c['max']:>6.3f}"
+            )
+        print(f"{'':>7} ratio {r['ratio']:.2f}x wall, {r['ratio_cpu']:.2f}x cpu (process + helper)")
+    print(f"helper crossover (in-process signed-cold, median; MIN_PACKAGES = {verify_pool.MIN_PACKAGES})")
+    for r in cross:
+        s = r["seconds"]
+        print(f"{r['n']:>7} helper {s['helper']:.4f} s  in-process {s['in-process']:.4f} s  ratio {r['ratio']:.2f}x")
 
 
 if __name__ == "__main__":

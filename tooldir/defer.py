@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from ._internal.tokenbounds import BOUNDED_ENCODINGS, token_lower_bound, token_upper_bound
 from .catalog import GUARD_DEFS, ToolDef, directory_entry, directory_text
 from .policy import DeferPolicy
-from .tokens import TokenCounter
+from .tokens import TokenCounter, compact_json
 
 __all__ = ["DeferralPlan", "plan_deferral", "rules_defer"]
 
@@ -63,10 +64,23 @@ class DeferralPlan:
         return self.engaged and rules_defer(self.policy, name)
 
 
-def plan_deferral(offered: Mapping[str, ToolDef], policy: DeferPolicy, counter: TokenCounter) -> DeferralPlan:
-    """The one deferral decision for the tools in ``offered`` (name -> definition; no guard tools)."""
+def plan_deferral(
+    offered: Mapping[str, ToolDef], policy: DeferPolicy, counter: TokenCounter, *, by_bounds: bool = False
+) -> DeferralPlan:
+    """The one deferral decision for the tools in ``offered`` (name -> definition; no guard tools).
+
+    ``by_bounds``: in ``auto`` mode, first try to decide from exact bounds on the counts
+    (:mod:`tooldir._internal.tokenbounds`), without loading the tokenizer: the same tools are
+    deferred, but ``decision`` then holds bounds (``saving_tokens_at_least``,
+    ``directory_and_guard_tokens_at_most``) instead of counts. For readers of the deferred set only
+    (``scan``, ``list``, ``show``)."""
     wanted = frozenset(n for n in offered if rules_defer(policy, n))
     decision: dict[str, Any] = {"mode": policy.mode, "candidates": len(wanted)}
+    if policy.mode == "auto" and wanted and by_bounds and counter.encoding_name in BOUNDED_ENCODINGS:
+        bounded = _decide_by_bounds(offered, wanted)
+        if bounded is not None:
+            decision.update(bounded)
+            return DeferralPlan(policy, frozenset(offered), wanted, True, MappingProxyType(decision))
     if policy.mode == "auto" and wanted:
 
         def tokens(d: ToolDef) -> int:
@@ -87,3 +101,22 @@ def plan_deferral(offered: Mapping[str, ToolDef], policy: DeferPolicy, counter: 
             decision["reason"] = "auto: deferring saves more than the search tools cost"
     engaged = policy.mode == "on" or bool(wanted)
     return DeferralPlan(policy, frozenset(offered), wanted, engaged, MappingProxyType(decision))
+
+
+def _decide_by_bounds(offered: Mapping[str, ToolDef], wanted: frozenset[str]) -> dict[str, Any] | None:
+    """The ``auto`` decision "defer" when a lower bound of what the full definitions cost already
+    exceeds an upper bound of what the directory and the guard tools cost (then the exact counts
+    decide the same), else None: only the exact counts can tell."""
+    ordered = sorted(wanted)
+    cost = token_upper_bound(directory_text([directory_entry(offered[n]) for n in ordered]))
+    cost += sum(token_upper_bound(compact_json(g.anthropic())) for g in GUARD_DEFS)
+    full = 0
+    for n in ordered:
+        full += token_lower_bound(compact_json(offered[n].anthropic()))
+        if full > cost:
+            return {
+                "saving_tokens_at_least": full - cost,
+                "directory_and_guard_tokens_at_most": cost,
+                "reason": "auto: deferring saves more than the search tools cost",
+            }
+    return None

@@ -118,7 +118,7 @@ class PackageScan:
     name: str  # the folder's name
     path: str
     files: tuple[PackageFile, ...]
-    contents: Mapping[str, bytes]  # bytes of KEPT_FILES present
+    contents: Mapping[str, bytes]  # bytes of KEPT_FILES present (a Candidate's scan: no longer the manifest's)
     digest: str | None
     diagnostics: tuple[Diagnostic, ...]
 
@@ -265,6 +265,19 @@ def display_name(name: str) -> str:
     except UnicodeEncodeError:
         return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return name
+
+
+def overfull_root(root: RootSpec, limit: int) -> Diagnostic:
+    """The error for a root with more than ``limit`` entries (policy ``limits.max_root_entries``):
+    nothing is loaded from it, and the message says so, names the key and how to raise it."""
+    return error(
+        "too-many-entries",
+        f"root {root.path} has more than {limit} entries (policy limits.max_root_entries); nothing from this "
+        "root is loaded (other roots load as usual); to load it, raise max_root_entries under [limits] "
+        "in your policy file",
+        source=root.source,
+        path=root.path,
+    )
 
 
 def list_packages(root_fd: int, root: RootSpec, limits: Limits) -> tuple[list[str], list[Diagnostic]] | None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -24,10 +25,21 @@ from itertools import chain
 from pathlib import Path
 from typing import Protocol
 
-from .discover import EntryKind, RootSpec, is_hidden, list_packages, mode_kind, open_root, root_entry, scan_package
+from ._internal.verify_pool import MinisignPrefetch, prefetch_for
+from .discover import (
+    EntryKind,
+    RootSpec,
+    is_hidden,
+    list_packages,
+    mode_kind,
+    open_root,
+    overfull_root,
+    root_entry,
+    scan_package,
+)
 from .errors import StateError
 from .lockfile import UNLISTED
-from .model import BuiltinSpec, Diagnostic, Source, ToolRecord, error, warning
+from .model import BuiltinSpec, Diagnostic, Source, ToolRecord, warning
 from .names import skeleton
 from .policy import Policy, config_home, policy_diagnostics
 from .resolve import Assessed, resolve
@@ -346,13 +358,7 @@ class Loader:
             os.close(fd)
 
     def _overfull(self, root: RootSpec, identity: tuple[int, int]) -> _Root:
-        limit = self.config.policy.limits.max_root_entries
-        diag = error(
-            "too-many-entries",
-            f"root {root.path} has more than {limit} entries; nothing loaded from it",
-            source=root.source,
-            path=root.path,
-        )
+        diag = overfull_root(root, self.config.policy.limits.max_root_entries)
         return _Root(identity, (diag_entry(diag),), overfull=True)
 
     def _list_root(self, fd: int, root: RootSpec, identity: tuple[int, int], diags: list[Diagnostic]) -> _Root:
@@ -368,9 +374,28 @@ class Loader:
                 state.listing[d.tool] = diag_entry(d)
             else:
                 state.diags += (diag_entry(d),)
-        for name in present:
-            state.packages[name] = _package(validate_package(scan_package(fd, root, name, policy.limits), policy))
+        with self._prefetch(len(present)) as prefetch:
+            for name in present:
+                scan = scan_package(fd, root, name, policy.limits)
+                if prefetch is not None:
+                    prefetch.offer(scan.contents)
+                state.packages[name] = _package(validate_package(scan, policy))
+            if prefetch is not None:
+                prefetch.close()
         return state
+
+    @contextmanager
+    def _prefetch(self, packages: int) -> Iterator[MinisignPrefetch | None]:
+        """For a large root, a helper process that verifies minisign signatures while the
+        packages are read (:mod:`tooldir._internal.verify_pool`); it only fills this loader's
+        verification cache, the trust stage still decides."""
+        cfg = self.config
+        keyring = keyring_from_policy(cfg.policy) if cfg.signature_check is not None else None
+        if keyring is None or not prefetch_for(packages, keyring.minisign):
+            yield None
+            return
+        with MinisignPrefetch(keyring.minisign, keyring.revoked, load_verified(cfg.state_dir), self._trust_cache) as p:
+            yield p
 
     def _refresh_entry(self, fd: int, root: RootSpec, state: _Root, name: str, work: _Work) -> None:
         """Re-read one entry directly under an open root, classified as ``list_packages`` does

@@ -251,7 +251,7 @@ class Limits(_Frozen):
     max_package_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     max_package_files: int = Field(default=256, ge=1)
     max_package_depth: int = Field(default=8, ge=1)
-    max_root_entries: int = Field(default=20_000, ge=1)
+    max_root_entries: int = Field(default=120_000, ge=1)
     max_json_depth: int = Field(default=32, ge=4, le=256)
 
 

@@ -671,6 +671,8 @@ def _static_view(
     builtins: Mapping[str, BuiltinSpec],
     permissions: PermissionCheck,
     counter: TokenCounter,
+    *,
+    by_bounds: bool = False,
 ) -> _View:
     """What ``snapshot`` offers under ``policy`` before any session state: the definitions, why the
     rest is unavailable, and the static deferral plan of what is offered."""
@@ -696,7 +698,7 @@ def _static_view(
         if d is not None:
             defs[name] = d
             sources[name] = record.source
-    plan = plan_deferral(defs, policy.defer, counter)
+    plan = plan_deferral(defs, policy.defer, counter, by_bounds=by_bounds)
     return _View(f"{snapshot.id}/{snapshot.generation}", defs, sources, unavailable, plan)
 
 
@@ -706,13 +708,16 @@ def initial_plan(
     policy: Policy,
     builtins: Iterable[BuiltinSpec] = (),
     counter: TokenCounter | None = None,
+    by_bounds: bool = False,
 ) -> DeferralPlan:
     """The static deferral plan a fresh :class:`Session` over ``snapshot`` with ``policy`` and
     ``builtins`` starts from (``scan``, ``list`` and ``show`` report it). A running session's
-    own state (loaded and re-deferred tools) is not in it: see :attr:`Session.deferral_plan`."""
+    own state (loaded and re-deferred tools) is not in it: see :attr:`Session.deferral_plan`.
+    ``by_bounds``: see :func:`tooldir.defer.plan_deferral` (the same deferred set, often without
+    loading the tokenizer; the decision's numbers are then bounds)."""
     specs = {b.name: b for b in builtins if b.name not in GUARD_TOOLS}
     counter = counter or default_counter()
-    return _static_view(snapshot, policy, specs, from_policy(policy.permissions), counter).plan
+    return _static_view(snapshot, policy, specs, from_policy(policy.permissions), counter, by_bounds=by_bounds).plan
 
 
 def _immediate_hint(reasons: list[tuple[str, str]]) -> str | None:

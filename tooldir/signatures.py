@@ -171,16 +171,29 @@ def _minisig_bytes(sig: MinisignSignature) -> bytes:
     return sig.algorithm + sig.key_id + sig.signature + b"\n" + sig.trusted_comment + b"\n" + sig.global_signature
 
 
+#: Why a minisign verification failed, by the step that failed (1: the lock, 2: the trusted
+#: comment); the helper process of :mod:`tooldir._internal.verify_pool` answers these numbers.
+MINISIGN_FAILURES = {
+    1: "the signature does not match the lock (tampered lock or signature)",
+    2: "the trusted comment's signature does not match (tampered trusted comment)",
+}
+
+
+def minisign_digest(sig: MinisignSignature, key: MinisignPublicKey, message: bytes) -> bytes:
+    """The verification-cache digest of checking ``sig`` by ``key`` over ``message``."""
+    return verification_digest(b"minisign", key.public, _minisig_bytes(sig), message)
+
+
 def _verify_minisign(sig: MinisignSignature, key: MinisignPublicKey, message: bytes) -> str | None:
     pub = ed25519.Ed25519PublicKey.from_public_bytes(key.public)
     try:
         pub.verify(sig.signature, hashlib.blake2b(message, digest_size=64).digest())
     except InvalidSignature:
-        return "the signature does not match the lock (tampered lock or signature)"
+        return MINISIGN_FAILURES[1]
     try:
         pub.verify(sig.global_signature, sig.signature + sig.trusted_comment)
     except InvalidSignature:
-        return "the trusted comment's signature does not match (tampered trusted comment)"
+        return MINISIGN_FAILURES[2]
     return None
 
 
@@ -575,6 +588,15 @@ class VerificationCache:
             return [d for d, result in self._results.items() if result is None]
 
 
+def verification_digest(kind: bytes, key: bytes, signature: bytes, message: bytes) -> bytes:
+    """What a verification result is remembered by: a hash of kind, key, signature and message."""
+    h = hashlib.sha256(b"tooldir-verification-v1\0" + kind)
+    for part in (key, signature, message):
+        h.update(struct.pack(">Q", len(part)))
+        h.update(part)
+    return h.digest()
+
+
 def _cached(
     kind: bytes,
     key: bytes,
@@ -585,11 +607,7 @@ def _cached(
     known: Collection[bytes],
     cache: VerificationCache | None,
 ) -> str | None:
-    h = hashlib.sha256(b"tooldir-verification-v1\0" + kind)
-    for part in (key, signature, message):
-        h.update(struct.pack(">Q", len(part)))
-        h.update(part)
-    digest = h.digest()
+    digest = verification_digest(kind, key, signature, message)
     if digest in known:
         return None
     if cache is None:

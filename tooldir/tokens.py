@@ -62,6 +62,11 @@ class TokenCounter:
             self._resolved = True
 
     @property
+    def encoding_name(self) -> str:
+        """The encoding counted with when exact (without loading the tokenizer)."""
+        return self._encoding_name
+
+    @property
     def exact(self) -> bool:
         self._resolve()
         return self._encoder is not None

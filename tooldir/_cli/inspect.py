@@ -57,7 +57,8 @@ def load_snapshot(args: argparse.Namespace) -> tuple[Snapshot, DeferralPlan]:
         from ..upstream import extend_snapshot, load_upstream_state  # (never starts a server)
 
         snap = extend_snapshot(snap, load_upstream_state(config.state_dir), config.policy, config.builtins)
-    return snap, initial_plan(snap, policy=config.policy, builtins=config.builtins)
+    # only the deferred set is shown: decided from token bounds when they suffice (no tokenizer load)
+    return snap, initial_plan(snap, policy=config.policy, builtins=config.builtins, by_bounds=True)
 
 
 def record_json(record: ToolRecord, plan: DeferralPlan) -> dict[str, Any]:
@@ -75,10 +76,13 @@ def record_json(record: ToolRecord, plan: DeferralPlan) -> dict[str, Any]:
 
 
 def scan_json(snap: Snapshot, plan: DeferralPlan) -> dict[str, Any]:
-    """The ``scan --json`` document."""
-    data = snap.to_json()
-    data["tools"] = [record_json(t, plan) for t in snap.tools]
-    return data
+    """The ``scan --json`` document (:meth:`Snapshot.to_json` with the plan's ``deferred``; built
+    once, not rendered twice: at 10k tools the first rendering alone held ~6 MB)."""
+    return {
+        "snapshot": {"id": snap.id, "generation": snap.generation},
+        "tools": [record_json(t, plan) for t in snap.tools],
+        "diagnostics": [d.to_json() for d in snap.diagnostics],
+    }
 
 
 def scan_format(args: argparse.Namespace) -> str:

@@ -102,11 +102,23 @@ def _pairs(pairs: list[tuple[str, Any]]) -> FrozenDict:
     return obj
 
 
+#: Keys and short string values shared between documents: a load of 10k manifests then holds one
+#: "type", "string", "description", ... instead of one per object (about 20 MB less at 10k).
+#: Bounded: cleared when it grows past _SHARED_MAX entries (strings of at most _SHORT characters).
+_SHARED: dict[str, str] = {}
+_SHARED_MAX = 1 << 16
+_SHORT = 64
+
+
 def _pairs_shallow(pairs: list[tuple[str, Any]]) -> FrozenDict:
-    """Like :func:`_pairs` but leaves arrays as plain lists (see ``loads(freeze_arrays=False)``)."""
-    obj = FrozenDict(pairs)
+    """Like :func:`_pairs` but leaves arrays as plain lists (see ``loads(freeze_arrays=False)``),
+    and shares keys and short string values (:data:`_SHARED`; equal strings, one object)."""
+    share = _SHARED.setdefault
+    obj = FrozenDict([(share(k, k), share(v, v) if type(v) is str and len(v) <= _SHORT else v) for k, v in pairs])
     if len(obj) != len(pairs):
         _pairs(pairs)  # raises, naming the key
+    if len(_SHARED) > _SHARED_MAX:
+        _SHARED.clear()
     return obj
 
 

@@ -17,7 +17,7 @@ from toolkit import make_tool, project_tools
 import tooldir
 from tooldir import Policy, Snapshot, Status
 from tooldir.discover import RootSpec, list_packages, open_root, package_digest, scan_package, shared_group
-from tooldir.model import PackageFile, Source
+from tooldir.model import PackageFile, Severity, Source
 from tooldir.policy import Limits
 
 CANARY_SCRIPT = """\
@@ -356,6 +356,27 @@ def test_a_root_with_too_many_entries_is_refused_whole(root: Path) -> None:
     assert snap.tools == ()
     assert codes(snap) == {"too-many-entries"}
     assert len(load_user(root, max_root_entries=6).tools) == 6
+
+
+def test_a_refused_root_is_reported_with_the_policy_key_to_raise_and_other_roots_still_load(tmp_path: Path) -> None:
+    crowded, other = tmp_path / "crowded", tmp_path / "other"
+    for i in range(4):
+        make_tool(crowded, f"tool_{i}")
+    make_tool(other, "kept_tool")
+    snap = tooldir.load(
+        project=None,
+        user_dirs=[crowded, other],
+        policy=Policy(limits=Limits(max_root_entries=3)),
+        state_dir=tmp_path / "state",
+    )
+    assert [t.name for t in snap.tools] == ["kept_tool"]
+    (diag,) = snap.diagnostics
+    assert (diag.code, diag.severity, diag.path, diag.tool) == ("too-many-entries", Severity.ERROR, str(crowded), None)
+    assert "limits.max_root_entries" in diag.message
+
+
+def test_the_default_root_entry_limit_admits_a_root_of_100k_packages() -> None:
+    assert Limits().max_root_entries >= 100_000
 
 
 def test_an_oversized_manifest_is_too_large(root: Path) -> None:

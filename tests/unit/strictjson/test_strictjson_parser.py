@@ -312,3 +312,18 @@ def _frozen_everywhere(value: Any) -> bool:
     if isinstance(value, list):
         return type(value) is FrozenList and all(_frozen_everywhere(v) for v in value)
     return True
+
+
+def test_shallow_parses_share_keys_and_short_strings_between_documents_and_the_table_stays_bounded() -> None:
+    from tooldir._internal import strictjson
+
+    long = "x" * 200
+    one = loads(b'{"type": "string", "note": "%s"}' % long.encode(), freeze_arrays=False)
+    two = loads(b'{"type": "string", "note": "%s"}' % long.encode(), freeze_arrays=False)
+    assert one == two
+    (k1, v1), (k2, v2) = next(iter(one.items())), next(iter(two.items()))
+    assert k1 is k2 and v1 is v2
+    assert one["note"] is not two["note"]  # long strings are not kept in the table
+    for i in range(strictjson._SHARED_MAX + 10):
+        loads(b'{"k%d": 1}' % i, freeze_arrays=False)
+    assert len(strictjson._SHARED) <= strictjson._SHARED_MAX + 1

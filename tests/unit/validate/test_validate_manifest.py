@@ -4,6 +4,7 @@ exec:traversal command rules; text:* warnings; the published schema agrees with 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -464,3 +465,37 @@ def test_whatever_the_published_schema_accepts_on_the_fixtures_the_model_accepts
         assert with_model.execute.env == ("LANG",)
         with pytest.raises(ValidationError):
             Manifest.model_validate(freeze({**data, "unknown": 1}))
+
+
+def test_a_validated_candidate_keeps_the_lock_bytes_but_not_the_manifest_bytes(tmp_path: Path) -> None:
+    from tooldir.discover import LOCK, MANIFEST, RootSpec, scan_one
+    from tooldir.model import Source
+    from tooldir.policy import Policy
+    from tooldir.validate import validate_package
+
+    make_tool(tmp_path, "echo_text", extra_files={LOCK: b"not a lock"})
+    scan = scan_one(RootSpec(Source.USER, str(tmp_path)), "echo_text", Policy().limits)
+    assert set(scan.contents) == {MANIFEST, LOCK}
+    candidate = validate_package(scan, Policy())
+    assert candidate.manifest is not None
+    assert dict(candidate.scan.contents) == {LOCK: b"not a lock"}
+    assert dataclasses.replace(candidate.scan, contents=scan.contents) == scan  # every other field kept
+
+
+def test_loaded_manifests_share_their_fields_set_and_stay_frozen(tmp_path: Path) -> None:
+    make_tool(tmp_path, "tool_one")
+    make_tool(tmp_path, "tool_two")
+    without_keywords = {k: v for k, v in manifest("tool_three").items() if k != "keywords"}
+    make_tool(tmp_path, "tool_three", raw_manifest=json.dumps(without_keywords).encode())
+    snap = load_user(tmp_path)
+    one, two, three = (snap.by_name[n].manifest for n in ("tool_one", "tool_two", "tool_three"))
+    assert one is not None and two is not None and three is not None
+    assert one.model_fields_set is two.model_fields_set
+    assert one.execute.model_fields_set is two.execute.model_fields_set
+    assert one.model_fields_set == three.model_fields_set | {"keywords"}
+    assert "keywords" not in three.model_dump(exclude_unset=True)
+    assert "keywords" in one.model_dump(exclude_unset=True)
+    with pytest.raises(ValidationError):
+        one.description = "changed"  # type: ignore[misc]
+    assert one.model_copy(update={"description": "copy"}).model_fields_set is not one.model_fields_set
+    assert "description" in one.model_fields_set and one.model_fields_set == two.model_fields_set

@@ -10,9 +10,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tooldir.discover import list_packages, open_root, package_digest, scan_package
+from tooldir.discover import list_packages, open_root, overfull_root, package_digest, scan_package
 from tooldir.loader import LoadConfig, Loader, make_config
-from tooldir.model import Diagnostic, Status, error
+from tooldir.model import Diagnostic, Status
 from tooldir.policy import Policy
 from tooldir.resolve import Assessed, resolve
 from tooldir.snapshot import Snapshot, SnapshotStore, assemble, build_snapshot, diag_entry, record_entry
@@ -39,14 +39,7 @@ def reference_snapshot(config: LoadConfig, now: datetime | None = None) -> Snaps
         try:
             listed = list_packages(fd, root, policy.limits)
             if listed is None:
-                extra.append(
-                    error(
-                        "too-many-entries",
-                        f"root {root.path} has more than {policy.limits.max_root_entries} entries; nothing loaded from it",
-                        source=root.source,
-                        path=root.path,
-                    )
-                )
+                extra.append(overfull_root(root, policy.limits.max_root_entries))
                 continue
             names, more = listed
             extra.extend(more)
