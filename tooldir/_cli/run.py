@@ -21,15 +21,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._internal.strictjson import StrictJSONError, loads, thaw
-from ..audit import AUDIT_FILE, GENESIS, parse_head, verify
-from ..errors import StateError
-from ..loader import Loader
-from ..registry import CallResult, Registry
-from ..snapshot import SnapshotStore
-from ..state import audit_head_path, load_chain_head
 from .common import (
     EXIT_FOUND_ERRORS,
     EXIT_OK,
@@ -43,6 +36,9 @@ from .common import (
     print_json,
     safe,
 )
+
+if TYPE_CHECKING:
+    from ..registry import CallResult, Registry
 
 USAGE_CODES = frozenset({"invalid-input", "unknown-tool"})
 REFUSED_CODES = frozenset(
@@ -103,6 +99,8 @@ def sandbox_report(registry: Registry, record: object | None) -> dict[str, str] 
 
 
 def _read_input(args: argparse.Namespace, limit: int) -> dict[str, Any]:
+    from .._internal.strictjson import StrictJSONError, loads, thaw
+
     if args.input is not None:
         raw = args.input.encode("utf-8", "surrogateescape")
         where = "--input"
@@ -129,6 +127,11 @@ def _read_input(args: argparse.Namespace, limit: int) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from .._internal.strictjson import thaw
+    from ..loader import Loader
+    from ..registry import Registry
+    from ..snapshot import SnapshotStore
+
     config = config_from_args(args)
     data = _read_input(args, config.policy.sandbox.max_input_bytes)
     snapshot = Loader(config).load()
@@ -148,6 +151,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from ..audit import AUDIT_FILE, parse_head, verify
+
     config = config_from_args(args)
     path = Path(config.state_dir) / AUDIT_FILE
     expect = None
@@ -179,6 +184,10 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_head(args: argparse.Namespace) -> int:
+    from ..audit import AUDIT_FILE, GENESIS
+    from ..errors import StateError
+    from ..state import audit_head_path, load_chain_head
+
     config = config_from_args(args)
     log_path = Path(config.state_dir) / AUDIT_FILE
     path = audit_head_path(log_path)

@@ -3,15 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from ..catalog import FORMATS, directory_text, summary
-from ..evaluate import evaluate_files
-from ..loader import Loader
-from ..session import MAX_TOP_K, Session
-from ..snapshot import SnapshotStore
 from .common import (
     EXIT_FOUND_ERRORS,
     EXIT_OK,
@@ -22,6 +15,15 @@ from .common import (
     print_json,
     safe,
 )
+
+if TYPE_CHECKING:
+    from ..session import Session
+    from ..snapshot import SnapshotStore
+
+# kept equal to tooldir.catalog.FORMATS and tooldir.session.MAX_TOP_K (tests/test_startup_imports.py):
+# registering the options must not import the catalog and the session (tooldir --help stays cheap)
+FORMATS = ("anthropic", "openai", "mcp")
+MAX_TOP_K = 20
 
 
 def register(sub: Any) -> None:
@@ -40,6 +42,10 @@ def register(sub: Any) -> None:
 
 
 def _session(args: argparse.Namespace) -> tuple[Session, SnapshotStore]:
+    from ..loader import Loader
+    from ..session import Session
+    from ..snapshot import SnapshotStore
+
     config = config_from_args(args)
     store = SnapshotStore(Loader(config).load())
     session = Session(store, policy=config.policy, builtins=config.builtins)
@@ -62,6 +68,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         data.pop("hint", None)
         print_json(data)
         return EXIT_OK if result.matches else EXIT_FOUND_ERRORS
+    from rich.table import Table
+
+    from ..catalog import summary
+
     out = console()
     table = Table("name", "score", "source", "load state", "summary", title=f"tooldir search — {args.query}")
     for m in result.matches:
@@ -78,6 +88,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
+    from ..catalog import directory_text
+
     session, store = _session(args)
     try:
         snap = store.current
@@ -100,6 +112,8 @@ def cmd_catalog(args: argparse.Namespace) -> int:
             data["tools"] = [d.render(args.format) for d in working]
         print_json(data)
         return EXIT_OK
+    from rich.table import Table
+
     out = console()
     table = Table("name", "risk", "summary", title=f"deferred tools ({len(entries)})")
     for e in entries:
@@ -120,6 +134,10 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from ..evaluate import evaluate_files
+
     report = evaluate_files(args.tools, args.queries)
     if args.json:
         print_json(report.to_json())

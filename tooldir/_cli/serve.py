@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Any
 
-from ..policy import default_policy_path
 from .common import EXIT_OK, CommandError, common_options, config_from_args
 
 DEFAULT_TURN_IDLE_S = 30.0  # kept equal to tooldir.mcp_server.DEFAULT_TURN_IDLE_S (the SDK stays off --help)
@@ -43,6 +41,8 @@ def register(sub: Any) -> None:
 
 
 def _configure_logging(args: argparse.Namespace) -> None:
+    import logging
+
     handler: logging.Handler
     if args.log_file:
         try:
@@ -61,6 +61,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import anyio
 
     from ..mcp_server import serve_stdio
+    from ..policy import default_policy_path
 
     if args.json:
         raise CommandError("--json does not apply: serve speaks MCP (JSON-RPC) on stdout")
