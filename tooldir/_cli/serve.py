@@ -58,9 +58,15 @@ def _configure_logging(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """Configuration errors exit 2 before any MCP traffic. Then the protocol stream is claimed and
+    its first message answered when it is ``initialize`` (tooldir._mcp_stdio), while the SDK's
+    server is imported in a thread and the roots load inside the server (tooldir.mcp_server)."""
+    import signal
+    import threading
+
     import anyio
 
-    from ..mcp_server import serve_stdio
+    from .._mcp_stdio import claim_wire, exit_on_early_signal
     from ..policy import default_policy_path
 
     if args.json:
@@ -70,5 +76,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     _configure_logging(args)
     policy_file = args.policy or default_policy_path()
-    anyio.run(lambda: serve_stdio(config, watch=not args.no_watch, policy_file=policy_file, turn_idle_s=args.turn_idle))
+    wire = claim_wire()
+    try:
+        # until the server's loop takes signals over, SIGTERM/SIGINT end the process cleanly at once
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, exit_on_early_signal)
+        # the SDK imports while this thread waits for the client's first line (no GIL held there)
+        threading.Thread(target=_import_server, name="tooldir-serve-import", daemon=True).start()
+        wire.answer_opening()
+        from ..mcp_server import serve_stdio  # the SDK: waits for the import thread if still importing
+
+        anyio.run(
+            lambda: serve_stdio(
+                config, watch=not args.no_watch, policy_file=policy_file, turn_idle_s=args.turn_idle, wire=wire
+            )
+        )
+    finally:
+        wire.restore()
     return EXIT_OK
+
+
+def _import_server() -> None:
+    import importlib
+
+    try:
+        importlib.import_module("tooldir.mcp_server")
+    except Exception:  # the main thread's own import raises it again, where it is reported
+        return
