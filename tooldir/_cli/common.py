@@ -106,7 +106,8 @@ def console() -> Console:
 
 @cache
 def console_err() -> Console:
-    return _console_class()(stderr=True, highlight=False)
+    # soft_wrap: a message (a path in it) is never broken across lines at an assumed width
+    return _console_class()(stderr=True, highlight=False, soft_wrap=True)
 
 
 def print_json(value: Any) -> None:
