@@ -21,55 +21,30 @@ them) and logged. :func:`guarded_stdio` replaces the SDK's stdin handling with t
 its guarantee: while serving, file descriptor 0 reads the null device, so neither handlers nor
 child processes can read the protocol stream.
 
-**Answering first.** The SDK's server takes about a second to import, and loading a large tool
-root takes longer. ``tooldir serve`` does not make the client wait for either before its
-``initialize`` is answered: :func:`claim_wire` takes the protocol stream off file descriptors 0
-and 1 (fd 1 then points at stderr, as the SDK's own transport does), and :meth:`Wire.answer_opening`
-reads the first line and, when it is a well-formed handshake ``initialize`` (checked with the SDK's
-own message and parameter models), answers it at once with :func:`initialize_result`, the result
-the SDK's server gives (a test compares the two for every protocol version). The line is then
-replayed to the SDK, which commits the handshake as usual; its own answer to that request id is
-not sent twice. Anything else on the first line is left to the SDK unchanged. Only this module
-and ``mcp_types`` are imported before the answer; the SDK's server is imported meanwhile.
+The protocol stream may have been claimed, and its first line answered, before the SDK was
+imported (:mod:`tooldir._mcp_early`): :func:`guarded_stdio` then replays that line to the SDK
+and does not send the SDK's answer to a request answered early a second time.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import io
 import json
 import logging
-import os
 import re
-import signal
-import sys
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from types import FrameType
-from typing import IO, Any, NoReturn, cast
+from collections.abc import AsyncIterator
+from typing import IO, Any, cast
 
 import anyio
 import anyio.to_thread
 import mcp_types as types
-from mcp_types import methods as _methods
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+
+from ._mcp_early import _UNSET, MAX_LINE, Unset, Wire, claim_wire, read_wire_line
 
 log = logging.getLogger("tooldir.mcp")
 
-SERVER_NAME = "tooldir"
-INSTRUCTIONS = (
-    "Tools from tooldir directories. Only part of the catalogue is listed at first: call tool_search "
-    "with keywords or exact names to find and load more tools; loaded tools then appear in tools/list "
-    "(a tools/list_changed notification is sent). Failed calls return isError results whose text starts "
-    "with error[<code>]."
-)
-#: What ``tooldir serve``'s server advertises on handshake-era connections (tools, with list_changed).
-HANDSHAKE_CAPABILITIES: dict[str, Any] = {"tools": {"listChanged": True}}
-
-#: Longest line (one JSON-RPC message) read; the rest of a longer line is discarded unread.
-MAX_LINE = 16 << 20
 _MESSAGE_MAX = 200
 
 PARSE_ERROR = types.PARSE_ERROR
@@ -187,61 +162,6 @@ def classify(raw: bytes) -> tuple[str | None, dict[str, Any] | None]:
     return None, _envelope_error(value, reason)
 
 
-def server_version() -> str:
-    """tooldir's installed version, as ``serverInfo.version`` reports it."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("tooldir")
-    except PackageNotFoundError:
-        return "0"
-
-
-def initialize_result(requested: str) -> dict[str, Any]:
-    """The ``initialize`` result ``tooldir serve``'s server gives a client asking for protocol
-    version ``requested`` (the SDK's negotiation: that version if it is a handshake-era version
-    the SDK speaks, else the latest handshake-era one)."""
-    negotiated = requested if requested in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
-    return {
-        "capabilities": json.loads(json.dumps(HANDSHAKE_CAPABILITIES)),
-        "instructions": INSTRUCTIONS,
-        "protocolVersion": negotiated,
-        "serverInfo": {"name": SERVER_NAME, "title": "tooldir", "version": server_version()},
-    }
-
-
-def early_answer(raw: bytes) -> dict[str, Any] | None:
-    """The response to ``raw`` when it is the connection's first line and a handshake ``initialize``
-    request the SDK accepts (its message model, then its parameter checks for that method); None
-    for anything else, which only the SDK answers. Never raises."""
-    line, _ = classify(raw)
-    if line is None:
-        return None
-    try:
-        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-        if not isinstance(message, types.JSONRPCRequest) or message.method != "initialize":
-            return None
-        # what the SDK's runner checks before it answers: the surface of the method at the version a
-        # fresh connection starts with, then the parameters it negotiates from
-        _methods.validate_client_request("initialize", LATEST_HANDSHAKE_VERSION, message.params)
-        params = types.InitializeRequestParams.model_validate(message.params or {}, by_name=False)
-    except Exception:  # pydantic's ValidationError, a KeyError for an unknown method: the SDK's to answer
-        return None
-    return {"jsonrpc": "2.0", "id": message.id, "result": initialize_result(params.protocol_version)}
-
-
-def read_wire_line(wire: IO[bytes]) -> bytes:
-    """One line (one message) of at most :data:`MAX_LINE` + 1 bytes; the rest of a longer line is
-    discarded unread (bounded memory)."""
-    raw = wire.readline(MAX_LINE + 1)
-    if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
-        while True:
-            more = wire.readline(1 << 20)
-            if not more or more.endswith(b"\n"):
-                break
-    return raw
-
-
 class GuardedLines:
     """An async iterator of the lines the SDK may parse, read from ``wire`` (after the lines of
     ``replay``, already read); every other line is answered on the write stream given to
@@ -289,99 +209,6 @@ class GuardedLines:
         await self._write.send(SessionMessage(message))
 
 
-class _Unset:
-    """No early answer was sent."""
-
-
-_UNSET = _Unset()
-
-
-@dataclass
-class Wire:
-    """The protocol stream, on private descriptors: file descriptor 0 reads the null device and
-    fd 1 writes to stderr until :meth:`restore`. ``replay``: lines read before the SDK serves;
-    ``answered``: the id of the request already answered (the SDK's answer to it is not sent)."""
-
-    reader: IO[bytes]
-    writer: IO[bytes]
-    _restore: Callable[[], None]
-    replay: tuple[bytes, ...] = ()
-    answered: int | str | _Unset = field(default=_UNSET)
-
-    def answer_opening(self) -> None:
-        """Read the first line; answer it now if it is a handshake ``initialize`` (see the module
-        docstring), and keep it for the SDK either way."""
-        raw = read_wire_line(self.reader)
-        self.replay = (raw,) if raw else ()
-        answer = early_answer(raw) if raw else None
-        if answer is None:
-            return
-        self.writer.write(json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
-        self.writer.flush()
-        self.answered = answer["id"]
-        log.debug("answered initialize (id %r) before the SDK was ready", answer["id"])
-
-    def restore(self) -> None:
-        self._restore()
-
-
-def _claim(fd: int, divert: Callable[[], int]) -> tuple[int, Callable[[], None]] | None:
-    """A private duplicate of ``fd`` (close-on-exec, above the standard range) with ``fd`` pointed at
-    ``divert()``, and how to undo that; None when descriptors cannot be moved (serve in place)."""
-    try:
-        private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
-    except OSError:
-        return None
-    try:
-        diversion = divert()
-        try:
-            os.dup2(diversion, fd)
-        finally:
-            os.close(diversion)
-    except OSError:
-        os.close(private)
-        return None
-
-    def restore() -> None:
-        with contextlib.suppress(OSError):
-            os.dup2(private, fd)  # private stays open: a reader thread may still block on it
-
-    return private, restore
-
-
-def _divert_stdout() -> int:
-    try:
-        return os.dup(2)
-    except OSError:
-        return os.open(os.devnull, os.O_WRONLY)
-
-
-def claim_wire() -> Wire:
-    """The protocol stream on private descriptors, fd 0 pointed at the null device and fd 1 at
-    stderr (so neither handlers nor child processes can read or write the protocol stream). Best
-    effort like the SDK's own claim: a descriptor that cannot be moved is used in place."""
-    restores: list[Callable[[], None]] = []
-    stdin = _claim(0, lambda: os.open(os.devnull, os.O_RDONLY))
-    if stdin is None:
-        reader: IO[bytes] = sys.stdin.buffer
-    else:
-        reader = os.fdopen(stdin[0], "rb", closefd=False)
-        restores.append(stdin[1])
-    sys.stdout.flush()
-    stdout = _claim(1, _divert_stdout)
-    if stdout is None:
-        writer: IO[bytes] = sys.stdout.buffer
-    else:
-        writer = os.fdopen(stdout[0], "wb", closefd=False)
-        restores.append(stdout[1])
-
-    def restore() -> None:
-        for undo in reversed(restores):
-            undo()
-
-    return Wire(reader, writer, restore)
-
-
 class _WireOut:
     """The SDK's stdout writer's file (``write`` one message and its newline, ``flush``) over the
     claimed descriptor; drops the SDK's answer to the request answered early, once."""
@@ -391,7 +218,7 @@ class _WireOut:
         self._drop = wire.answered
 
     async def write(self, text: str) -> int:
-        if not isinstance(self._drop, _Unset) and self._answers_dropped(text):
+        if not isinstance(self._drop, Unset) and self._answers_dropped(text):
             self._drop = _UNSET
             return len(text)
         return await self._file.write(text)
@@ -411,16 +238,6 @@ class _WireOut:
             and type(message.get("id")) is type(self._drop)
             and message.get("id") == self._drop
         )
-
-
-def exit_on_early_signal(signum: int, frame: FrameType | None) -> NoReturn:
-    """SIGTERM/SIGINT before the server's loop handles signals: shut down cleanly, as it does."""
-    name = signal.Signals(signum).name
-    serve_log = logging.getLogger("tooldir.serve")
-    serve_log.info("signal %s: shutting down", name)
-    serve_log.info("signal %s; shut down cleanly", name)
-    logging.shutdown()
-    os._exit(0)
 
 
 @contextlib.asynccontextmanager

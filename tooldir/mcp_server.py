@@ -48,7 +48,8 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp_types import methods as _methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ._mcp_stdio import INSTRUCTIONS, SERVER_NAME, Wire, guarded_stdio, server_version
+from ._mcp_early import INSTRUCTIONS, SERVER_NAME, Wire, server_version
+from ._mcp_stdio import guarded_stdio
 from .catalog import ToolDef
 from .loader import LoadConfig, Loader
 from .model import Risk
@@ -602,7 +603,7 @@ async def serve_stdio(
     The protocol stream is moved off file descriptors 0 and 1 while serving (fd 1 then writes to
     stderr), so a stray print, a library's warning or a child process can never write into it.
     ``wire``: the stream already claimed (and its first line perhaps answered) by the caller,
-    see :mod:`tooldir._mcp_stdio`. The roots load in a worker thread while the protocol loop
+    see :mod:`tooldir._mcp_early`. The roots load in a worker thread while the protocol loop
     already runs: ``initialize`` never waits for them; tools requests do.
 
     Raises:

@@ -13,12 +13,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import mcp_types as types
 import pytest
 from mcp_harness import WAIT_S
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION
+from mcp_types import methods
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 from toolkit import make_tool
 
-from tooldir._mcp_stdio import early_answer, initialize_result
+from tooldir._mcp_early import HANDSHAKE_VERSIONS, early_answer, initialize_result
+from tooldir._mcp_stdio import classify
 
 HELLO = {"capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
 
@@ -108,6 +111,37 @@ def test_early_answer_answers_a_well_formed_handshake_initialize_with_its_id() -
     assert initialize_result("2099-01-01")["protocolVersion"] == HANDSHAKE_PROTOCOL_VERSIONS[-1]
 
 
+def test_the_handshake_versions_are_the_sdks() -> None:
+    assert HANDSHAKE_VERSIONS == HANDSHAKE_PROTOCOL_VERSIONS
+
+
+PLAIN_CAPABILITIES = [
+    {},
+    {"roots": {}},
+    {"roots": {"listChanged": True}},
+    {"roots": {"listChanged": False}, "sampling": {}, "elicitation": {}},
+    {"experimental": {"x.y/z": {"on": 1}}, "sampling": {}},
+]
+PLAIN_INFO = [{"name": "c", "version": "1"}, {"name": "Claude Code", "version": "2.1", "title": "Claude Code ✓"}]
+
+
+@pytest.mark.parametrize("capabilities", PLAIN_CAPABILITIES)
+@pytest.mark.parametrize("info", PLAIN_INFO)
+@pytest.mark.parametrize("request_id", [0, -3, 2**53, "id-ü"])
+def test_every_request_answered_early_is_one_the_sdks_validators_accept(
+    capabilities: dict[str, Any], info: dict[str, str], request_id: int | str
+) -> None:
+    message = _initialize(request_id, "2025-06-18", capabilities=capabilities, clientInfo=info)
+    raw = _line(message)
+    assert early_answer(raw) is not None
+    line, answer = classify(raw)  # the SDK's parser takes it
+    assert line is not None and answer is None
+    parsed = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    assert isinstance(parsed, types.JSONRPCRequest) and parsed.id == request_id
+    methods.validate_client_request("initialize", LATEST_HANDSHAKE_VERSION, message["params"])
+    types.InitializeRequestParams.model_validate(message["params"], by_name=False)
+
+
 @pytest.mark.parametrize(
     "raw",
     [
@@ -123,6 +157,15 @@ def test_early_answer_answers_a_well_formed_handshake_initialize_with_its_id() -
         _line(_initialize(1, "2025-11-25", clientInfo={"name": 3})),
         _line(_initialize(True, "2025-11-25")),
         _line({**_initialize(1, "2025-11-25"), "jsonrpc": "1.0"}),
+        _line(_initialize(1, "2025-11-25", _meta={"progressToken": 1})),
+        _line(_initialize(1, "2025-11-25", capabilities={"roots": {"listChanged": 1}})),
+        _line(_initialize(1, "2025-11-25", capabilities={"sampling": {"tools": {}}})),
+        _line(_initialize(1, "2025-11-25", capabilities={"tasks": {}})),
+        _line(_initialize(1, "2025-11-25", clientInfo={"name": "c", "version": "1", "icons": []})),
+        _line(_initialize(1, 2025)),
+        b'{"jsonrpc": "2.0", "id": 1, "id": 2, "method": "initialize", "params": {}}\n',
+        _line(_initialize(1, "2025-11-25", clientInfo={"name": "\ud800", "version": "1"})),
+        b"\xff" + _line(_initialize(1, "2025-11-25")),
     ],
     ids=[
         "eof",
@@ -137,6 +180,15 @@ def test_early_answer_answers_a_well_formed_handshake_initialize_with_its_id() -
         "bad-client-info",
         "bool-id",
         "wrong-jsonrpc",
+        "meta",
+        "list-changed-not-bool",
+        "sampling-not-empty",
+        "other-capability",
+        "other-client-info",
+        "version-not-string",
+        "duplicate-key",
+        "lone-surrogate",
+        "invalid-utf8",
     ],
 )
 def test_early_answer_leaves_everything_else_to_the_sdk(raw: bytes) -> None:

@@ -59,14 +59,14 @@ def _configure_logging(args: argparse.Namespace) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Configuration errors exit 2 before any MCP traffic. Then the protocol stream is claimed and
-    its first message answered when it is ``initialize`` (tooldir._mcp_stdio), while the SDK's
+    its first message answered when it is ``initialize`` (tooldir._mcp_early), while the SDK's
     server is imported in a thread and the roots load inside the server (tooldir.mcp_server)."""
     import signal
     import threading
 
     import anyio
 
-    from .._mcp_stdio import claim_wire, exit_on_early_signal
+    from .._mcp_early import claim_wire, exit_on_early_signal
     from ..policy import default_policy_path
 
     if args.json:
