@@ -209,12 +209,21 @@ class GuardedLines:
         await self._write.send(SessionMessage(message))
 
 
+class _Unowned(io.TextIOWrapper):
+    """A text layer whose close (at garbage collection too) never closes the buffer under it: the
+    buffer may be ``sys.stdout``'s own (the SDK's transport does the same)."""
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.detach()
+
+
 class _WireOut:
     """The SDK's stdout writer's file (``write`` one message and its newline, ``flush``) over the
     claimed descriptor; drops the SDK's answer to the request answered early, once."""
 
     def __init__(self, wire: Wire) -> None:
-        self._file = anyio.wrap_file(io.TextIOWrapper(wire.writer, encoding="utf-8"))
+        self._file = anyio.wrap_file(_Unowned(wire.writer, encoding="utf-8"))
         self._drop = wire.answered
 
     async def write(self, text: str) -> int:
