@@ -55,7 +55,7 @@ from .loader import LoadConfig, Loader
 from .model import Risk
 from .policy import Policy
 from .registry import CallResult, Registry
-from .session import Session
+from .session import IndexFollower, Session
 from .snapshot import SnapshotStore
 from .watch import Watcher, WatchProblem
 
@@ -270,6 +270,16 @@ class ToolServer:
         self._activity = threading.Lock()
         self._last_call: float | None = None
         self._unsubscribe = session.subscribe(self._on_session_change)
+        self.follower: IndexFollower | None = None  # the session's, when open() made it
+
+    def warm_search(self) -> None:
+        """Build the search index now (blocking; a background thread), so the first tool_search
+        does not wait for it."""
+        if self.follower is not None:
+            try:
+                self.follower.current  # noqa: B018 - builds the index
+            except Exception as exc:  # the first tool_search builds it again and reports
+                log.warning("could not build the search index ahead of time: %s", exc)
 
     @classmethod
     def open(
@@ -288,7 +298,9 @@ class ToolServer:
         problem = registry.sandbox_problem()
         if problem is not None:
             log.warning("no working sandbox (%s): directory tools will be refused with sandbox-unavailable", problem)
-        session = Session(store, policy=config.policy, registry=registry, state_dir=config.state_dir)
+        # the search index is built on the first search, or by warm_search once serving
+        follower = IndexFollower(store, registry.builtin_specs())
+        session = Session(store, policy=config.policy, registry=registry, state_dir=config.state_dir, follower=follower)
         watcher = (
             Watcher(
                 loader, store, policy_file=policy_file, on_problem=_log_problem, on_policy=_follow(registry, session)
@@ -304,6 +316,7 @@ class ToolServer:
             turn_idle_s=turn_idle_s,
             notifier=notifier,
         )
+        front.follower = follower
         if watcher is not None:
             try:
                 watcher.start()
@@ -432,6 +445,8 @@ class ToolServer:
         if self.watcher is not None:
             steps.append(("stop the watcher", self.watcher.stop))
         steps.append(("close the session (usage priors)", self.session.close))
+        if self.follower is not None:
+            steps.append(("stop following snapshots for search", self.follower.close))
         for what, step in steps:
             try:
                 step()
@@ -631,6 +646,10 @@ async def serve_stdio(
                         tg.cancel_scope.cancel()
                         return
                     opening.ready(portal)
+                    if opening.front is not None:
+                        threading.Thread(
+                            target=opening.front.warm_search, name="tooldir-search-index", daemon=True
+                        ).start()
 
                 tg.start_soon(stop_on_signal)
                 tg.start_soon(open_front)

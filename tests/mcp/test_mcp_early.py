@@ -193,3 +193,33 @@ def test_every_request_answered_early_is_one_the_sdks_validators_accept(
 )
 def test_early_answer_leaves_everything_else_to_the_sdk(raw: bytes) -> None:
     assert early_answer(raw) is None
+
+
+def test_the_server_opens_without_building_the_search_index_and_warm_search_builds_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tooldir import search
+    from tooldir.loader import make_config
+    from tooldir.mcp_server import ToolServer
+
+    make_tool(tmp_path / "user", "echo_tool", description="Echo text back.")
+    builds: list[int] = []
+    build = search.SearchIndex.from_snapshot
+
+    def counted(*args: Any, **kwargs: Any) -> search.SearchIndex:
+        builds.append(1)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(search.SearchIndex, "from_snapshot", staticmethod(counted))
+    config = make_config(project=tmp_path, user_dirs=[tmp_path / "user"], state_dir=tmp_path / "state")
+    front = ToolServer.open(config, watch=False)
+    try:
+        assert front.list_tools_sync()  # the first tools/list
+        assert builds == []
+        front.warm_search()
+        assert builds == [1]
+        result = front.session.tool_search(queries=["echo"], scope="all")
+        assert [m.name for m in result.matches] == ["echo_tool"]
+        assert builds == [1]
+    finally:
+        front.close()
