@@ -20,30 +20,31 @@ Notifications and responses from the client that do not parse are dropped (JSON-
 them) and logged. :func:`guarded_stdio` replaces the SDK's stdin handling with this reader and keeps
 its guarantee: while serving, file descriptor 0 reads the null device, so neither handlers nor
 child processes can read the protocol stream.
+
+The protocol stream may have been claimed, and its first line answered, before the SDK was
+imported (:mod:`tooldir._mcp_early`): :func:`guarded_stdio` then replays that line to the SDK
+and does not send the SDK's answer to a request answered early a second time.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import io
 import json
 import logging
-import os
 import re
-import sys
-from collections.abc import AsyncIterator, Callable
+from collections import deque
+from collections.abc import AsyncIterator
 from typing import IO, Any, cast
 
 import anyio
 import anyio.to_thread
 import mcp_types as types
-from mcp.server.stdio import stdio_server
-from mcp.shared.message import SessionMessage
+
+from ._mcp_early import _UNSET, MAX_LINE, Unset, Wire, claim_wire, read_wire_line
 
 log = logging.getLogger("tooldir.mcp")
 
-#: Longest line (one JSON-RPC message) read; the rest of a longer line is discarded unread.
-MAX_LINE = 16 << 20
 _MESSAGE_MAX = 200
 
 PARSE_ERROR = types.PARSE_ERROR
@@ -162,11 +163,13 @@ def classify(raw: bytes) -> tuple[str | None, dict[str, Any] | None]:
 
 
 class GuardedLines:
-    """An async iterator of the lines the SDK may parse, read from ``wire``; every other line is
-    answered on the write stream given to :meth:`attach` (or dropped, see :func:`classify`)."""
+    """An async iterator of the lines the SDK may parse, read from ``wire`` (after the lines of
+    ``replay``, already read); every other line is answered on the write stream given to
+    :meth:`attach` (or dropped, see :func:`classify`)."""
 
-    def __init__(self, wire: IO[bytes]) -> None:
+    def __init__(self, wire: IO[bytes], replay: tuple[bytes, ...] = ()) -> None:
         self._wire = wire
+        self._replay = deque(replay)
         self._write: Any = None
         self._attached = anyio.Event()
 
@@ -179,7 +182,10 @@ class GuardedLines:
 
     async def __anext__(self) -> str:
         while True:
-            raw = await anyio.to_thread.run_sync(self._read_line, abandon_on_cancel=True)
+            if self._replay:
+                raw = self._replay.popleft()
+            else:
+                raw = await anyio.to_thread.run_sync(self._read_line, abandon_on_cancel=True)
             if not raw:
                 raise StopAsyncIteration
             line, answer = classify(raw)
@@ -191,15 +197,11 @@ class GuardedLines:
                 log.warning("dropped an unparseable notification or response from the client")
 
     def _read_line(self) -> bytes:
-        raw = self._wire.readline(MAX_LINE + 1)
-        if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
-            while True:  # discard the rest of the oversized line, bounded memory
-                more = self._wire.readline(1 << 20)
-                if not more or more.endswith(b"\n"):
-                    break
-        return raw
+        return read_wire_line(self._wire)
 
     async def _answer(self, answer: dict[str, Any]) -> None:
+        from mcp.shared.message import SessionMessage
+
         error = answer["error"]
         log.warning("answered a malformed message with JSON-RPC error %s: %s", error["code"], error["message"])
         await self._attached.wait()
@@ -207,40 +209,61 @@ class GuardedLines:
         await self._write.send(SessionMessage(message))
 
 
-def _claim_stdin() -> tuple[IO[bytes], Callable[[], None]]:
-    """The protocol stream on a private descriptor, fd 0 pointed at the null device, and how to
-    restore it. Best effort like the SDK's own claim: if descriptors cannot be moved, stdin is
-    read in place."""
-    try:
-        wire_fd = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
-    except OSError:
-        return sys.stdin.buffer, lambda: None
-    try:
-        null = os.open(os.devnull, os.O_RDONLY)
+class _Unowned(io.TextIOWrapper):
+    """A text layer whose close (at garbage collection too) never closes the buffer under it: the
+    buffer may be ``sys.stdout``'s own (the SDK's transport does the same)."""
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.detach()
+
+
+class _WireOut:
+    """The SDK's stdout writer's file (``write`` one message and its newline, ``flush``) over the
+    claimed descriptor; drops the SDK's answer to the request answered early, once."""
+
+    def __init__(self, wire: Wire) -> None:
+        self._file = anyio.wrap_file(_Unowned(wire.writer, encoding="utf-8"))
+        self._drop = wire.answered
+
+    async def write(self, text: str) -> int:
+        if not isinstance(self._drop, Unset) and self._answers_dropped(text):
+            self._drop = _UNSET
+            return len(text)
+        return await self._file.write(text)
+
+    async def flush(self) -> None:
+        await self._file.flush()
+
+    def _answers_dropped(self, text: str) -> bool:
         try:
-            os.dup2(null, 0)
-        finally:
-            os.close(null)
-    except OSError:
-        os.close(wire_fd)
-        return sys.stdin.buffer, lambda: None
-
-    def restore() -> None:
-        with contextlib.suppress(OSError):
-            os.dup2(wire_fd, 0)  # wire_fd stays open: a reader thread may still block on it
-
-    # closefd=False and unbuffered-by-line reads through a BufferedReader of our own
-    return os.fdopen(wire_fd, "rb", closefd=False), restore
+            message = json.loads(text)
+        except ValueError:
+            return False
+        return (
+            isinstance(message, dict)
+            and "method" not in message
+            and ("result" in message or "error" in message)
+            and type(message.get("id")) is type(self._drop)
+            and message.get("id") == self._drop
+        )
 
 
 @contextlib.asynccontextmanager
-async def guarded_stdio() -> AsyncIterator[tuple[Any, Any]]:
-    """``mcp.server.stdio.stdio_server`` with stdin read through :class:`GuardedLines`."""
-    wire, restore = _claim_stdin()
-    lines = GuardedLines(wire)
+async def guarded_stdio(wire: Wire | None = None) -> AsyncIterator[tuple[Any, Any]]:
+    """``mcp.server.stdio.stdio_server`` over ``wire`` (claimed here when None), with stdin read
+    through :class:`GuardedLines`."""
+    from mcp.server.stdio import stdio_server
+
+    own = wire is None
+    claimed = claim_wire() if wire is None else wire
+    lines = GuardedLines(claimed.reader, claimed.replay)
     try:
-        async with stdio_server(stdin=cast("anyio.AsyncFile[str]", lines)) as (read_stream, write_stream):
+        async with stdio_server(
+            stdin=cast("anyio.AsyncFile[str]", lines), stdout=cast("anyio.AsyncFile[str]", _WireOut(claimed))
+        ) as (read_stream, write_stream):
             lines.attach(write_stream)
             yield read_stream, write_stream
     finally:
-        restore()
+        if own:
+            claimed.restore()

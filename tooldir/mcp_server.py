@@ -48,20 +48,20 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp_types import methods as _methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from ._mcp_early import INSTRUCTIONS, SERVER_NAME, Wire, server_version
 from ._mcp_stdio import guarded_stdio
 from .catalog import ToolDef
 from .loader import LoadConfig, Loader
 from .model import Risk
 from .policy import Policy
 from .registry import CallResult, Registry
-from .session import Session
+from .session import IndexFollower, Session
 from .snapshot import SnapshotStore
 from .watch import Watcher, WatchProblem
 
 log = logging.getLogger("tooldir.serve")
 T = TypeVar("T")
 
-SERVER_NAME = "tooldir"
 MAX_CONCURRENT_CALLS = 16  # tools/call runs at once per connection; more wait their turn
 DEFAULT_TURN_IDLE_S = 30.0
 CALL_CONTEXT: Mapping[str, Any] = {"via": "mcp"}
@@ -254,6 +254,7 @@ class ToolServer:
         session: Session,
         watcher: Watcher | None = None,
         turn_idle_s: float = DEFAULT_TURN_IDLE_S,
+        notifier: ListChangedNotifier | None = None,
     ) -> None:
         if turn_idle_s < 0:
             raise ValueError("turn_idle_s must be >= 0")
@@ -262,7 +263,7 @@ class ToolServer:
         self.session = session
         self.watcher = watcher
         self.turn_idle_s = turn_idle_s
-        self.notifier = ListChangedNotifier()
+        self.notifier = notifier or ListChangedNotifier()
         self._wire: dict[int, _Rendered] = {}  # rendering 10k tools is not free
         self._portal: BlockingPortal | None = None
         self._limiter: anyio.CapacityLimiter | None = None
@@ -270,6 +271,16 @@ class ToolServer:
         self._last_call: float | None = None
         self._unsubscribe = session.subscribe(self._on_session_change)
         self.upstream: Any = None  # the UpstreamHub of MCP server packages, if there are any
+        self.follower: IndexFollower | None = None  # the session's, when open() made it
+
+    def warm_search(self) -> None:
+        """Build the search index now (blocking; a background thread), so the first tool_search
+        does not wait for it."""
+        if self.follower is not None:
+            try:
+                self.follower.current  # noqa: B018 - builds the index
+            except Exception as exc:  # the first tool_search builds it again and reports
+                log.warning("could not build the search index ahead of time: %s", exc)
 
     @classmethod
     def open(
@@ -279,6 +290,7 @@ class ToolServer:
         watch: bool = True,
         policy_file: str | os.PathLike[str] | None = None,
         turn_idle_s: float = DEFAULT_TURN_IDLE_S,
+        notifier: ListChangedNotifier | None = None,
     ) -> ToolServer:
         """Load the roots, build the registry and one session, and start watching (blocking)."""
         loader = Loader(config)
@@ -294,7 +306,9 @@ class ToolServer:
             upstream = open_upstream(
                 registry, policy=config.policy, state_dir=config.state_dir, builtins=config.builtins, follow=True
             )
-        session = Session(store, policy=config.policy, registry=registry, state_dir=config.state_dir)
+        # the search index is built on the first search, or by warm_search once serving
+        follower = IndexFollower(store, registry.builtin_specs())
+        session = Session(store, policy=config.policy, registry=registry, state_dir=config.state_dir, follower=follower)
         watcher = (
             Watcher(
                 loader, store, policy_file=policy_file, on_problem=_log_problem, on_policy=_follow(registry, session)
@@ -302,7 +316,15 @@ class ToolServer:
             if watch
             else None
         )
-        front = cls(store=store, registry=registry, session=session, watcher=watcher, turn_idle_s=turn_idle_s)
+        front = cls(
+            store=store,
+            registry=registry,
+            session=session,
+            watcher=watcher,
+            turn_idle_s=turn_idle_s,
+            notifier=notifier,
+        )
+        front.follower = follower
         front.upstream = upstream
         if watcher is not None:
             try:
@@ -432,6 +454,8 @@ class ToolServer:
         if self.watcher is not None:
             steps.append(("stop the watcher", self.watcher.stop))
         steps.append(("close the session (usage priors)", self.session.close))
+        if self.follower is not None:
+            steps.append(("stop following snapshots for search", self.follower.close))
         if self.upstream is not None:
             steps.append(("stop the MCP server packages", self.upstream.close))
         for what, step in steps:
@@ -479,12 +503,14 @@ def _as_mcp_result(name: str, result: CallResult) -> types.CallToolResult:
     )
 
 
-def _exit_on_signal(front: ToolServer, name: str) -> NoReturn:
+def _exit_on_signal(front: ToolServer | None, name: str) -> NoReturn:
     """Close down and exit now. A graceful return is not possible here: the stdio transport's
     reader sits in a blocking read of stdin that only the client closing it can end. Calls still
-    running are abandoned; their sandboxes die with this process (``--die-with-parent``)."""
+    running are abandoned; their sandboxes die with this process (``--die-with-parent``).
+    ``front`` None: the tools are still loading; nothing to close."""
     log.info("signal %s: shutting down", name)
-    front.close()
+    if front is not None:
+        front.close()
     log.info("signal %s; shut down cleanly", name)
     logging.shutdown()
     os._exit(0)
@@ -504,19 +530,56 @@ def _log_problem(problem: WatchProblem) -> None:
     log.warning("watcher: %s: %s (snapshot generation %d kept)", problem.code, problem.message, problem.generation)
 
 
-def build_server(front: ToolServer) -> Server[Any]:
+class OpeningServer:
+    """The :class:`ToolServer` of a connection while it is still being opened (loading the roots)
+    in a worker thread: the protocol loop already answers what needs no tools (``initialize``,
+    ``ping``); tools requests wait in :meth:`get`. Its notifier is the one the server is built with."""
+
+    def __init__(self) -> None:
+        self.notifier = ListChangedNotifier()
+        self.front: ToolServer | None = None
+        self.failed = False
+        self._ready = anyio.Event()
+
+    def open(self, config: LoadConfig, **options: Any) -> None:
+        """Open the ToolServer (blocking; a worker thread). Kept here as soon as it exists, so a
+        connection that ends meanwhile still closes it."""
+        try:
+            self.front = ToolServer.open(config, notifier=self.notifier, **options)
+        except BaseException:
+            self.failed = True
+            raise
+
+    def ready(self, portal: BlockingPortal | None) -> None:
+        """On the loop, once :meth:`open` returned or failed: release the waiting requests."""
+        if self.front is not None and portal is not None:
+            self.front.attach(portal)
+        self._ready.set()
+
+    async def get(self) -> ToolServer:
+        await self._ready.wait()
+        if self.front is None:
+            raise RuntimeError("tooldir could not load its tools (see the server log)")
+        return self.front
+
+
+def build_server(front: ToolServer | OpeningServer) -> Server[Any]:
     """The SDK's low-level server with tooldir's handlers: tools/list, tools/call and
-    subscriptions/listen (2026-07-28 change notifications)."""
+    subscriptions/listen (2026-07-28 change notifications). With an :class:`OpeningServer`,
+    tools requests wait until it is open."""
+
+    async def current() -> ToolServer:
+        return front if isinstance(front, ToolServer) else await front.get()
 
     async def on_list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams) -> HandlerResult:
         # a plain dict: the SDK still validates it against the negotiated protocol version, but the
         # cached wire form of each tool skips a pydantic dump of every tool on every list
-        return await front.list_tools()
+        return await (await current()).list_tools()
 
     async def on_call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        return await front.call_tool(params.name, params.arguments)
+        return await (await current()).call_tool(params.name, params.arguments)
 
     server: Server[Any] = Server(
         SERVER_NAME,
@@ -539,7 +602,7 @@ def build_server(front: ToolServer) -> Server[Any]:
             _methods.validate_client_request("tools/list", version, ctx.params)
         except (KeyError, ValueError):  # pydantic's ValidationError is a ValueError
             return await call_next(ctx)
-        result = await anyio.to_thread.run_sync(front.list_result_sync, version)
+        result = await anyio.to_thread.run_sync((await current()).list_result_sync, version)
         if modern:  # what the SDK stamps on every 2026-era result
             result["_meta"] = {types.SERVER_INFO_META_KEY: server.server_info_stamp}
         return result
@@ -548,21 +611,8 @@ def build_server(front: ToolServer) -> Server[Any]:
     return server
 
 
-INSTRUCTIONS = (
-    "Tools from tooldir directories. Only part of the catalogue is listed at first: call tool_search "
-    "with keywords or exact names to find and load more tools; loaded tools then appear in tools/list "
-    "(a tools/list_changed notification is sent). Failed calls return isError results whose text starts "
-    "with error[<code>]."
-)
-
-
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("tooldir")
-    except PackageNotFoundError:
-        return "0"
+    return server_version()
 
 
 async def serve_stdio(
@@ -571,35 +621,57 @@ async def serve_stdio(
     watch: bool = True,
     policy_file: str | os.PathLike[str] | None = None,
     turn_idle_s: float = DEFAULT_TURN_IDLE_S,
+    wire: Wire | None = None,
 ) -> None:
     """Serve one MCP connection on this process's stdin/stdout until the client closes stdin
     (or SIGTERM/SIGINT arrives).
 
-    The SDK's stdio transport diverts file descriptor 1 to stderr while it serves, so a stray
-    print, a library's warning or a child process can never write into the protocol stream.
+    The protocol stream is moved off file descriptors 0 and 1 while serving (fd 1 then writes to
+    stderr), so a stray print, a library's warning or a child process can never write into it.
+    ``wire``: the stream already claimed (and its first line perhaps answered) by the caller,
+    see :mod:`tooldir._mcp_early`. The roots load in a worker thread while the protocol loop
+    already runs: ``initialize`` never waits for them; tools requests do.
 
     Raises:
-        ToolDirError: the roots, state or policy could not be loaded (before any MCP traffic).
+        ToolDirError: the roots, state or policy could not be loaded (the connection is closed).
     """
-    async with guarded_stdio() as (read_stream, write_stream):  # malformed lines get JSON-RPC errors
-        front = await anyio.to_thread.run_sync(
-            lambda: ToolServer.open(config, watch=watch, policy_file=policy_file, turn_idle_s=turn_idle_s)
-        )
+    opening = OpeningServer()
+    failure: list[Exception] = []
+    async with guarded_stdio(wire) as (read_stream, write_stream):  # malformed lines get JSON-RPC errors
         try:
             async with BlockingPortal() as portal, anyio.create_task_group() as tg:
-                front.attach(portal)
-                server = build_server(front)
-                options = server.create_initialization_options(NotificationOptions(tools_changed=True))
 
                 async def stop_on_signal() -> None:
                     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                         async for signum in signals:
-                            _exit_on_signal(front, signal.Signals(signum).name)
+                            _exit_on_signal(opening.front, signal.Signals(signum).name)
+
+                async def open_front() -> None:
+                    try:
+                        await anyio.to_thread.run_sync(
+                            lambda: opening.open(config, watch=watch, policy_file=policy_file, turn_idle_s=turn_idle_s)
+                        )
+                    except Exception as exc:  # ToolDirError: raised below, after the connection is closed
+                        failure.append(exc)
+                        opening.ready(None)
+                        tg.cancel_scope.cancel()
+                        return
+                    opening.ready(portal)
+                    if opening.front is not None:
+                        threading.Thread(
+                            target=opening.front.warm_search, name="tooldir-search-index", daemon=True
+                        ).start()
 
                 tg.start_soon(stop_on_signal)
+                tg.start_soon(open_front)
+                server = build_server(opening)
+                options = server.create_initialization_options(NotificationOptions(tools_changed=True))
                 log.info("serving %d root(s) over stdio", len(config.roots))
                 await server.run(read_stream, write_stream, options)
                 tg.cancel_scope.cancel()
         finally:
-            front.close()
-        log.info("the client closed the connection; shut down cleanly")
+            if opening.front is not None:
+                opening.front.close()
+    if failure:
+        raise failure[0]
+    log.info("the client closed the connection; shut down cleanly")

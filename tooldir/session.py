@@ -73,32 +73,48 @@ def _default_ranker() -> Ranker | None:
 
 
 class IndexFollower:
-    """One search index kept in step with a snapshot store (share it between sessions)."""
+    """One search index kept in step with a snapshot store (share it between sessions).
+
+    The index is built on first use (the first search), not when the follower is made: listing
+    the working set (a session's first ``tools/list``) never waits for it. Once built, it follows
+    every publication by diff."""
 
     def __init__(self, store: SnapshotStore, builtins: Iterable[BuiltinSpec] = ()) -> None:
         self._lock = threading.Lock()
         self._builtins = _builtin_docs(b for b in builtins if b.name not in GUARD_TOOLS)
         self._views: dict[tuple[Any, ...], _View] = {}
-        self._ranker = _default_ranker()
-        with self._lock:  # subscribe first: a publication racing this build is never missed
+        self._index: SearchIndex | None = None
+        with self._lock:  # subscribe first: a publication racing this is never missed
             self._unsubscribe = store.subscribe(self._on_publish)
-            snapshot = store.current
-            self._pair = (snapshot, SearchIndex.from_snapshot(snapshot, builtins=self._builtins, ranker=self._ranker))
+            self._snapshot = store.current
 
     def _on_publish(self, snapshot: Snapshot, change: SnapshotDiff) -> None:
         with self._lock:
-            held = self._pair[0].generation
+            held = self._snapshot.generation
             if snapshot.generation <= held:
-                return  # already indexed (published while this follower was being built)
-            if change.old_generation == held:
-                index = self._pair[1].apply_diff(snapshot, change, builtins=self._builtins)
-            else:  # a diff from a snapshot this index never saw: rebuild
-                index = SearchIndex.from_snapshot(snapshot, builtins=self._builtins, ranker=self._pair[1].ranker)
-            self._pair = (snapshot, index)
+                return  # already seen (published while this follower was being made)
+            if self._index is not None:
+                if change.old_generation == held:
+                    self._index = self._index.apply_diff(snapshot, change, builtins=self._builtins)
+                else:  # a diff from a snapshot this index never saw: rebuild
+                    self._index = SearchIndex.from_snapshot(
+                        snapshot, builtins=self._builtins, ranker=self._index.ranker
+                    )
+            self._snapshot = snapshot
+
+    def _current_snapshot(self) -> Snapshot:
+        """The snapshot followed, without building the index."""
+        return self._snapshot
 
     @property
     def current(self) -> tuple[Snapshot, SearchIndex]:
-        return self._pair
+        with self._lock:
+            if self._index is None:
+                # the semantic ranker too is made on first use (its model loads when it first ranks)
+                self._index = SearchIndex.from_snapshot(
+                    self._snapshot, builtins=self._builtins, ranker=_default_ranker()
+                )
+            return self._snapshot, self._index
 
     def shared(self, key: tuple[Any, ...], compute: Callable[[], _View]) -> _View:
         """A view computed once for all sessions with the same snapshot and configuration."""
@@ -205,7 +221,7 @@ class Session:
         return host if host is not None else self._permissions
 
     def _view(self) -> _View:
-        snapshot, _ = self._follower.current
+        snapshot = self._follower._current_snapshot()
         cached = self._view_cache
         if cached is not None and cached.snapshot_id == f"{snapshot.id}/{snapshot.generation}":
             return cached
@@ -534,7 +550,7 @@ class Session:
         error = result.error
         if error is None or error.code != "not-active":
             return result
-        snapshot, _ = self._follower.current
+        snapshot = self._follower._current_snapshot()
         record = snapshot.by_name.get(name)
         if record is None or record.status is Status.ACTIVE:
             others = [r for r in snapshot.records(name) if r.status is not Status.ACTIVE]

@@ -11,12 +11,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from .._internal.gcpause import gc_paused
-from ..errors import ConfigError, ToolDirError
 from .common import EXIT_OK, EXIT_USAGE, CommandError, console_err
+
+#: Exit status when the reader of stdout went away (``tooldir scan --json | head -c1``): what a
+#: shell reports for a process ended by SIGPIPE (128 + 13), as other Unix tools end.
+EXIT_BROKEN_PIPE = 141
 
 #: Every command, in the order ``tooldir --help`` lists them, and the module that registers it.
 COMMANDS: dict[str, str] = {
@@ -47,40 +52,17 @@ LONG_RUNNING = frozenset({"watch", "serve", "drill"})
 
 
 def _selected(argv: Sequence[str]) -> str | None:
-    """The command ``argv`` names (the top-level parser has no options but ``-h``)."""
+    """The command ``argv`` names (the top-level parser has no options but ``-h`` and ``--version``)."""
     return argv[0] if argv and argv[0] in COMMANDS else None
 
 
-def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The parser for ``argv``: with a known command, only that command's module is imported and
-    registered; otherwise (``--help``, a typo, ``argv`` None) every command is."""
-    parser = argparse.ArgumentParser(
-        prog="tooldir",
-        description="Load LLM agent tools from directories on disk, safely.",
-    )
-    parser.add_argument("--version", action=_VersionAction)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    command = None if argv is None else _selected(argv)
-    if command is None and argv is not None and list(argv[:1]) == ["--version"]:
-        modules: list[str] = []  # argparse prints the version and exits before any command is needed
-    else:
-        modules = [COMMANDS[command]] if command else list(dict.fromkeys(COMMANDS.values()))
-    for name in modules:
-        importlib.import_module(f"{__name__}.{name}").register(sub)
-    return parser
+class _Version(argparse.Action):
+    """``--version``: looks the installed version up only when asked (importlib.metadata is not free)."""
 
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
-class _VersionAction(argparse.Action):
-    """``--version``: the metadata is read only when asked for (it costs a scan of site-packages)."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
-        super().__init__(
-            option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help="print the installed version and exit"
-        )
-
-    def __call__(
-        self, parser: argparse.ArgumentParser, namespace: object, values: object, option: object = None
-    ) -> None:
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
         sys.stdout.write(f"tooldir {_version()}\n")
         parser.exit()
 
@@ -95,9 +77,39 @@ def _version() -> str:
         return "unknown"
 
 
+def _silence_stdout() -> None:
+    """The reader of stdout is gone: point fd 1 at the null device, so the interpreter's final
+    flush of what is still buffered does not print a BrokenPipeError at exit."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv``: with a known command, only that command's module is imported and
+    registered; otherwise (``--help``, a typo, ``argv`` None) every command is."""
+    parser = argparse.ArgumentParser(
+        prog="tooldir",
+        description="Load LLM agent tools from directories on disk, safely.",
+    )
+    parser.add_argument("--version", action=_Version, help="print the installed version of tooldir and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    command = None if argv is None else _selected(argv)
+    if argv is not None and list(argv[:1]) == ["--version"]:
+        modules: list[str] = []  # argparse exits at --version before it needs any command
+    else:
+        modules = [COMMANDS[command]] if command else list(dict.fromkeys(COMMANDS.values()))
+    for name in modules:
+        importlib.import_module(f"{__name__}.{name}").register(sub)
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
+    from ..errors import ConfigError, ToolDirError  # after parsing: --help and --version never need them
+
     try:
         # A one-shot command builds large, long-lived structures and exits: pausing the cyclic GC
         # is the CLI's process-wide choice (the library never makes it for its host).
@@ -115,6 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # stdout's reader went away (``| head``): end quietly, like other Unix tools
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     return code if code is not None else EXIT_OK
 
 

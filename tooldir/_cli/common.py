@@ -1,4 +1,8 @@
-"""Shared CLI plumbing: common options, configuration, output."""
+"""Shared CLI plumbing: common options, configuration, output.
+
+Importing this module (every command module does, and ``tooldir --help`` imports them all) stays
+cheap: the loader, the policy model and rich are imported by the functions that use them.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +12,14 @@ import re
 import sys
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
 
-from ..loader import LoadConfig, make_config
-from ..policy import Policy, load_policy
-from ..state import absolute_state_dir
-from ..text import ALL_KINDS, character_class
+    from ..loader import LoadConfig
+    from ..policy import Policy
 
 EXIT_OK = 0
 EXIT_FOUND_ERRORS = 1
@@ -52,11 +55,16 @@ def common_options() -> argparse.ArgumentParser:
 
 
 def policy_from_args(args: argparse.Namespace) -> Policy:
+    from ..policy import load_policy
+
     policy, _ = load_policy(args.policy)
     return policy
 
 
 def config_from_args(args: argparse.Namespace) -> LoadConfig:
+    from ..loader import make_config
+    from ..policy import load_policy
+
     project = args.project
     if project is not None and not Path(project).is_dir():
         raise CommandError(f"--project {project}: not a directory")
@@ -73,20 +81,33 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
 
 def state_dir_from_args(args: argparse.Namespace) -> Path | None:
     """``--state-dir``, which must be absolute (StateDirError, exit 2); None: the default location."""
+    from ..state import absolute_state_dir
+
     return None if args.state_dir is None else absolute_state_dir(args.state_dir, setting="--state-dir")
+
+
+def _console_class() -> type[Console]:
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            """rich would exit 1 itself; the CLI ends every broken pipe the same way (tooldir._cli.main)."""
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console
 
 
 @cache
 def console() -> Console:
     # not a terminal (a pipe, CI): wide enough that paths and messages stay whole
-    return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+    return _console_class()(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
 
 
 @cache
 def console_err() -> Console:
-    # not a terminal (a pipe, CI, a log file): never wrap, so a message stays one greppable line
-    tty = sys.stderr.isatty()
-    return Console(stderr=True, highlight=False, soft_wrap=not tty)
+    # soft_wrap: a message (a path in it) is never broken across lines at an assumed width
+    return _console_class()(stderr=True, highlight=False, soft_wrap=True)
 
 
 def stderr_is_terminal() -> bool:
@@ -95,12 +116,29 @@ def stderr_is_terminal() -> bool:
 
 
 def print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    """One JSON document on stdout: indented for a person at a terminal, compact (one line, the
+    same content) for a pipe or a file, where the indenting encoder would cost ~4x the time."""
+    if _isatty(sys.stdout):
+        text = json.dumps(value, indent=2, ensure_ascii=False)
+    else:
+        text = json.dumps(value, ensure_ascii=False)  # no indent: the C encoder, on one line
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 
-# every character of tooldir.text's table, and a carriage return (it can overwrite a line)
-_CONTROL = re.compile(character_class(ALL_KINDS, extra="\r"))
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        return False
+
+
+@cache
+def _control() -> re.Pattern[str]:
+    """Every character of tooldir.text's table, and a carriage return (it can overwrite a line)."""
+    from ..text import ALL_KINDS, character_class
+
+    return re.compile(character_class(ALL_KINDS, extra="\r"))
 
 
 def clean(text: str | None) -> str:
@@ -109,9 +147,11 @@ def clean(text: str | None) -> str:
     become visible ``<U+XXXX>`` markers. Tab and line feed stay."""
     if text is None:
         return ""
-    return _CONTROL.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+    return _control().sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
 
 
 def safe(text: str | None, style: str = "") -> Text:
     """A rich Text (never markup) of cleaned text."""
+    from rich.text import Text
+
     return Text(clean(text), style=style)

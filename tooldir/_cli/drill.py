@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from pathlib import Path
-from typing import Any
-
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from .._data import SCENARIOS
-from ..drill import DrillResult, Scenario, load_scenarios, run_drill, select, verdict
 from .common import EXIT_FOUND_ERRORS, EXIT_OK, CommandError, console, print_json, safe
 from .progress import progress
+
+if TYPE_CHECKING:
+    from ..drill import DrillResult, Scenario
 
 
 def register(sub: Any) -> None:
@@ -50,6 +50,8 @@ def bundled_scenarios() -> Path | None:
 
 
 def cmd_drill(args: argparse.Namespace) -> int:
+    from ..drill import load_scenarios, run_drill, select, verdict
+
     directory = Path(args.dir).resolve() if args.dir else bundled_scenarios()
     if directory is None:
         raise CommandError("no bundled scenarios next to this installation; pass a scenario DIR")
@@ -92,6 +94,8 @@ def list_drills(scenarios: list[Scenario], *, as_json: bool) -> int:
     if as_json:
         print_json({"drills": rows})
         return EXIT_OK
+    from rich.table import Table
+
     table = Table("id", "threat", "title", "requires", title="tooldir drills")
     for s in scenarios:
         table.add_row(safe(s.drill_id, "bold"), safe(s.threat), safe(s.title), safe(", ".join(s.requires) or "-"))
@@ -105,6 +109,8 @@ _VERDICT = {"passed": ("pass", "green"), "failed": ("FAIL", "bold red"), "not-ru
 
 
 def print_results(results: list[DrillResult], *, passed: bool, require_all: bool) -> None:
+    from rich.table import Table
+
     table = Table("id", "expectation", "result", "status", title="tooldir drill")
     for r in results:
         if r.status == "not-runnable":

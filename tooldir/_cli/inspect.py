@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from ..defer import DeferralPlan
-from ..model import Severity, Status, ToolRecord
-from ..session import initial_plan
-from ..snapshot import Snapshot
 from .common import (
     EXIT_FOUND_ERRORS,
     EXIT_OK,
@@ -25,8 +19,14 @@ from .common import (
 from .progress import load_roots
 
 SCAN_FORMATS = ("table", "json", "sarif")
-_STATUS_STYLE = {Status.ACTIVE: "green", Status.PENDING: "yellow", Status.SHADOWED: "dim", Status.REJECTED: "red"}
-_SEVERITY_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
+if TYPE_CHECKING:
+    from ..defer import DeferralPlan
+    from ..model import ToolRecord
+    from ..snapshot import Snapshot
+
+# keyed by the values of tooldir.model's Status and Severity (StrEnums): the model stays unimported
+_STATUS_STYLE = {"active": "green", "pending": "yellow", "shadowed": "dim", "rejected": "red"}
+_SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "dim"}
 
 
 def register(sub: Any) -> None:
@@ -50,6 +50,8 @@ def register(sub: Any) -> None:
 def load_snapshot(args: argparse.Namespace) -> tuple[Snapshot, DeferralPlan]:
     """The snapshot and the static deferral plan a fresh session over it would start from (so
     ``deferred`` here is what ``catalog``, a session and ``tooldir serve`` do)."""
+    from ..session import initial_plan
+
     config = config_from_args(args)
     # the load records the signed versions it verified (rollback protection), as every load does
     snap = load_roots(config)
@@ -104,7 +106,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     else:
         print_tools(snap.tools, plan, title=f"tooldir scan — snapshot {snap.id} (generation {snap.generation})")
         print_diagnostics(snap)
-    has_errors = any(d.severity is Severity.ERROR for d in snap.diagnostics)
+    has_errors = any(d.severity == "error" for d in snap.diagnostics)
     return EXIT_FOUND_ERRORS if args.strict and has_errors else EXIT_OK
 
 
@@ -149,6 +151,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             out.print(safe("manifest:"))
             out.print(safe(json.dumps(record.manifest.model_dump(mode="json"), indent=2, ensure_ascii=False)))
         if record.files:
+            from rich.table import Table
+
             table = Table("file", "bytes", "sha256", title="files")
             for f in record.files:
                 table.add_row(safe(f.path), str(f.size), f.sha256)
@@ -172,6 +176,8 @@ def detail_json(record: ToolRecord, plan: DeferralPlan) -> dict[str, Any]:
 
 
 def print_tools(tools: tuple[ToolRecord, ...] | list[ToolRecord], plan: DeferralPlan, *, title: str) -> None:
+    from rich.table import Table
+
     table = Table("name", "source", "status", "trust", "risk", "deferred", "path", title=title)
     for t in tools:
         table.add_row(
@@ -194,6 +200,8 @@ def print_diagnostics(snap: Snapshot) -> None:
 
 
 def print_diagnostic_rows(diags: Any) -> None:
+    from rich.table import Table
+
     table = Table("severity", "code", "tool", "pointer", "message", title="diagnostics")
     for d in diags:
         table.add_row(

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from ..errors import PolicyError
-from ..policy import EffectivePolicy, read_policy
 from .common import EXIT_OK, EXIT_USAGE, common_options, console, print_json, safe
+
+if TYPE_CHECKING:
+    from ..policy import EffectivePolicy
 
 
 def register(sub: Any) -> None:
@@ -39,6 +38,10 @@ def _value(value: Any) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from ..policy import read_policy
+
     effective = read_policy(args.policy)
     if args.json:
         print_json(effective.to_json())
@@ -63,6 +66,9 @@ def _print_weakenings(effective: EffectivePolicy) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from ..errors import PolicyError
+    from ..policy import read_policy
+
     try:
         effective = read_policy(args.file)
     except PolicyError as exc:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..loader import LoadConfig, Loader
-from ..snapshot import Snapshot
 from .common import clean, console_err, stderr_is_terminal
+
+if TYPE_CHECKING:
+    from ..loader import LoadConfig
+    from ..snapshot import Snapshot
 
 
 class Tracker:
@@ -58,5 +60,7 @@ def progress(description: str, total: int | None = None) -> Iterator[Tracker]:
 
 def load_roots(config: LoadConfig) -> Snapshot:
     """``Loader(config).load()`` with a spinner on a terminal (large roots take a while)."""
+    from ..loader import Loader
+
     with progress(f"loading {len(config.roots)} tool root(s)"):
         return Loader(config).load()

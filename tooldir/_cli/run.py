@@ -21,15 +21,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._internal.strictjson import StrictJSONError, loads, thaw
-from ..audit import AUDIT_FILE, GENESIS, parse_head, verify
-from ..errors import StateError
-from ..registry import CallResult, Registry
-from ..snapshot import SnapshotStore
-from ..state import audit_head_path, load_chain_head
-from ..upstream_names import SEPARATOR
+from ..upstream_names import SEPARATOR  # a constant only
 from .common import (
     EXIT_FOUND_ERRORS,
     EXIT_OK,
@@ -44,6 +38,9 @@ from .common import (
     safe,
 )
 from .progress import load_roots
+
+if TYPE_CHECKING:
+    from ..registry import CallResult, Registry
 
 USAGE_CODES = frozenset({"invalid-input", "unknown-tool"})
 REFUSED_CODES = frozenset(
@@ -104,6 +101,8 @@ def sandbox_report(registry: Registry, record: object | None) -> dict[str, str] 
 
 
 def _read_input(args: argparse.Namespace, limit: int) -> dict[str, Any]:
+    from .._internal.strictjson import StrictJSONError, loads, thaw
+
     if args.input is not None:
         raw = args.input.encode("utf-8", "surrogateescape")
         where = "--input"
@@ -130,6 +129,10 @@ def _read_input(args: argparse.Namespace, limit: int) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from .._internal.strictjson import thaw
+    from ..registry import Registry
+    from ..snapshot import SnapshotStore
+
     config = config_from_args(args)
     data = _read_input(args, config.policy.sandbox.max_input_bytes)
     snapshot = load_roots(config)
@@ -164,6 +167,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from ..audit import AUDIT_FILE, parse_head, verify
+
     config = config_from_args(args)
     path = Path(config.state_dir) / AUDIT_FILE
     expect = None
@@ -195,6 +200,10 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_head(args: argparse.Namespace) -> int:
+    from ..audit import AUDIT_FILE, GENESIS
+    from ..errors import StateError
+    from ..state import audit_head_path, load_chain_head
+
     config = config_from_args(args)
     log_path = Path(config.state_dir) / AUDIT_FILE
     path = audit_head_path(log_path)

@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from ..catalog import FORMATS, directory_text, summary
-from ..evaluate import evaluate, read_queries, read_tools
-from ..session import MAX_TOP_K, Session
-from ..snapshot import SnapshotStore
 from .common import (
     EXIT_FOUND_ERRORS,
     EXIT_OK,
@@ -22,6 +16,15 @@ from .common import (
     safe,
 )
 from .progress import load_roots, progress
+
+if TYPE_CHECKING:
+    from ..session import Session
+    from ..snapshot import SnapshotStore
+
+# kept equal to tooldir.catalog.FORMATS and tooldir.session.MAX_TOP_K (tests/test_startup_imports.py):
+# registering the options must not import the catalog and the session (tooldir --help stays cheap)
+FORMATS = ("anthropic", "openai", "mcp")
+MAX_TOP_K = 20
 
 
 def register(sub: Any) -> None:
@@ -40,6 +43,9 @@ def register(sub: Any) -> None:
 
 
 def _session(args: argparse.Namespace) -> tuple[Session, SnapshotStore]:
+    from ..session import Session
+    from ..snapshot import SnapshotStore
+
     config = config_from_args(args)
     store = SnapshotStore(load_roots(config))
     session = Session(store, policy=config.policy, builtins=config.builtins)
@@ -62,6 +68,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         data.pop("hint", None)
         print_json(data)
         return EXIT_OK if result.matches else EXIT_FOUND_ERRORS
+    from rich.table import Table
+
+    from ..catalog import summary
+
     out = console()
     table = Table("name", "score", "source", "load state", "summary", title=f"tooldir search — {args.query}")
     for m in result.matches:
@@ -78,6 +88,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
+    from ..catalog import directory_text
+
     session, store = _session(args)
     try:
         snap = store.current
@@ -100,6 +112,8 @@ def cmd_catalog(args: argparse.Namespace) -> int:
             data["tools"] = [d.render(args.format) for d in working]
         print_json(data)
         return EXIT_OK
+    from rich.table import Table
+
     out = console()
     table = Table("name", "risk", "summary", title=f"deferred tools ({len(entries)})")
     for e in entries:
@@ -120,6 +134,10 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from ..evaluate import evaluate, read_queries, read_tools
+
     with progress("reading the labelled set"):  # stderr, only on a terminal
         docs = read_tools(args.tools)
         queries = read_queries(args.queries, {d.name for d in docs})

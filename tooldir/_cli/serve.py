@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..mcp_config import CLIENTS, client_config
-from ..policy import default_policy_path
+from ..mcp_config import CLIENTS  # plain data (json only): --help stays light
 from .common import EXIT_OK, CommandError, common_options, config_from_args
 
 DEFAULT_TURN_IDLE_S = 30.0  # kept equal to tooldir.mcp_server.DEFAULT_TURN_IDLE_S (the SDK stays off --help)
@@ -68,6 +67,8 @@ def register(sub: Any) -> None:
 
 
 def _configure_logging(args: argparse.Namespace) -> None:
+    import logging
+
     handler: logging.Handler
     if args.log_file:
         try:
@@ -108,6 +109,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.print_config:
         if args.http:
             raise CommandError("--print-config prints a stdio configuration; leave out --http")
+        from ..mcp_config import client_config
+
         sys.stdout.write(client_config(args.print_config, *server_argv(args)))
         return EXIT_OK
     if not 0 <= args.turn_idle <= 86_400:
@@ -120,14 +123,37 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _serve_stdio(args: argparse.Namespace) -> int:
+    """Configuration errors exit 2 before any MCP traffic. Then the protocol stream is claimed and
+    its first message answered when it is ``initialize`` (tooldir._mcp_early), while the SDK's
+    server is imported in a thread and the roots load inside the server (tooldir.mcp_server)."""
+    import signal
+    import threading
+
     import anyio
 
-    from ..mcp_server import serve_stdio
+    from .._mcp_early import claim_wire, exit_on_early_signal
+    from ..policy import default_policy_path
 
     config = config_from_args(args)
     _configure_logging(args)
     policy_file = args.policy or default_policy_path()
-    anyio.run(lambda: serve_stdio(config, watch=not args.no_watch, policy_file=policy_file, turn_idle_s=args.turn_idle))
+    wire = claim_wire()
+    try:
+        # until the server's loop takes signals over, SIGTERM/SIGINT end the process cleanly at once
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, exit_on_early_signal)
+        # the SDK imports while this thread waits for the client's first line (no GIL held there)
+        threading.Thread(target=_import_server, name="tooldir-serve-import", daemon=True).start()
+        wire.answer_opening()
+        from ..mcp_server import serve_stdio  # the SDK: waits for the import thread if still importing
+
+        anyio.run(
+            lambda: serve_stdio(
+                config, watch=not args.no_watch, policy_file=policy_file, turn_idle_s=args.turn_idle, wire=wire
+            )
+        )
+    finally:
+        wire.restore()
     return EXIT_OK
 
 
@@ -143,6 +169,8 @@ def _serve_http(args: argparse.Namespace) -> int:
         token = read_token(args.token_file)
     except HttpSetupError as exc:
         raise CommandError(str(exc)) from None
+    from ..policy import default_policy_path
+
     config = config_from_args(args)
     _configure_logging(args)
     policy_file = args.policy or default_policy_path()
@@ -167,3 +195,12 @@ def _serve_http(args: argparse.Namespace) -> int:
     except HttpSetupError as exc:
         raise CommandError(str(exc)) from None
     return EXIT_OK
+
+
+def _import_server() -> None:
+    import importlib
+
+    try:
+        importlib.import_module("tooldir.mcp_server")
+    except Exception:  # the main thread's own import raises it again, where it is reported
+        return

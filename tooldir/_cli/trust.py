@@ -11,18 +11,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from .. import manage
-from .._internal.atomic import write_atomic
-from ..errors import PackageError
-from ..keys import generate_minisign_key
-from ..loader import LoadConfig
-from ..lockfile import format_time, parse_expiry
-from ..model import ServerManifest, Status
-from ..state import default_state_dir
 from .common import (
     EXIT_FOUND_ERRORS,
     EXIT_OK,
@@ -38,6 +28,11 @@ from .common import (
     state_dir_from_args,
 )
 from .inspect import print_diagnostic_rows
+
+if TYPE_CHECKING:
+    from .. import manage
+    from ..errors import PackageError
+    from ..loader import LoadConfig
 
 #: The exit code of each PackageError reason.
 _EXIT = {
@@ -86,6 +81,9 @@ def register(sub: Any) -> None:
 
 
 def cmd_allow(args: argparse.Namespace) -> int:
+    from .. import manage
+    from ..errors import PackageError
+
     config = config_from_args(args)
     try:
         verdict = manage.review(config, args.target)
@@ -112,6 +110,8 @@ def cmd_allow(args: argparse.Namespace) -> int:
     if not args.json:
         console().print(safe(f"approved {manifest.name} ({digest}) at {approval.path}", "green"))
     pins = None
+    from ..model import ServerManifest
+
     if isinstance(manifest, ServerManifest):  # an MCP server: start it now, list and pin its tools
         from .upstream import pin_after_allow
 
@@ -129,6 +129,8 @@ def cmd_allow(args: argparse.Namespace) -> int:
 
 
 def _print_review(verdict: manage.Verdict) -> None:
+    from rich.table import Table
+
     out = console()
     manifest, package, key = verdict.manifest, verdict.package, verdict.key
     assert manifest is not None  # noqa: S101 -- checked by the caller
@@ -149,6 +151,8 @@ def _print_review(verdict: manage.Verdict) -> None:
 
 
 def cmd_revoke(args: argparse.Namespace) -> int:
+    from .. import manage
+
     removed = manage.revoke(config_from_args(args), args.target)
     if args.json:
         print_json({"revoked": [{"path": a.path, "name": a.name, "digest": a.digest} for a in removed]})
@@ -166,11 +170,18 @@ def cmd_revoke(args: argparse.Namespace) -> int:
 
 def _bare_config(args: argparse.Namespace) -> LoadConfig:
     """No roots: a package is judged by where its folder is."""
+    from ..loader import LoadConfig
+    from ..state import default_state_dir
+
     state_dir = state_dir_from_args(args) or default_state_dir()
     return LoadConfig(roots=(), policy=policy_from_args(args), state_dir=state_dir)
 
 
 def cmd_lock(args: argparse.Namespace) -> int:
+    from .. import manage
+    from ..errors import PackageError
+    from ..lockfile import format_time, parse_expiry
+
     expires = None
     if args.expires is not None:
         try:
@@ -206,6 +217,9 @@ def cmd_lock(args: argparse.Namespace) -> int:
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
+    from .._internal.atomic import write_atomic
+    from ..keys import generate_minisign_key
+
     secret_path, public_path = Path(args.path), Path(args.path + ".pub")
     if not args.force:
         for p in (secret_path, public_path):
@@ -231,6 +245,9 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
+    from .. import manage
+    from ..errors import PackageError
+
     try:
         written = manage.sign(_bare_config(args), args.dir, key=args.key)
     except PackageError as exc:
@@ -251,6 +268,10 @@ def cmd_sign(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from .. import manage
+    from ..errors import PackageError
+    from ..model import Status
+
     config = config_from_args(args)
     try:
         verdict = manage.explain(config, Path(args.dir))  # a path, never a tool name

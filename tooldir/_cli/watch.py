@@ -11,15 +11,15 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._internal.gcpause import gc_paused
-from ..loader import Loader
-from ..model import Severity, ToolRecord
-from ..policy import default_policy_path
-from ..snapshot import Snapshot, SnapshotDiff, SnapshotStore, diff
-from ..watch import Watcher, WatchProblem
 from .common import EXIT_OK, CommandError, common_options, config_from_args, console, safe
+
+if TYPE_CHECKING:
+    from ..model import ToolRecord
+    from ..snapshot import Snapshot, SnapshotDiff
+    from ..watch import WatchProblem
 
 
 def register(sub: Any) -> None:
@@ -94,7 +94,7 @@ class _Printer:
 
 def _print_summary(snap: Snapshot, change: SnapshotDiff) -> None:
     out = console()
-    errors = sum(1 for d in snap.diagnostics if d.severity is Severity.ERROR)
+    errors = sum(1 for d in snap.diagnostics if d.severity == "error")
     head = (
         f"generation {snap.generation} ({snap.id}): {len(snap.by_name)} tools offered, "
         f"+{len(change.added)} -{len(change.removed)} ~{len(change.changed)} "
@@ -116,6 +116,11 @@ def _print_summary(snap: Snapshot, change: SnapshotDiff) -> None:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    from ..loader import Loader
+    from ..policy import default_policy_path
+    from ..snapshot import Snapshot, SnapshotStore, diff
+    from ..watch import Watcher
+
     if args.debounce_ms < 0 or args.debounce_ms > 60_000:
         raise CommandError("--debounce-ms must be between 0 and 60000")
     config = config_from_args(args)
