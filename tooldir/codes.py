@@ -65,6 +65,7 @@ class DiagnosticCode(enum.StrEnum):
     # policy and state
     POLICY_WEAKENED = "policy-weakened"
     STATE_UNWRITABLE = "state-unwritable"
+    INDEX_IGNORED = "index-ignored"  # warning: a content index that could not be trusted was rebuilt
 
 
 class CallErrorCode(enum.StrEnum):

@@ -26,6 +26,8 @@ from typing import Protocol
 
 from .discover import EntryKind, RootSpec, is_hidden, list_packages, mode_kind, open_root, root_entry, scan_package
 from .errors import StateError
+from .index import RootIndex
+from .index import enabled as index_enabled
 from .lockfile import UNLISTED
 from .model import BuiltinSpec, Diagnostic, Source, ToolRecord, error, warning
 from .names import skeleton
@@ -167,6 +169,9 @@ class LoadConfig:
     read_only: bool = False
     #: The file the policy came from (the ``path`` of its ``policy-weakened`` warnings), if any.
     policy_file: str | None = None
+    #: Use the persistent content index in ``state_dir`` (:mod:`tooldir.index`): a new process
+    #: stats unchanged packages instead of reading and validating them. Off: every package is read.
+    index: bool = True
 
 
 PkgKey = tuple[str, str]  # (root path, folder name)
@@ -368,9 +373,30 @@ class Loader:
                 state.listing[d.tool] = diag_entry(d)
             else:
                 state.diags += (diag_entry(d),)
-        for name in present:
-            state.packages[name] = _package(validate_package(scan_package(fd, root, name, policy.limits), policy))
+        for name, candidate in self._read_packages(fd, root, present, state):
+            state.packages[name] = _package(candidate)
         return state
+
+    def _read_packages(
+        self, fd: int, root: RootSpec, names: list[str], state: _Root
+    ) -> Iterable[tuple[str, Candidate]]:
+        """The validated candidate of every package folder of a listed root: through the content
+        index (:mod:`tooldir.index`) when it is enabled, which reads only what changed and is
+        written back afterwards (never by a ``read_only`` load)."""
+        cfg = self.config
+        policy = cfg.policy
+        if not cfg.index:
+            for name in names:
+                yield name, validate_package(scan_package(fd, root, name, policy.limits), policy)
+            return
+        index = RootIndex.open(cfg.state_dir, root, policy)
+        for name in names:
+            yield name, index.candidate(fd, root, name)
+        problem = index.diagnostic(root)
+        if problem is not None:
+            state.diags += (diag_entry(problem),)
+        if not cfg.read_only:
+            index.save()
 
     def _refresh_entry(self, fd: int, root: RootSpec, state: _Root, name: str, work: _Work) -> None:
         """Re-read one entry directly under an open root, classified as ``list_packages`` does
@@ -572,10 +598,12 @@ def make_config(
     builtins: Iterable[BuiltinSpec] = (),
     policy_file: str | None = None,
     read_only: bool = False,
+    index: bool | None = None,
 ) -> LoadConfig:
     """Roots from the arguments (``user_dirs=None`` means the user's config dir; ``project=None``
     means no project source). ``policy_file``: where ``policy`` was read from (for diagnostics).
-    ``read_only``: inspection only, see :attr:`LoadConfig.read_only`.
+    ``read_only``: inspection only, see :attr:`LoadConfig.read_only`. ``index``: use the content
+    index (:attr:`LoadConfig.index`); None means yes unless ``$TOOLDIR_NO_INDEX`` is ``1``.
 
     Raises:
         StateDirError: ``state_dir`` or ``$TOOLDIR_STATE_DIR`` is a relative path.
@@ -595,6 +623,7 @@ def make_config(
         signature_check=signature_check_factory,
         policy_file=policy_file,
         read_only=read_only,
+        index=index_enabled() if index is None else index,
     )
 
 
