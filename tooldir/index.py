@@ -324,6 +324,20 @@ def encode(header: Header, entries: Mapping[str, Entry]) -> bytes:
     return MAGIC + json.dumps(head, separators=(",", ":")).encode() + b"\n" + body + bytes(blob)
 
 
+def header_of(data: bytes) -> Header | None:
+    """The header an index file was written with, or None if it has no well-formed one."""
+    end = data.find(b"\n", len(MAGIC))
+    if not data.startswith(MAGIC) or end < 0:
+        return None
+    try:
+        head = json.loads(data[len(MAGIC) : end])
+        header = Header(head["source"], head["root"], head["policy"], head["code"], head["euid"], head["format"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    texts = (header.source, header.root, header.policy, header.code, header.format)
+    return header if all(type(v) is str for v in texts) and type(header.euid) is int else None
+
+
 def decode(data: bytes, header: Header) -> Decoded:
     """The entries of an index file written for ``header``; never raises for bad data."""
     if not data.startswith(MAGIC):

@@ -406,7 +406,8 @@ def test_a_forged_index_entry_cannot_make_a_changed_project_tool_active(tmp_path
     header = header_for(project_root(project), Policy())
     entries = decode(path.read_bytes(), header).entries
     now = {rel: stat_key(os.stat(folder / rel if rel else folder)) for rel, _ in entries["echo"].stats}
-    entries["echo"] = replace(entries["echo"], stats=tuple(now.items()))
+    late = max(k[8] for k in now.values()) + 3600 * 10**9  # read "after" the change: not racily clean
+    entries["echo"] = replace(entries["echo"], stats=tuple(now.items()), scanned_ns=late)
     path.write_bytes(encode(header, entries))
     snap = _load(state, project=project)
     assert _status(snap, "echo") == ("pending", "unverified")
