@@ -160,6 +160,7 @@ StepKind = Literal[
     "reload",
     "add-key",
     "python-m-tooldir",
+    "forge-index",
 ]
 
 _STEP_NEEDS: dict[str, tuple[str, ...]] = {
@@ -181,6 +182,7 @@ _STEP_NEEDS: dict[str, tuple[str, ...]] = {
     "reload": (),
     "add-key": ("text",),
     "python-m-tooldir": (),
+    "forge-index": ("tool",),
 }
 
 
@@ -203,6 +205,7 @@ class Step(_Frozen):
     key: str | None = None  # sign-ssh: arena path of the OpenSSH private key
     how: Literal["whitespace", "reorder", "duplicate-key", "escape"] | None = None  # tamper-line: how
     namespace: str = "tooldir"  # sign-ssh: the SSHSIG namespace
+    keep_times: bool = False  # write, replace: the file keeps its access and modification times
 
     @model_validator(mode="after")
     def _fields_for_kind(self) -> Step:

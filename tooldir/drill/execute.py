@@ -152,7 +152,8 @@ def _apply_step(
     elif do == "write":
         target = arena.resolve(given(step.path))
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(arena.payload(step.text, step.hex))
+        with _kept_times(target, step.keep_times):
+            target.write_bytes(arena.payload(step.text, step.hex))
     elif do == "remove":
         target = arena.resolve(given(step.path))
         if target.is_dir() and not target.is_symlink():
@@ -169,7 +170,8 @@ def _apply_step(
         old = arena.substitute(given(step.old)).encode()
         if old not in data:
             raise ScenarioError(f"{where}: {step.old!r} does not occur in {step.path}", path=arena.scenario)
-        target.write_bytes(data.replace(old, arena.substitute(step.text or "").encode(), 1))
+        with _kept_times(target, step.keep_times):
+            target.write_bytes(data.replace(old, arena.substitute(step.text or "").encode(), 1))
     elif do == "corrupt":
         corrupt(arena, given(step.path), given(step.line), given(step.column), where)
     elif do == "delete-line":
@@ -197,8 +199,45 @@ def _apply_step(
         add_session_key(arena.substitute(given(step.text)), arena.secret, where, arena)
     elif do == "python-m-tooldir":
         run_python_m(arena, [arena.substitute(a) for a in step.args], step.exit, where)
+    elif do == "forge-index":
+        forge_index(arena, arena.resolve(given(step.tool)), where)
     else:
         apply_plant(given(step.plant), arena)
+
+
+@contextlib.contextmanager
+def _kept_times(target: Path, keep: bool) -> Iterator[None]:
+    """With ``keep``: ``target`` gets back its atime and mtime after the block (a swap that keeps
+    size and mtime; only the ctime, which no user can set, tells)."""
+    before = target.stat() if keep and target.exists() else None
+    yield
+    if before is not None:
+        os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def forge_index(arena: Arena, package: Path, where: str) -> None:
+    """The attacker rewrites the user's content index entry of ``package``: it gets the package's
+    current stats and a read time far enough in the past that it is not racily clean, while its
+    digest, files and manifest stay what tooldir indexed (an attacker who can write user state)."""
+    from dataclasses import replace
+
+    from ..index import INDEX_DIR, decode, encode, header_of, stat_key
+
+    for path in sorted((arena.state / INDEX_DIR).glob("*.idx")):
+        data = path.read_bytes()
+        header = header_of(data)
+        if header is None or header.root != str(package.parent):
+            continue
+        entries = decode(data, header).entries
+        entry = entries.get(package.name)
+        if entry is None:
+            continue
+        now = {rel: stat_key(os.lstat(package / rel if rel else package)) for rel, _ in entry.stats}
+        newest = max(max(key[7], key[8]) for key in now.values())
+        entries[package.name] = replace(entry, stats=tuple(now.items()), scanned_ns=newest + 3600 * 10**9)
+        path.write_bytes(encode(header, entries))
+        return
+    raise ScenarioError(f"{where}: no content index entry for {package} (load it first)", path=arena.scenario)
 
 
 def add_session_key(description: str, payload: str, where: str, arena: Arena) -> None:
