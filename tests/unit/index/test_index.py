@@ -444,3 +444,23 @@ def test_a_read_only_load_uses_the_index_but_writes_none(root: Path, tmp_path: P
     counter.reset()
     _load(state, users=[root], read_only=True)
     assert (counter.scans, counter.validations) == (0, 0)
+
+
+def test_the_cli_reuses_the_index_and_no_index_bypasses_it(
+    root: Path, tmp_path: Path, counter: Counter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tooldir._cli import main
+
+    _tools(root, 2)
+    state = tmp_path / "state"
+    base = ["scan", "--json", "--user-dir", str(root), "--project", str(tmp_path), "--state-dir", str(state)]
+    assert main(base) == 0
+    cold = json.loads(capsys.readouterr().out)
+    counter.reset()
+    assert main(base) == 0
+    assert json.loads(capsys.readouterr().out) == cold and counter.scans == 0
+    counter.reset()
+    other = tmp_path / "other"
+    assert main([*base[:-1], str(other), "--no-index"]) == 0
+    assert json.loads(capsys.readouterr().out)["tools"] == cold["tools"]
+    assert not (other / "index").exists()
