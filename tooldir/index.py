@@ -533,21 +533,21 @@ class RootIndex:
     def changed(self) -> bool:
         return self.new.keys() != self.old.keys() or any(self.old[k] is not v for k, v in self.new.items())
 
-    def save(self) -> Diagnostic | None:
-        """Write the index if anything changed; a failure is a warning, never an error of the load."""
+    def save(self) -> None:
+        """Write the index if anything changed (or the old file was unusable). A failure is a
+        logged warning, never an error of the load: the next load reads those packages again."""
+        log.debug("content index %s: %d packages reused, %d read", self.path, self.reused, self.read)
         if not self.changed and self.problem is None:
-            return None
+            return
         try:
             data = encode(self.header, self.new)
             if len(data) > MAX_INDEX_BYTES:
                 self.path.unlink(missing_ok=True)
-                return None
+                return
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             write_atomic(self.path, data)
         except OSError as exc:
             log.warning("cannot write the content index %s: %s", self.path, exc.strerror or exc)
-            return None
-        return None
 
     def diagnostic(self, root: RootSpec) -> Diagnostic | None:
         if self.problem is None:

@@ -464,3 +464,16 @@ def test_the_cli_reuses_the_index_and_no_index_bypasses_it(
     assert main([*base[:-1], str(other), "--no-index"]) == 0
     assert json.loads(capsys.readouterr().out)["tools"] == cold["tools"]
     assert not (other / "index").exists()
+
+
+def test_an_index_that_cannot_be_written_never_fails_the_load(
+    root: Path, tmp_path: Path, counter: Counter, caplog: pytest.LogCaptureFixture
+) -> None:
+    _tools(root, 2)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "index").write_text("a file where the index folder goes")
+    snap = _load(state, users=[root])
+    assert [_status(snap, f"tool_{i}") for i in range(2)] == [("active", "none-required")] * 2
+    assert [(d.code, d.severity.value) for d in snap.diagnostics] == [("index-ignored", "warning")]
+    assert any("cannot write the content index" in r.getMessage() for r in caplog.records)
