@@ -381,11 +381,14 @@ class Loader:
         self, fd: int, root: RootSpec, names: list[str], state: _Root
     ) -> Iterable[tuple[str, Candidate]]:
         """The validated candidate of every package folder of a listed root: through the content
-        index (:mod:`tooldir.index`) when it is enabled, which reads only what changed and is
-        written back afterwards (never by a ``read_only`` load)."""
+        index (:mod:`tooldir.index`) when it is enabled and the source needs no trust, which
+        reads only what changed and is written back afterwards (never by a ``read_only`` load)."""
         cfg = self.config
         policy = cfg.policy
-        if not cfg.index:
+        # a source whose tools need trust (approval, pin, signature) is never taken from the index:
+        # its digest decides trust, so its files are read and hashed on every load, and with them
+        # read, validating again costs no more than rebuilding the indexed record (measured)
+        if not cfg.index or policy.sources.for_source(root.source).require:
             for name in names:
                 yield name, validate_package(scan_package(fd, root, name, policy.limits), policy)
             return

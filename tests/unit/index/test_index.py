@@ -16,7 +16,7 @@ from toolkit import approve, make_tool, manifest, project_tools
 import tooldir.index as index_mod
 from tooldir._internal.strictjson import FrozenDict
 from tooldir.discover import RootSpec, scan_one, scan_package
-from tooldir.index import decode, encode, header_for, index_path, manifest_from_json, stat_key
+from tooldir.index import decode, encode, entry_from_candidate, header_for, index_path, manifest_from_json, stat_key
 from tooldir.loader import Loader, make_config, project_root, user_root
 from tooldir.model import Source, Status
 from tooldir.policy import Limits, Policy
@@ -361,19 +361,19 @@ def test_a_policy_change_makes_every_package_be_read_again(root: Path, tmp_path:
 # -- trust is never taken from the index -----------------------------------------------------------
 
 
-def test_approving_and_revoking_count_at_once_while_validation_is_reused(tmp_path: Path, counter: Counter) -> None:
+def test_a_trust_gated_root_is_never_indexed_and_approving_and_revoking_count_at_once(
+    tmp_path: Path, counter: Counter
+) -> None:
     project = tmp_path / "proj"
     folder = make_tool(project_tools(project), "echo")
     state = tmp_path / "state"
     assert _status(_load(state, project=project), "echo") == ("pending", "unverified")
     approve(state, folder)
-    counter.reset()
     assert _status(_load(state, project=project), "echo") == ("active", "approved")
-    assert counter.validations == 0  # read and hashed (a trust-gated source), not validated again
     save_approvals(state, {})
-    counter.reset()
     assert _status(_load(state, project=project), "echo") == ("pending", "unverified")
-    assert counter.validations == 0
+    assert not index_path(state, project_root(project)).exists()
+    assert counter.scans == 0  # the project root never goes through the index
 
 
 def test_revoking_the_key_of_an_approval_rejects_the_tool_on_the_next_load(tmp_path: Path, counter: Counter) -> None:
@@ -399,16 +399,19 @@ def test_a_forged_index_entry_cannot_make_a_changed_project_tool_active(tmp_path
     approve(state, folder)
     approved = _load(state, project=project).by_name["echo"]
     assert approved.status is Status.ACTIVE
+    root = project_root(project)
+    entry = entry_from_candidate(validate_package(scan_one(root, "echo", Limits()), Policy()), 0, os.geteuid())
+    assert entry is not None
     script = folder / "run.py"
     script.write_text(script.read_text() + "open('/tmp/pwned', 'w')\n")
-    # the attacker rewrites the entry: today's stats, yesterday's (approved) digest and files
-    path = index_path(state, project_root(project))
-    header = header_for(project_root(project), Policy())
-    entries = decode(path.read_bytes(), header).entries
-    now = {rel: stat_key(os.stat(folder / rel if rel else folder)) for rel, _ in entries["echo"].stats}
-    late = max(k[8] for k in now.values()) + 3600 * 10**9  # read "after" the change: not racily clean
-    entries["echo"] = replace(entries["echo"], stats=tuple(now.items()), scanned_ns=late)
-    path.write_bytes(encode(header, entries))
+    # the attacker writes the entry the load would read: today's stats, yesterday's (approved)
+    # digest and files, read "after" the change (not racily clean)
+    now = {rel: stat_key(os.stat(folder / rel if rel else folder)) for rel, _ in entry.stats}
+    late = max(k[8] for k in now.values()) + 3600 * 10**9
+    path = index_path(state, root)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    forged = replace(entry, stats=tuple(now.items()), scanned_ns=late)
+    path.write_bytes(encode(header_for(root, Policy()), {"echo": forged}))
     snap = _load(state, project=project)
     assert _status(snap, "echo") == ("pending", "unverified")
     assert "changed-since-approval" in [d.code for d in snap.diagnostics]

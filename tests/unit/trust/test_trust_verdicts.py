@@ -266,10 +266,13 @@ def test_a_load_writes_only_the_rollback_marks_and_verification_cache_and_an_uns
 
 
 def test_with_the_content_index_a_load_also_writes_only_its_private_index_folder(
-    project: Path, state: Path, key: MinisignKey
+    project: Path, state: Path, key: MinisignKey, tmp_path: Path
 ) -> None:
     make_tool(project_tools(project), "plain")
     load_one(project, state, keys_policy(minisign=[key.line]), name="plain")
+    assert not state.exists()  # a trust-gated (project) root is never indexed
+    make_tool(tmp_path / "user", "mine")
+    tooldir.load(project=None, user_dirs=[tmp_path / "user"], state_dir=state, now=NOW)
     assert sorted(p.name for p in state.iterdir() if not p.name.startswith(".")) == ["index"]
     assert (state / "index").stat().st_mode & 0o777 == 0o700
     assert all(p.stat().st_mode & 0o777 == 0o600 for p in (state / "index").iterdir())
