@@ -218,26 +218,34 @@ def _kept_times(target: Path, keep: bool) -> Iterator[None]:
 def forge_index(arena: Arena, package: Path, where: str) -> None:
     """The attacker rewrites the user's content index entry of ``package``: it gets the package's
     current stats and a read time far enough in the past that it is not racily clean, while its
-    digest, files and manifest stay what tooldir indexed (an attacker who can write user state)."""
+    digest, files and manifest stay what the index recorded (an attacker who can write user state).
+    With no entry yet, one is written for the package as it is now, in exactly the index file and
+    format the load would read (so a later forge-index step can keep that content's digest)."""
     from dataclasses import replace
 
-    from ..index import INDEX_DIR, decode, encode, header_of, stat_key
+    from ..index import decode, encode, entry_from_candidate, header_for, index_path, stat_key
+    from ..validate import validate_package
 
-    for path in sorted((arena.state / INDEX_DIR).glob("*.idx")):
-        data = path.read_bytes()
-        header = header_of(data)
-        if header is None or header.root != str(package.parent):
-            continue
-        entries = decode(data, header).entries
-        entry = entries.get(package.name)
+    config = make_config(project=".", user_dirs=None, policy=user_policy(), state_dir=None)
+    root = next((r for r in config.roots if r.path == str(package.parent)), None)
+    if root is None:
+        raise ScenarioError(f"{where}: {package} is not in a tool root of the load", path=arena.scenario)
+    header = header_for(root, config.policy)
+    path = index_path(config.state_dir, root)
+    entries = decode(path.read_bytes(), header).entries if path.exists() else {}
+    entry = entries.get(package.name)
+    if entry is None:
+        from ..discover import scan_one
+
+        candidate = validate_package(scan_one(root, package.name, config.policy.limits), config.policy)
+        entry = entry_from_candidate(candidate, 0, os.geteuid())
         if entry is None:
-            continue
-        now = {rel: stat_key(os.lstat(package / rel if rel else package)) for rel, _ in entry.stats}
-        newest = max(max(key[7], key[8]) for key in now.values())
-        entries[package.name] = replace(entry, stats=tuple(now.items()), scanned_ns=newest + 3600 * 10**9)
-        path.write_bytes(encode(header, entries))
-        return
-    raise ScenarioError(f"{where}: no content index entry for {package} (load it first)", path=arena.scenario)
+            raise ScenarioError(f"{where}: {package} cannot be indexed (it does not scan cleanly)", path=arena.scenario)
+    now = {rel: stat_key(os.lstat(package / rel if rel else package)) for rel, _ in entry.stats}
+    newest = max(max(key[7], key[8]) for key in now.values())
+    entries[package.name] = replace(entry, stats=tuple(now.items()), scanned_ns=newest + 3600 * 10**9)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.write_bytes(encode(header, entries))
 
 
 def add_session_key(description: str, payload: str, where: str, arena: Arena) -> None:
