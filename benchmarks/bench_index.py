@@ -9,8 +9,9 @@ In-process, the same comparison for ``Loader(make_config(user_dirs=[root], proje
 ``index=False`` and ``load-rescan`` with the index, against the floor run in this process; the
 ``-cli`` variants pause the cyclic GC around the load, as the CLI does.
 
-User source, so trust needs no approvals (a trust-gated source re-hashes every file on every load:
-``project-cold`` / ``project-rescan`` show that case, in-process). Before timing, one untimed load writes the index and
+User source, so trust needs no approvals. A source whose tools need trust (project tools by default)
+is never indexed (its files are hashed on every load, and then validating costs no more than
+rebuilding the record): ``project-cold`` / ``project-rescan`` show it costs nothing there, in-process. Before timing, one untimed load writes the index and
 another makes sure no entry is racily clean; the benchmark fails if a rescan validated anything.
 Min/median/max wall seconds over interleaved rounds, and median CPU seconds (this process and its
 children: robust to a busy machine). Target: scan-rescan and load-rescan <= 0.6x the floor.
