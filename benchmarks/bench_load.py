@@ -5,8 +5,8 @@ floor      scandir walk (root -> package -> files) + read every file + ``json.lo
            has to return what it loaded). Plain Python, the least any loader must do.
 floor-nogc the same with the cyclic GC paused (what a careful loader can also do).
 discard    the floor without keeping anything (no GC pressure at all): the strictest reference.
-tooldir    ``Loader(make_config(user_dirs=[root], project=None)).load()``: a fresh Loader each run
-           (no per-package cache), user source so trust needs no approvals; everything else real.
+tooldir    ``Loader(make_config(user_dirs=[root], project=None, index=False)).load()``: a fresh
+           Loader each run (no per-package cache, no content index), user source so trust needs no approvals; everything else real.
            The library leaves its host's GC alone, so this is what a host gets.
 tooldir-cli the same load with the cyclic GC paused around it, as the ``tooldir`` CLI runs its
            one-shot commands (``tooldir._internal.gcpause``).
@@ -85,7 +85,9 @@ def floor_nogc(root: str) -> int:
 
 
 def tooldir_load(root: str, state_dir: str) -> int:
-    snap = Loader(make_config(project=None, user_dirs=[root], state_dir=state_dir)).load()
+    # index=False: a cold load reads every package (the content index would make every run but the
+    # first a rescan; benchmarks/bench_index.py measures that)
+    snap = Loader(make_config(project=None, user_dirs=[root], state_dir=state_dir, index=False)).load()
     return sum(1 for t in snap.tools if t.status is Status.ACTIVE)
 
 

@@ -69,6 +69,7 @@ class DiagnosticCode(enum.StrEnum):
     DEFINITION_CHANGED = "definition-changed"
     DEFINITION_NEW = "definition-new"
     INSTRUCTIONS_CHANGED = "instructions-changed"
+    INDEX_IGNORED = "index-ignored"  # warning: a content index that could not be trusted was rebuilt
 
 
 class CallErrorCode(enum.StrEnum):

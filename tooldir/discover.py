@@ -18,7 +18,7 @@ import re
 import stat
 import unicodedata
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from hashlib import sha256
 from types import MappingProxyType
 
@@ -121,6 +121,9 @@ class PackageScan:
     contents: Mapping[str, bytes]  # bytes of KEPT_FILES present (a Candidate's scan: no longer the manifest's)
     digest: str | None
     diagnostics: tuple[Diagnostic, ...]
+    #: ``os.fstat`` of the package folder (""), of every sub-folder and file, by relative path, each
+    #: taken on the opened descriptor before it was listed or read (what tooldir.index keeps)
+    stats: tuple[tuple[str, os.stat_result], ...] = field(default=(), compare=False, repr=False)
 
 
 def package_digest(files: Iterable[PackageFile]) -> str:
@@ -309,7 +312,9 @@ def _first(item: tuple[str, EntryKind]) -> str:
 class _Walk:
     """State of one package walk (bounded: files, bytes, depth)."""
 
-    __slots__ = ("contents", "diags", "euid", "files", "limits", "name", "pkg_path", "plain_names", "source", "total")
+    __slots__ = (
+        "contents", "diags", "euid", "files", "limits", "name", "pkg_path", "plain_names", "source", "stats", "total",
+    )  # fmt: skip
 
     def __init__(self, source: Source, name: str, pkg_path: str, limits: Limits) -> None:
         self.source = source
@@ -319,6 +324,7 @@ class _Walk:
         self.euid = os.geteuid()
         self.files: list[PackageFile] = []
         self.contents: dict[str, bytes] = {}
+        self.stats: list[tuple[str, os.stat_result]] = []
         self.diags: list[Diagnostic] = []
         self.total = 0
         self.plain_names = True  # every name printable ASCII: nothing for _check_file_names to find
@@ -371,7 +377,9 @@ class _Walk:
             self.fail(code, rel, f"folder {rel} {why}")
             return True
         try:
-            problem = unsafe_mode(os.fstat(child), self.euid)
+            st = os.fstat(child)
+            self.stats.append((rel, st))
+            problem = unsafe_mode(st, self.euid)
             if problem:
                 self.fail("unsafe-permissions", rel, f"folder {rel} is {problem}")
                 return True
@@ -392,6 +400,7 @@ class _Walk:
             return True
         try:
             st = os.fstat(fd)
+            self.stats.append((rel, st))
             mode = st.st_mode
             if not stat.S_ISREG(mode):  # replaced by a FIFO or device after the listing
                 self.fail("not-regular-file", rel, f"{rel} is not a regular file (FIFO, socket or device)")
@@ -460,7 +469,9 @@ def scan_package(root_fd: int, root: RootSpec, name: str, limits: Limits) -> Pac
         walk.fail(code, "", f"tool folder {pkg_path} {why}")
         return _finish(walk, root_path, False)
     try:
-        problem = unsafe_mode(os.fstat(fd), walk.euid)
+        st = os.fstat(fd)
+        walk.stats.append(("", st))
+        problem = unsafe_mode(st, walk.euid)
         if problem:
             walk.fail("unsafe-permissions", "", f"tool folder {pkg_path} is {problem}")
         else:
@@ -539,4 +550,5 @@ def _finish(walk: _Walk, root_path: str, opened: bool) -> PackageScan:
         contents=MappingProxyType(walk.contents),
         digest=_digest_sorted(files) if ok else None,
         diagnostics=tuple(walk.diags),
+        stats=tuple(walk.stats),
     )

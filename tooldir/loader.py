@@ -38,6 +38,8 @@ from .discover import (
     scan_package,
 )
 from .errors import StateError
+from .index import RootIndex
+from .index import enabled as index_enabled
 from .lockfile import UNLISTED
 from .model import BuiltinSpec, Diagnostic, Source, ToolRecord, warning
 from .names import skeleton
@@ -179,6 +181,9 @@ class LoadConfig:
     read_only: bool = False
     #: The file the policy came from (the ``path`` of its ``policy-weakened`` warnings), if any.
     policy_file: str | None = None
+    #: Use the persistent content index in ``state_dir`` (:mod:`tooldir.index`): a new process
+    #: stats unchanged packages instead of reading and validating them. Off: every package is read.
+    index: bool = True
 
 
 PkgKey = tuple[str, str]  # (root path, folder name)
@@ -375,11 +380,8 @@ class Loader:
             else:
                 state.diags += (diag_entry(d),)
         with self._prefetch(len(present)) as prefetch:
-            for name in present:
-                scan = scan_package(fd, root, name, policy.limits)
-                if prefetch is not None:
-                    prefetch.offer(scan.contents)
-                state.packages[name] = _package(validate_package(scan, policy))
+            for name, candidate in self._read_packages(fd, root, present, state, prefetch):
+                state.packages[name] = _package(candidate)
             if prefetch is not None:
                 prefetch.close()
         return state
@@ -396,6 +398,33 @@ class Loader:
             return
         with MinisignPrefetch(keyring.minisign, keyring.revoked, load_verified(cfg.state_dir), self._trust_cache) as p:
             yield p
+
+    def _read_packages(
+        self, fd: int, root: RootSpec, names: list[str], state: _Root, prefetch: MinisignPrefetch | None
+    ) -> Iterable[tuple[str, Candidate]]:
+        """The validated candidate of every package folder of a listed root: through the content
+        index (:mod:`tooldir.index`) when it is enabled and the source needs no trust, which
+        reads only what changed and is written back afterwards (never by a ``read_only`` load)."""
+        cfg = self.config
+        policy = cfg.policy
+        # a source whose tools need trust (approval, pin, signature) is never taken from the index:
+        # its digest decides trust, so its files are read and hashed on every load, and with them
+        # read, validating again costs no more than rebuilding the indexed record (measured)
+        if not cfg.index or policy.sources.for_source(root.source).require:
+            for name in names:
+                scan = scan_package(fd, root, name, policy.limits)
+                if prefetch is not None:  # signatures verified by the helper while reading goes on
+                    prefetch.offer(scan.contents)
+                yield name, validate_package(scan, policy)
+            return
+        index = RootIndex.open(cfg.state_dir, root, policy)
+        for name in names:
+            yield name, index.candidate(fd, root, name)
+        problem = index.diagnostic(root)
+        if problem is not None:
+            state.diags += (diag_entry(problem),)
+        if not cfg.read_only:
+            index.save()
 
     def _refresh_entry(self, fd: int, root: RootSpec, state: _Root, name: str, work: _Work) -> None:
         """Re-read one entry directly under an open root, classified as ``list_packages`` does
@@ -597,10 +626,12 @@ def make_config(
     builtins: Iterable[BuiltinSpec] = (),
     policy_file: str | None = None,
     read_only: bool = False,
+    index: bool | None = None,
 ) -> LoadConfig:
     """Roots from the arguments (``user_dirs=None`` means the user's config dir; ``project=None``
     means no project source). ``policy_file``: where ``policy`` was read from (for diagnostics).
-    ``read_only``: inspection only, see :attr:`LoadConfig.read_only`.
+    ``read_only``: inspection only, see :attr:`LoadConfig.read_only`. ``index``: use the content
+    index (:attr:`LoadConfig.index`); None means yes unless ``$TOOLDIR_NO_INDEX`` is ``1``.
 
     Raises:
         StateDirError: ``state_dir`` or ``$TOOLDIR_STATE_DIR`` is a relative path.
@@ -620,6 +651,7 @@ def make_config(
         signature_check=signature_check_factory,
         policy_file=policy_file,
         read_only=read_only,
+        index=index_enabled() if index is None else index,
     )
 
 

@@ -51,6 +51,11 @@ def common_options() -> argparse.ArgumentParser:
         help="user state (default: $TOOLDIR_STATE_DIR or $XDG_STATE_HOME/tooldir)",
     )
     parent.add_argument("--json", action="store_true", help="print one JSON document for machines")
+    parent.add_argument(
+        "--no-index",
+        action="store_true",
+        help="read every package instead of reusing the content index in the state dir (also: TOOLDIR_NO_INDEX=1)",
+    )
     return parent
 
 
@@ -76,6 +81,7 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
         policy=policy,
         state_dir=state_dir,
         policy_file=policy_file,
+        index=False if getattr(args, "no_index", False) else None,
     )
 
 

@@ -161,6 +161,7 @@ StepKind = Literal[
     "add-key",
     "python-m-tooldir",
     "setenv",
+    "forge-index",
 ]
 
 _STEP_NEEDS: dict[str, tuple[str, ...]] = {
@@ -183,6 +184,7 @@ _STEP_NEEDS: dict[str, tuple[str, ...]] = {
     "add-key": ("text",),
     "python-m-tooldir": (),
     "setenv": ("text",),
+    "forge-index": ("tool",),
 }
 
 
@@ -205,6 +207,7 @@ class Step(_Frozen):
     key: str | None = None  # sign-ssh: arena path of the OpenSSH private key
     how: Literal["whitespace", "reorder", "duplicate-key", "escape"] | None = None  # tamper-line: how
     namespace: str = "tooldir"  # sign-ssh: the SSHSIG namespace
+    keep_times: bool = False  # write, replace: the file keeps its access and modification times
 
     @model_validator(mode="after")
     def _fields_for_kind(self) -> Step:

@@ -157,7 +157,8 @@ def _apply_step(
     elif do == "write":
         target = arena.resolve(given(step.path))
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(arena.payload(step.text, step.hex))
+        with _kept_times(target, step.keep_times):
+            target.write_bytes(arena.payload(step.text, step.hex))
     elif do == "remove":
         target = arena.resolve(given(step.path))
         if target.is_dir() and not target.is_symlink():
@@ -174,7 +175,8 @@ def _apply_step(
         old = arena.substitute(given(step.old)).encode()
         if old not in data:
             raise ScenarioError(f"{where}: {step.old!r} does not occur in {step.path}", path=arena.scenario)
-        target.write_bytes(data.replace(old, arena.substitute(step.text or "").encode(), 1))
+        with _kept_times(target, step.keep_times):
+            target.write_bytes(data.replace(old, arena.substitute(step.text or "").encode(), 1))
     elif do == "corrupt":
         corrupt(arena, given(step.path), given(step.line), given(step.column), where)
     elif do == "delete-line":
@@ -209,8 +211,53 @@ def _apply_step(
         os.environ[name] = arena.substitute(value)
     elif do == "python-m-tooldir":
         run_python_m(arena, [arena.substitute(a) for a in step.args], step.exit, where)
+    elif do == "forge-index":
+        forge_index(arena, arena.resolve(given(step.tool)), where)
     else:
         apply_plant(given(step.plant), arena)
+
+
+@contextlib.contextmanager
+def _kept_times(target: Path, keep: bool) -> Iterator[None]:
+    """With ``keep``: ``target`` gets back its atime and mtime after the block (a swap that keeps
+    size and mtime; only the ctime, which no user can set, tells)."""
+    before = target.stat() if keep and target.exists() else None
+    yield
+    if before is not None:
+        os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def forge_index(arena: Arena, package: Path, where: str) -> None:
+    """The attacker rewrites the user's content index entry of ``package``: it gets the package's
+    current stats and a read time far enough in the past that it is not racily clean, while its
+    digest, files and manifest stay what the index recorded (an attacker who can write user state).
+    With no entry yet, one is written for the package as it is now, in exactly the index file and
+    format the load would read (so a later forge-index step can keep that content's digest)."""
+    from dataclasses import replace
+
+    from ..index import decode, encode, entry_from_candidate, header_for, index_path, stat_key
+    from ..validate import validate_package
+
+    config = make_config(project=".", user_dirs=None, policy=user_policy(), state_dir=None)
+    root = next((r for r in config.roots if r.path == str(package.parent)), None)
+    if root is None:
+        raise ScenarioError(f"{where}: {package} is not in a tool root of the load", path=arena.scenario)
+    header = header_for(root, config.policy)
+    path = index_path(config.state_dir, root)
+    entries = decode(path.read_bytes(), header).entries if path.exists() else {}
+    entry = entries.get(package.name)
+    if entry is None:
+        from ..discover import scan_one
+
+        scan = scan_one(root, package.name, config.policy.limits)
+        entry = entry_from_candidate(validate_package(scan, config.policy), scan, 0, os.geteuid())
+        if entry is None:
+            raise ScenarioError(f"{where}: {package} cannot be indexed (it does not scan cleanly)", path=arena.scenario)
+    now = {rel: stat_key(os.lstat(package / rel if rel else package)) for rel, _ in entry.stats}
+    newest = max(max(key[7], key[8]) for key in now.values())
+    entries[package.name] = replace(entry, stats=tuple(now.items()), scanned_ns=newest + 3600 * 10**9)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.write_bytes(encode(header, entries))
 
 
 def add_session_key(description: str, payload: str, where: str, arena: Arena) -> None:

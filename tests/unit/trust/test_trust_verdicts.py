@@ -253,8 +253,9 @@ def test_dropping_one_of_two_signatures_cannot_roll_back_to_an_older_version(
 
 
 def test_a_load_writes_only_the_rollback_marks_and_verification_cache_and_an_unsigned_load_nothing(
-    project: Path, state: Path, key: MinisignKey
+    project: Path, state: Path, key: MinisignKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("TOOLDIR_NO_INDEX", "1")  # the content index is the one other file (below)
     make_tool(project_tools(project), "plain")
     load_one(project, state, keys_policy(minisign=[key.line]), name="plain")
     assert not state.exists()
@@ -262,6 +263,19 @@ def test_a_load_writes_only_the_rollback_marks_and_verification_cache_and_an_uns
     load_one(project, state, keys_policy(minisign=[key.line]))
     assert sorted(p.name for p in state.iterdir() if not p.name.startswith(".")) == ["verified.bin", "versions.json"]
     assert all(p.stat().st_mode & 0o777 == 0o600 for p in state.iterdir() if p.is_file())
+
+
+def test_with_the_content_index_a_load_also_writes_only_its_private_index_folder(
+    project: Path, state: Path, key: MinisignKey, tmp_path: Path
+) -> None:
+    make_tool(project_tools(project), "plain")
+    load_one(project, state, keys_policy(minisign=[key.line]), name="plain")
+    assert not state.exists()  # a trust-gated (project) root is never indexed
+    make_tool(tmp_path / "user", "mine")
+    tooldir.load(project=None, user_dirs=[tmp_path / "user"], state_dir=state, now=NOW)
+    assert sorted(p.name for p in state.iterdir() if not p.name.startswith(".")) == ["index"]
+    assert (state / "index").stat().st_mode & 0o777 == 0o700
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in (state / "index").iterdir())
 
 
 # trust:expired

@@ -153,7 +153,7 @@ def test_a_failed_build_raises_and_the_next_build_starts_cold(tmp_path: Path) ->
     config = config_for(tmp_path, project=project)
     loader = Loader(config)
     assert loader.load().by_name["alpha"].status is Status.PENDING
-    config.state_dir.mkdir()
+    config.state_dir.mkdir(exist_ok=True)  # the first load made it (content index)
     (config.state_dir / APPROVALS).write_text("{not json")
     (folder / "run.py").write_text("print('edited while state is broken')\n")
     with pytest.raises(StateError):

@@ -1,0 +1,538 @@
+"""A persistent content index of tool roots, like git's index: unchanged packages are stat'ed, not
+read, parsed, validated and hashed again by a new process.
+
+Per root, one file in the user's state (``<state>/index/<id>.idx``, 0600, written atomically) maps
+every package folder to
+
+- the ``fstat`` (device, inode, mode, links, owner, group, size, mtime_ns, ctime_ns) of the folder,
+  its sub-folders and its files, each taken by discovery on the opened descriptor *before* the
+  folder was listed or the file read;
+- what discovery and validation made of it: the file list with sha256s, the package digest, the
+  bytes of the manifest and lock files, the validation diagnostics, and whether a manifest came out.
+
+The file is keyed (its header) by the index format, tooldir's version, a digest of the code that
+shapes a record (discovery, validation, the model, the validators' binaries), the policy's digest,
+the source kind and root path, and the user id; an index with another key is ignored and rebuilt.
+
+What the index never does:
+
+- **decide trust.** Trust is assessed again on every load from the reconstructed candidate, so an
+  approval, a revocation or a new key counts at once. A root whose source requires trust
+  (approval, pin or signature: project tools by default) is never indexed at all: its digest
+  decides trust, so its files must be read and hashed on every load, and then validating them
+  again costs no more than rebuilding a record from the index (measured: 0.96x at 10k). So no
+  index entry, forged or stale, can make a changed trust-gated tool active.
+- **decide what runs.** Execution re-reads and re-hashes the package's files against the
+  snapshot's record before anything runs (:mod:`tooldir.sandbox.store`).
+- **trust itself.** A corrupt, truncated, foreign, wrong-owner, group/world-writable or oversized
+  index is ignored (an ``index-ignored`` warning says why) and rebuilt; a malformed entry, or one
+  whose kept bytes do not hash to its recorded sha256, is dropped and its package read again.
+
+Racily clean entries (like git): an entry is used only when every recorded mtime and ctime is
+older than the start of the load that recorded it by more than :data:`RACY_NS` (the timestamp
+granularity, with margin), so a file changed in the same tick as it was read is read again. A
+package with a group-writable entry (its verdict depends on /etc/group) is never indexed.
+
+Format: ``MAGIC``, one JSON header line (with the lengths of what follows), a JSON table (plain
+lists and numbers) and a blob of the kept file bytes the table points into. JSON rather than
+pickle (which runs code when loaded) or marshal (documented as unsafe against crafted input): the
+index is state another process may have left, so only plain data is ever decoded from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import stat
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from ._internal.atomic import write_atomic
+from ._internal.strictjson import FrozenDict, freeze_arrays_in_place
+from .discover import MANIFEST, PackageScan, RootSpec, scan_package
+from .model import Diagnostic, ExecuteSpec, Manifest, PackageFile, Risk, Severity, Source, warning
+from .policy import Limits, Policy
+from .validate import Candidate, validate_package
+
+log = logging.getLogger("tooldir.index")
+
+FORMAT = "tooldir-index-v1"
+MAGIC = b"tooldir-index-v1\n"
+INDEX_DIR = "index"
+#: Entries whose files changed less than this before the load that recorded them are re-read.
+RACY_NS = 2_000_000_000
+#: An index file larger than this is ignored (and not rewritten by a load that would exceed it).
+MAX_INDEX_BYTES = 1 << 30
+#: Set to "1" to bypass the index for every load of this process environment.
+ENV_DISABLE = "TOOLDIR_NO_INDEX"
+
+#: (st_dev, st_ino, st_mode, st_nlink, st_uid, st_gid, st_size, st_mtime_ns, st_ctime_ns)
+StatKey = tuple[int, int, int, int, int, int, int, int, int]
+
+# modules whose code decides what discovery and validation make of a package
+_CODE = (
+    "discover.py", "validate.py", "model.py", "names.py", "text.py", "policy.py", "index.py",
+    "lockfile.py", "manifest.schema.json", "_internal/strictjson.py", "_internal/inputschema.py",
+)  # fmt: skip
+
+
+def stat_key(st: os.stat_result) -> StatKey:
+    return (
+        st.st_dev, st.st_ino, st.st_mode, st.st_nlink, st.st_uid, st.st_gid, st.st_size, st.st_mtime_ns,
+        st.st_ctime_ns,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """What the index keeps about one package folder (see the module docstring)."""
+
+    name: str
+    scanned_ns: int  # wall clock when the load that read it started
+    digest: str
+    has_manifest: bool
+    stats: tuple[tuple[str, StatKey], ...]  # "" is the folder itself
+    files: tuple[PackageFile, ...]
+    kept: Mapping[str, bytes]
+    diagnostics: tuple[Diagnostic, ...]
+
+    def racy(self, granularity_ns: int) -> bool:
+        """A recorded time too close to when the entry was read: the content may have changed
+        after it was read without changing its stat."""
+        limit = self.scanned_ns - granularity_ns
+        try:
+            return any(key[7] >= limit or key[8] >= limit for _, key in self.stats)
+        except (TypeError, IndexError):  # a malformed key: read the package again
+            return True
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """What an index's content depends on; an index with another header is never used."""
+
+    source: str
+    root: str
+    policy: str
+    code: str
+    euid: int
+    format: str = FORMAT
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "source": self.source,
+            "root": self.root,
+            "policy": self.policy,
+            "code": self.code,
+            "euid": self.euid,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """What :func:`decode` made of an index file."""
+
+    entries: dict[str, Entry]
+    dropped: int = 0  # malformed entries left out (their packages are read again)
+    problem: str | None = None  # why the whole file is unusable: corrupt, truncated, not an index
+    foreign: bool = False  # ``problem`` is only another header: another tooldir, policy, user or root
+
+
+def policy_digest(policy: Policy) -> str:
+    return hashlib.sha256(policy.model_dump_json().encode()).hexdigest()
+
+
+@cache
+def code_digest() -> str:
+    """sha256 over the Python version, tooldir's code that shapes a record, and the identity of the
+    validators' compiled modules: another tooldir (or validator) never reuses these records."""
+    import jsonschema_rs
+    import pydantic_core
+
+    h = hashlib.sha256(f"{sys.version}\n{sys.implementation.cache_tag}\n".encode())
+    here = Path(__file__).resolve().parent
+    for rel in _CODE:
+        try:
+            h.update(rel.encode() + b"\0" + (here / rel).read_bytes() + b"\0")
+        except OSError:
+            h.update(rel.encode() + b"\0missing\0")
+    for module in (jsonschema_rs, pydantic_core):
+        for path in (
+            getattr(module, "__file__", None),
+            getattr(getattr(module, "_pydantic_core", None), "__file__", None),
+        ):
+            if path:
+                try:
+                    st = os.stat(path)
+                    h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+                except OSError:
+                    h.update(f"{path}\0missing\0".encode())
+    return h.hexdigest()
+
+
+def header_for(root: RootSpec, policy: Policy) -> Header:
+    return Header(str(root.source), root.path, policy_digest(policy), code_digest(), os.geteuid())
+
+
+def index_path(state_dir: Path, root: RootSpec) -> Path:
+    ident = hashlib.sha256(f"{root.source}\0{root.path}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return state_dir / INDEX_DIR / f"{ident}.idx"
+
+
+# -- entries <-> candidates (pure) ---------------------------------------------------------------
+
+_SHARED = stat.S_IWGRP | stat.S_IWOTH
+
+
+def entry_from_candidate(candidate: Candidate, read: PackageScan, scanned_ns: int, euid: int) -> Entry | None:
+    """The entry for a freshly read package, or None when it cannot be indexed: a refused file
+    (no digest), a group/world-writable or foreign-owned entry, or stats that do not account for
+    every file. ``read`` is the package's scan as discovery made it (the validated candidate's
+    scan no longer holds the manifest's bytes or the stats)."""
+    scan = read
+    if candidate.server is not None:  # an MCP server package (server.json): always read, never indexed
+        return None
+    if scan.digest is None or scan.diagnostics or not scan.stats or scan.stats[0][0] != "":
+        return None
+    stats: list[tuple[str, StatKey]] = []
+    nfiles = 0
+    for rel, st in scan.stats:
+        if st.st_mode & _SHARED or st.st_uid not in (euid, 0):
+            return None
+        if stat.S_ISREG(st.st_mode):
+            nfiles += 1
+        elif not stat.S_ISDIR(st.st_mode):
+            return None
+        stats.append((rel, stat_key(st)))
+    if nfiles != len(scan.files):
+        return None
+    return Entry(
+        name=scan.name,
+        scanned_ns=scanned_ns,
+        digest=scan.digest,
+        has_manifest=candidate.manifest is not None,
+        stats=tuple(stats),
+        files=scan.files,
+        kept=dict(scan.contents),
+        diagnostics=candidate.diagnostics,
+    )
+
+
+def candidate_from_entry(entry: Entry, root: RootSpec) -> Candidate | None:
+    """The candidate validation made of the indexed package, or None if the entry cannot give it."""
+    root_path = root.path
+    scan = PackageScan(
+        source=root.source,
+        root=root_path,
+        name=entry.name,
+        path=os.path.join(root_path, entry.name),
+        files=entry.files,
+        # as validation leaves it: the manifest's bytes are parsed, not kept (only lock/signatures)
+        contents=MappingProxyType({k: v for k, v in entry.kept.items() if k != MANIFEST}),
+        digest=entry.digest,
+        diagnostics=(),
+    )
+    manifest: Manifest | None = None
+    if entry.has_manifest:
+        try:
+            manifest = manifest_from_json(json.loads(entry.kept[MANIFEST], object_hook=FrozenDict))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+    return Candidate(scan, manifest, entry.diagnostics)
+
+
+def manifest_from_json(data: dict[str, Any]) -> Manifest:
+    """The :class:`Manifest` that validation made of ``data`` (a manifest it accepted, parsed with
+    every object a :class:`FrozenDict`), built without validating again: the same values and types
+    (frozen input schema, tuples, the enum, a float timeout) and the same set fields.
+
+    Raises:
+        ValueError, KeyError, TypeError: ``data`` is not shaped like an accepted manifest.
+    """
+    raw = data["execute"]
+    execute: dict[str, Any] = {"command": tuple(raw["command"])}
+    if "timeout_s" in raw:
+        execute["timeout_s"] = float(raw["timeout_s"])
+    if "network" in raw:
+        execute["network"] = bool(raw["network"])
+    if "env" in raw:
+        execute["env"] = tuple(raw["env"])
+    values: dict[str, Any] = {
+        "name": str(data["name"]),
+        "description": str(data["description"]),
+        "input_schema": _frozen_object(data["input_schema"]),
+        "risk": Risk(data["risk"]),
+        "execute": ExecuteSpec.model_construct(**execute),
+    }
+    if "keywords" in data:
+        values["keywords"] = tuple(data["keywords"])
+    if set(data) - set(values):
+        raise ValueError("unknown manifest keys")
+    return Manifest.model_construct(**values)
+
+
+def _frozen_object(value: Any) -> FrozenDict:
+    if type(value) is not FrozenDict:
+        raise TypeError("not a JSON object")
+    frozen: FrozenDict = freeze_arrays_in_place(value)
+    return frozen
+
+
+# -- the file (pure) ---------------------------------------------------------------------------
+
+
+def encode(header: Header, entries: Mapping[str, Entry]) -> bytes:
+    blob = bytearray()
+    table = []
+    for name in sorted(entries):
+        e = entries[name]
+        kept = []
+        for fname in sorted(e.kept):
+            data = e.kept[fname]
+            kept.append([fname, len(blob), len(data)])
+            blob += data
+        table.append(
+            [
+                e.name,
+                e.scanned_ns,
+                e.digest,
+                e.has_manifest,
+                [[rel, *key] for rel, key in e.stats],
+                [[f.path, f.sha256, f.size, f.executable] for f in e.files],
+                kept,
+                [
+                    [
+                        str(d.severity),
+                        d.code,
+                        d.message,
+                        d.tool,
+                        None if d.source is None else str(d.source),
+                        d.path,
+                        d.pointer,
+                    ]
+                    for d in e.diagnostics
+                ],
+            ]
+        )
+    body = json.dumps(table, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogateescape")
+    head = {**header.to_json(), "table": len(body), "blob": len(blob)}
+    return MAGIC + json.dumps(head, separators=(",", ":")).encode() + b"\n" + body + bytes(blob)
+
+
+def decode(data: bytes, header: Header) -> Decoded:
+    """The entries of an index file written for ``header``; never raises for bad data."""
+    if not data.startswith(MAGIC):
+        return Decoded({}, problem="is not a tooldir index (bad magic)")
+    end = data.find(b"\n", len(MAGIC))
+    if end < 0:
+        return Decoded({}, problem="is truncated (no header)")
+    try:
+        head = json.loads(data[len(MAGIC) : end])
+        table_len, blob_len = head.pop("table"), head.pop("blob")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return Decoded({}, problem="has a malformed header")
+    expected = header.to_json()
+    if head != expected:
+        differs = sorted(k for k, v in expected.items() if head.get(k) != v) or ["header"]
+        return Decoded({}, problem=f"was written for another {', '.join(differs)}", foreign=True)
+    if type(table_len) is not int or type(blob_len) is not int or len(data) != end + 1 + table_len + blob_len:
+        return Decoded({}, problem="is truncated or overlong")
+    start = end + 1
+    try:
+        table = json.loads(data[start : start + table_len].decode("utf-8", "surrogateescape"))
+    except ValueError:
+        return Decoded({}, problem="has a malformed table")
+    if not isinstance(table, list):
+        return Decoded({}, problem="has a malformed table")
+    blob = memoryview(data)[start + table_len :]
+    entries: dict[str, Entry] = {}
+    dropped = 0
+    for row in table:
+        try:
+            entry = _entry(row, blob)
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            entry = None
+        if entry is None or entry.name in entries:
+            dropped += 1
+            continue
+        entries[entry.name] = entry
+    return Decoded(entries, dropped)
+
+
+def _entry(row: list[Any], blob: memoryview) -> Entry | None:
+    name, scanned_ns, digest, has_manifest, stats, files, kept, diags = row
+    if not (isinstance(name, str) and type(scanned_ns) is int and isinstance(digest, str)):
+        return None
+    if type(has_manifest) is not bool:
+        return None
+    # stat numbers are not type-checked: anything but the nine ints of a real stat never compares
+    # equal to one, so a malformed key only makes its package be read again
+    keys = tuple([(rel, tuple(nums)) for rel, *nums in stats if type(rel) is str])
+    if len(keys) != len(stats):
+        return None
+    pkg_files = []
+    for path, sha, size, executable in files:
+        if not (type(path) is str and type(sha) is str and type(size) is int and type(executable) is bool):
+            return None
+        pkg_files.append(PackageFile(path, sha, size, executable))
+    hashes = {f.path: f.sha256 for f in pkg_files}
+    contents: dict[str, bytes] = {}
+    for fname, offset, length in kept:
+        if type(offset) is not int or type(length) is not int or offset < 0 or offset + length > len(blob):
+            return None
+        data = bytes(blob[offset : offset + length])
+        if hashlib.sha256(data).hexdigest() != hashes.get(fname):  # kept bytes are the file's bytes
+            return None
+        contents[fname] = data
+    if has_manifest and MANIFEST not in contents:
+        return None
+    diagnostics = tuple(
+        Diagnostic(Severity(sev), str(code), str(msg), tool, None if src is None else Source(src), path, pointer)
+        for sev, code, msg, tool, src, path, pointer in diags
+    )
+    return Entry(name, scanned_ns, digest, has_manifest, keys, tuple(pkg_files), contents, diagnostics)
+
+
+# -- the I/O edge -------------------------------------------------------------------------------
+
+
+def unchanged(entry: Entry, root_fd: int) -> bool:
+    """Every recorded folder and file still has exactly its recorded stat (``lstat``: a link in
+    its place never matches). Folders come before what is in them, so a folder replaced by a link
+    is seen before anything is looked up through it."""
+    name = entry.name
+    for rel, key in entry.stats:
+        try:
+            st = os.stat(f"{name}/{rel}" if rel else name, dir_fd=root_fd, follow_symlinks=False)
+        except (OSError, ValueError):
+            return False
+        if stat_key(st) != key:
+            return False
+    return True
+
+
+def read_index(path: Path, header: Header) -> tuple[dict[str, Entry], str | None]:
+    """(entries, why the file was ignored or None). Never raises for a bad file: a missing one is
+    empty, anything else is ignored with a reason."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return {}, None
+    except OSError as exc:
+        return {}, f"cannot be opened ({exc.strerror})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return {}, "is not a regular file"
+        if st.st_uid != os.geteuid():
+            return {}, f"is owned by uid {st.st_uid}, not by the user ({os.geteuid()})"
+        if st.st_mode & _SHARED:
+            return {}, f"is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
+        if st.st_size > MAX_INDEX_BYTES:
+            return {}, f"is larger than {MAX_INDEX_BYTES} bytes"
+        chunks = []
+        while chunk := os.read(fd, 1 << 24):
+            chunks.append(chunk)
+        data = b"".join(chunks)
+    except OSError as exc:
+        return {}, f"cannot be read ({exc.strerror})"
+    finally:
+        os.close(fd)
+    decoded = decode(data, header)
+    if decoded.foreign:  # another tooldir, policy, user or root: an expected miss, not a problem
+        log.info("content index %s %s; rebuilding it", path, decoded.problem)
+        return {}, None
+    if decoded.problem is not None:
+        return {}, decoded.problem
+    if decoded.dropped:
+        log.warning(
+            "content index %s: %d malformed entries dropped; their packages are read again", path, decoded.dropped
+        )
+    return decoded.entries, None
+
+
+@dataclass(slots=True)
+class RootIndex:
+    """The index of one root during one load: :meth:`candidate` answers from it when it can and
+    records what was read; :meth:`save` writes it back when anything changed."""
+
+    path: Path
+    header: Header
+    limits: Limits
+    policy: Policy
+    scanned_ns: int
+    granularity_ns: int = RACY_NS
+    old: dict[str, Entry] = field(default_factory=dict)
+    new: dict[str, Entry] = field(default_factory=dict)
+    problem: str | None = None
+    reused: int = 0  # packages answered from the index
+    read: int = 0  # packages read and validated
+
+    @classmethod
+    def open(cls, state_dir: Path, root: RootSpec, policy: Policy) -> RootIndex:
+        path = index_path(state_dir, root)
+        header = header_for(root, policy)
+        old, problem = read_index(path, header)
+        return cls(path, header, policy.limits, policy, time.time_ns(), RACY_NS, old, {}, problem)
+
+    def candidate(self, root_fd: int, root: RootSpec, name: str) -> Candidate:
+        """The candidate of package ``name``: from the index when its entry is clean (every
+        recorded stat unchanged, not racily clean), else read and validated (and recorded)."""
+        entry = self.old.get(name)
+        if entry is not None and not entry.racy(self.granularity_ns) and unchanged(entry, root_fd):
+            found = candidate_from_entry(entry, root)
+            if found is not None:
+                self.reused += 1
+                self.new[name] = entry
+                return found
+        scan = scan_package(root_fd, root, name, self.limits)
+        candidate = validate_package(scan, self.policy)
+        self.read += 1
+        fresh = entry_from_candidate(candidate, scan, self.scanned_ns, self.header.euid)
+        if fresh is not None:
+            self.new[name] = fresh
+        return candidate
+
+    @property
+    def changed(self) -> bool:
+        return self.new.keys() != self.old.keys() or any(self.old[k] is not v for k, v in self.new.items())
+
+    def save(self) -> None:
+        """Write the index if anything changed (or the old file was unusable). A failure is a
+        logged warning, never an error of the load: the next load reads those packages again."""
+        log.debug("content index %s: %d packages reused, %d read", self.path, self.reused, self.read)
+        if not self.changed and self.problem is None:
+            return
+        try:
+            data = encode(self.header, self.new)
+            if len(data) > MAX_INDEX_BYTES:
+                self.path.unlink(missing_ok=True)
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_atomic(self.path, data)
+        except OSError as exc:
+            log.warning("cannot write the content index %s: %s", self.path, exc.strerror or exc)
+
+    def diagnostic(self, root: RootSpec) -> Diagnostic | None:
+        if self.problem is None:
+            return None
+        return warning(
+            "index-ignored",
+            f"content index {self.path} for root {root.path} {self.problem}; ignored, every package was read again "
+            "and the index rebuilt",
+            source=root.source,
+            path=str(self.path),
+        )
+
+
+def enabled(env: Mapping[str, str] | None = None) -> bool:
+    """False when ``$TOOLDIR_NO_INDEX`` is ``1``."""
+    return (os.environ if env is None else env).get(ENV_DISABLE, "") != "1"
