@@ -219,5 +219,6 @@ DIAGNOSTIC_HELP: dict[DiagnosticCode, str] = {
     DiagnosticCode.STATE_UNWRITABLE: "Your state directory could not be written; approvals and rollback marks hold only in this process.",
     DiagnosticCode.DEFINITION_CHANGED: "An MCP server changed a tool definition since you pinned it; held back. Review with tooldir show, then tooldir allow the package.",
     DiagnosticCode.DEFINITION_NEW: "An MCP server offers a tool you have not pinned; held back until you tooldir allow the package.",
+    DiagnosticCode.INDEX_IGNORED: "A content index in your state could not be trusted (corrupt, foreign, writable by others); it was ignored and rebuilt.",
     DiagnosticCode.INSTRUCTIONS_CHANGED: "An MCP server changed its instructions since you pinned them; they are not passed on until you tooldir allow the package.",
 }
