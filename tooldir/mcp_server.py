@@ -522,7 +522,7 @@ def build_server(front: ToolServer) -> Server[Any]:
         SERVER_NAME,
         version=_version(),
         title="tooldir",
-        instructions=INSTRUCTIONS,
+        instructions=server_instructions(front),
         on_call_tool=on_call_tool,
         on_subscriptions_listen=ListenHandler(front.notifier.bus),
     )
@@ -554,6 +554,17 @@ INSTRUCTIONS = (
     "(a tools/list_changed notification is sent). Failed calls return isError results whose text starts "
     "with error[<code>]."
 )
+
+
+def server_instructions(front: ToolServer) -> str:
+    """The ``initialize`` (and ``server/discover``) instructions: tooldir's own, then one quoted,
+    attributed section per trusted MCP server package whose instructions are pinned, unchanged and
+    pass the text checks (:func:`tooldir.upstream.compose_instructions`; DESIGN §10)."""
+    if front.upstream is None:
+        return INSTRUCTIONS
+    from .upstream import compose_instructions
+
+    return compose_instructions(INSTRUCTIONS, front.upstream.instructions())
 
 
 def _version() -> str:
