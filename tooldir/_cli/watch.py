@@ -115,14 +115,62 @@ def _print_summary(snap: Snapshot, change: SnapshotDiff) -> None:
         out.print(safe(f"  * {new.name} ({new.source}) {old.status} -> {new.status}", "cyan"))
 
 
+class _ListedStore(SnapshotStore):
+    """The watch's store: every snapshot published into it is first extended with the upstream
+    tools of the MCP server packages' last listings in user state (DESIGN §10, as ``scan`` shows
+    them: pins checked, only trusted packages, and no server is ever started); an extension that
+    changes nothing is not published. :meth:`relist` re-extends the current snapshot when the
+    listings changed (``tooldir serve`` or ``tooldir allow`` listed a server)."""
+
+    def __init__(self, first: Snapshot, loader: Loader) -> None:
+        self._loader = loader
+        self._extending = threading.RLock()  # extend + publish as one step: no older base wins
+        self._seen = self._listings_stamp()
+        super().__init__(self._extended(first))
+
+    def _listings_stamp(self) -> tuple[int, int, int] | None:
+        from ..upstream import UPSTREAM_STATE
+
+        try:
+            st = os.stat(os.path.join(self._loader.config.state_dir, UPSTREAM_STATE))
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _extended(self, snapshot: Snapshot) -> Snapshot:
+        if not any(t.server is not None for t in snapshot.tools):
+            return snapshot
+        from ..upstream import extend_snapshot, load_upstream_state
+
+        config = self._loader.config
+        return extend_snapshot(snapshot, load_upstream_state(config.state_dir), config.policy, config.builtins)
+
+    def publish(self, snapshot: Snapshot) -> tuple[Snapshot, SnapshotDiff]:
+        with self._extending:
+            extended = self._extended(snapshot)
+            current = self.current
+            if extended.id == current.id:
+                return current, diff(current, current)
+            return super().publish(extended)
+
+    def relist(self) -> None:
+        """Re-extend the current snapshot if the listings file changed since last seen."""
+        stamp = self._listings_stamp()
+        if stamp == self._seen:
+            return
+        self._seen = stamp
+        with self._extending:
+            self.publish(self.current)
+
+
 def cmd_watch(args: argparse.Namespace) -> int:
     if args.debounce_ms < 0 or args.debounce_ms > 60_000:
         raise CommandError("--debounce-ms must be between 0 and 60000")
     config = config_from_args(args)
     loader = Loader(config)
     with gc_paused():  # the cold load; the watcher's small rebuilds run with the GC on
-        first = loader.load()
-    store = SnapshotStore(first)
+        store = _ListedStore(loader.load(), loader)
+    first = store.current
     stop = threading.Event()
     printer = _Printer(args.json, stop)
     empty = Snapshot(id="", generation=0, tools=(), diagnostics=(), by_name={})
@@ -144,7 +192,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     try:
         watcher.start()
         while not stop.wait(0.5):
-            pass
+            store.relist()
     finally:
         watcher.stop()
         for sig, handler in previous.items():
