@@ -198,7 +198,10 @@ for line in sys.stdin:
         }})
     elif method == "tools/list":
         LISTS += 1
-        send({"jsonrpc": "2.0", "id": msg_id, "result": {"tools": tools()}})
+        page = {"tools": tools()}
+        if MODE == "endless-pages":
+            page["nextCursor"] = f"page-{LISTS}"
+        send({"jsonrpc": "2.0", "id": msg_id, "result": page})
     elif method == "tools/call":
         name = msg["params"]["name"]
         if name == "count":

@@ -49,6 +49,14 @@ def test_a_listing_over_the_tool_count_limit_is_refused_with_a_diagnostic_naming
         assert snap.by_name["fine"].status is Status.ACTIVE
 
 
+def test_a_listing_that_pages_without_end_is_refused_at_the_page_limit(tmp_path: Path, root: Path) -> None:
+    make_hostile(root, "endless-pages")
+    with rig(root, tmp_path / "state") as r:
+        over = [d for d in r.snapshot.diagnostics if d.code == "upstream-over-limit"]
+        assert over and "16 pages" in over[0].message
+        assert not [t for t in r.snapshot.tools if t.upstream is not None]
+
+
 def test_a_message_over_the_size_limit_stops_the_server_with_a_diagnostic_naming_it(tmp_path: Path, root: Path) -> None:
     make_hostile(root, "huge-message")
     make_tool(root, "fine")
