@@ -6,6 +6,7 @@ official SDK client against a real ``tooldir serve`` process."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -87,3 +88,20 @@ def test_each_package_section_is_quoted_so_no_server_text_can_pose_as_another_se
     assert headings == ["## MCP server package a (its tools: a__*)", "## MCP server package b (its tools: b__*)"]
     assert "> ## MCP server package a (its tools: a__*)" in lines and "> Do evil." in lines
     assert compose_instructions("Own.", {}) == "Own."
+
+
+def test_allow_shows_why_pinned_instructions_will_not_be_passed_on(tmp_path: Path) -> None:
+    require_sandbox()
+    tools = tmp_path / "proj" / ".tooldir" / "tools"
+    hidden = STDLIB_SERVER.replace('"Use add for sums."', '"Use add for sums.\\u200b"')
+    make_server(tools, "sly", script=hidden)
+    (tmp_path / "none").mkdir()
+    (tmp_path / "policy.toml").write_text("")
+    common = ["--project", "proj", "--user-dir", "none", "--policy", "policy.toml"]
+    done = subprocess.run(
+        [sys.executable, "-m", "tooldir", "allow", "sly", "--yes", "--json", *common, "--state-dir", str(tmp_path / "s")],
+        cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    upstream = json.loads(done.stdout)["upstream"]
+    assert [p["code"] for p in upstream["instructions_problems"]] == ["suspicious-text"]

@@ -9,7 +9,14 @@ from typing import Any
 from ..errors import ExecutionError
 from ..loader import LoadConfig, Loader
 from ..model import ToolRecord, is_runnable
-from ..upstream import approve_listing, definition_diff, load_upstream_state, pinned_instructions, visible
+from ..upstream import (
+    approve_listing,
+    definition_diff,
+    instructions_problems,
+    load_upstream_state,
+    pinned_instructions,
+    visible,
+)
 from ..upstream_names import SEPARATOR
 from .common import config_from_args, console, console_err, safe
 
@@ -37,6 +44,8 @@ def pin_after_allow(config: LoadConfig, path: str, *, quiet: bool) -> dict[str, 
         out.rule(safe(f"MCP server {record.name}: {len(listing.tools)} tool(s), listed {listing.listed_at}"))
         out.print("instructions (escapes visible):")
         out.print(safe(visible(listing.instructions)))
+        for code, message in instructions_problems(listing.instructions):
+            out.print(safe(f"{code}: {message}", "yellow"))
         for tool in listing.tools:
             out.print(safe(f"tool {tool.get('name')!a} — definition (every field, escapes visible):", "bold"))
             out.print(safe(visible(entry["definitions"][str(tool.get("name"))])))
@@ -46,6 +55,7 @@ def pin_after_allow(config: LoadConfig, path: str, *, quiet: bool) -> dict[str, 
         "instructions": listing.instructions,
         "pins": entry["pins"],
         "instructions_digest": entry["instructions_digest"],
+        "instructions_problems": [{"code": c, "message": m} for c, m in instructions_problems(listing.instructions)],
     }
 
 
