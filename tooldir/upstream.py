@@ -773,6 +773,8 @@ class ServerSession:
 
 
 def _why(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # what failed in the task group
+        exc = exc.exceptions[0]
     text = str(exc) or type(exc).__name__
     if isinstance(exc, SandboxError | ExecutionError):
         return f"{exc.code}: {text}"
