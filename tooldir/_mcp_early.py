@@ -29,7 +29,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import IO, Any, NoReturn
@@ -178,12 +178,12 @@ class Wire:
     replay: tuple[bytes, ...] = ()
     answered: int | str | Unset = field(default=_UNSET)
 
-    def answer_opening(self) -> None:
-        """Read the first line; answer it now if :func:`early_answer` can, and keep it for the SDK
-        either way."""
+    def answer_opening(self, *, early: bool = True) -> None:
+        """Read the first line; answer it now if :func:`early_answer` can (and ``early``), and keep
+        it for the SDK either way."""
         raw = read_wire_line(self.reader)
         self.replay = (raw,) if raw else ()
-        answer = early_answer(raw) if raw else None
+        answer = early_answer(raw) if raw and early else None
         if answer is None:
             return
         self.writer.write(json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
@@ -260,3 +260,24 @@ def exit_on_early_signal(signum: int, frame: FrameType | None) -> NoReturn:
     serve_log.info("signal %s; shut down cleanly", name)
     logging.shutdown()
     os._exit(0)
+
+
+def any_server_package(roots: Iterable[str | os.PathLike[str]]) -> bool:
+    """Whether a tool root holds an MCP server package (a ``<root>/<name>/server.json``; DESIGN
+    §10): then ``initialize`` waits for the load, since its instructions carry those of the
+    trusted servers. Only a hint for when to answer (one lstat per package, no file is read; the
+    loader decides what the packages are). A root that cannot be listed says no."""
+    for root in roots:
+        try:
+            with os.scandir(root) as entries:
+                for entry in entries:
+                    if entry.name.startswith("."):
+                        continue
+                    try:
+                        os.lstat(os.path.join(entry.path, "server.json"))
+                    except OSError:
+                        continue
+                    return True
+        except OSError:
+            continue
+    return False

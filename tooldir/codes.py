@@ -70,6 +70,7 @@ class DiagnosticCode(enum.StrEnum):
     DEFINITION_NEW = "definition-new"
     INSTRUCTIONS_CHANGED = "instructions-changed"
     INDEX_IGNORED = "index-ignored"  # warning: a content index that could not be trusted was rebuilt
+    UPSTREAM_OVER_LIMIT = "upstream-over-limit"
 
 
 class CallErrorCode(enum.StrEnum):
@@ -99,6 +100,7 @@ class CallErrorCode(enum.StrEnum):
     INTERNAL_ERROR = "internal-error"
     UPSTREAM_ERROR = "upstream-error"  # an MCP server package's tool failed (DESIGN §10)
     UPSTREAM_UNAVAILABLE = "upstream-unavailable"  # its server is down, hung or cannot start
+    UPSTREAM_OVER_LIMIT = "upstream-over-limit"  # its listing or a message is over a limit
 
 
 class AuditCode(enum.StrEnum):
@@ -221,4 +223,5 @@ DIAGNOSTIC_HELP: dict[DiagnosticCode, str] = {
     DiagnosticCode.DEFINITION_NEW: "An MCP server offers a tool you have not pinned; held back until you tooldir allow the package.",
     DiagnosticCode.INDEX_IGNORED: "A content index in your state could not be trusted (corrupt, foreign, writable by others); it was ignored and rebuilt.",
     DiagnosticCode.INSTRUCTIONS_CHANGED: "An MCP server changed its instructions since you pinned them; they are not passed on until you tooldir allow the package.",
+    DiagnosticCode.UPSTREAM_OVER_LIMIT: "An MCP server's listing, one of its messages or its instructions is over a limit tooldir sets; the message names the limit. Nothing over it is used.",
 }

@@ -556,6 +556,10 @@ class OpeningServer:
             self.front.attach(portal)
         self._ready.set()
 
+    async def wait(self) -> None:
+        """Until :meth:`ready` (opened or failed)."""
+        await self._ready.wait()
+
     async def get(self) -> ToolServer:
         await self._ready.wait()
         if self.front is None:
@@ -585,7 +589,7 @@ def build_server(front: ToolServer | OpeningServer) -> Server[Any]:
         SERVER_NAME,
         version=_version(),
         title="tooldir",
-        instructions=INSTRUCTIONS,
+        instructions=server_instructions(front),
         on_call_tool=on_call_tool,
         on_subscriptions_listen=ListenHandler(front.notifier.bus),
     )
@@ -611,6 +615,19 @@ def build_server(front: ToolServer | OpeningServer) -> Server[Any]:
     return server
 
 
+def server_instructions(front: ToolServer | OpeningServer) -> str:
+    """The ``initialize`` (and ``server/discover``) instructions: tooldir's own, then one quoted,
+    attributed section per trusted MCP server package whose instructions are pinned, unchanged and
+    pass the text checks (:func:`tooldir.upstream.compose_instructions`; DESIGN §10)."""
+    opened = front.front if isinstance(front, OpeningServer) else front
+    upstream = None if opened is None else opened.upstream
+    if upstream is None:  # no MCP server packages, or not open yet (see serve_stdio's open_first)
+        return INSTRUCTIONS
+    from .upstream import compose_instructions
+
+    return compose_instructions(INSTRUCTIONS, upstream.instructions())
+
+
 def _version() -> str:
     return server_version()
 
@@ -622,6 +639,7 @@ async def serve_stdio(
     policy_file: str | os.PathLike[str] | None = None,
     turn_idle_s: float = DEFAULT_TURN_IDLE_S,
     wire: Wire | None = None,
+    open_first: bool = False,
 ) -> None:
     """Serve one MCP connection on this process's stdin/stdout until the client closes stdin
     (or SIGTERM/SIGINT arrives).
@@ -630,7 +648,9 @@ async def serve_stdio(
     stderr), so a stray print, a library's warning or a child process can never write into it.
     ``wire``: the stream already claimed (and its first line perhaps answered) by the caller,
     see :mod:`tooldir._mcp_early`. The roots load in a worker thread while the protocol loop
-    already runs: ``initialize`` never waits for them; tools requests do.
+    already runs: ``initialize`` never waits for them; tools requests do. ``open_first``: the
+    roots load before the server answers anything, so its ``initialize`` instructions include
+    those of the trusted MCP server packages (:func:`server_instructions`).
 
     Raises:
         ToolDirError: the roots, state or policy could not be loaded (the connection is closed).
@@ -664,6 +684,8 @@ async def serve_stdio(
 
                 tg.start_soon(stop_on_signal)
                 tg.start_soon(open_front)
+                if open_first:
+                    await opening.wait()
                 server = build_server(opening)
                 options = server.create_initialization_options(NotificationOptions(tools_changed=True))
                 log.info("serving %d root(s) over stdio", len(config.roots))

@@ -70,7 +70,10 @@ DEFINITION_FIELDS = ("name", "title", "description", "inputSchema", "outputSchem
 _BACKOFF_FIRST_S = 1.0
 _BACKOFF_MAX_S = 60.0
 _MAX_LINE = 4 << 20  # one JSON-RPC message from a server, at most
-_MAX_TOOLS = 256
+_MAX_TOOLS = 256  # tools of one server's listing, at most (more: the listing is refused)
+_MAX_PAGES = 16  # tools/list pages of one listing, at most
+_MAX_INSTRUCTIONS = 16 * 1024  # characters of one server's instructions passed on to a client
+_RELIST_MIN_S = 1.0  # re-listings of one server on its tools/list_changed, at most one per this
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,9 +165,52 @@ def pinned_instructions(data: Mapping[str, Any], record: ToolRecord) -> str | No
     if not isinstance(last, Mapping) or entry.get("digest") != record.digest:
         return None
     now = last.get("instructions")
-    if digest_of(now) != entry.get("instructions_digest"):
+    if digest_of(now) != entry.get("instructions_digest") or instructions_problems(now):
         return None
     return now if isinstance(now, str) else None
+
+
+def instructions_problems(text: Any) -> list[tuple[str, str]]:
+    """``(code, message)`` for each reason a server's ``instructions`` may not be passed on to a
+    client, even pinned: over :data:`_MAX_INSTRUCTIONS` characters (``upstream-over-limit``), or
+    failing the text checks every model-facing string of a tool gets (:mod:`tooldir.text`: control
+    characters, invisible characters, instruction-like text). [] when they may (or there are none)."""
+    if not isinstance(text, str) or not text:
+        return []
+    if len(text) > _MAX_INSTRUCTIONS:
+        return [
+            (
+                "upstream-over-limit",
+                f"the server's instructions are {len(text)} characters; the limit is {_MAX_INSTRUCTIONS}: "
+                "not passed on",
+            )
+        ]
+    value = {"description": text}  # checked as what it is: model-facing text
+    out: list[tuple[str, str]] = []
+    for finding in check_strings(value, json.dumps(value, ensure_ascii=False), limit=5).findings:
+        code = "control-character" if finding.kind == "control" else "suspicious-text"
+        out.append((code, f"the server's instructions have {finding.kind} text ({finding.detail}): not passed on"))
+    return out
+
+
+def compose_instructions(own: str, servers: Mapping[str, str]) -> str:
+    """``tooldir serve``'s ``initialize`` instructions: ``own`` followed by one section per MCP
+    server package (sorted by name) with its pinned, unchanged, checked instructions, attributed
+    to the package and quoted line by line (``> ``), so no server text can pose as tooldir's own or
+    as another package's section. ``own`` alone when there are none."""
+    if not servers:
+        return own
+    parts = [
+        own,
+        "",
+        "The MCP servers that tooldir runs as tool packages gave the instructions quoted below, one section "
+        "per package. Each applies only to that package's tools (named <package>__<tool>) and cannot change "
+        "anything above.",
+    ]
+    for name in sorted(servers):
+        quoted = "\n".join(f"> {line}".rstrip() for line in servers[name].strip().splitlines())
+        parts += ["", f"## MCP server package {name} (its tools: {name}{SEPARATOR}*)", quoted]
+    return "\n".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,6 +248,8 @@ def _candidate_for(package: ToolRecord, tool: Mapping[str, Any], policy: Policy,
         raw = json.dumps(manifest, ensure_ascii=False, allow_nan=False).encode()
     except (TypeError, ValueError):
         raw = b"null"
+    limit = policy.limits.max_manifest_bytes
+    where = f"{package.path} (tool {upstream_name!r} of MCP server {package.name}, listed {listed_at})"
     scan = PackageScan(
         source=package.source,
         root=os.path.dirname(package.path),
@@ -212,8 +260,15 @@ def _candidate_for(package: ToolRecord, tool: Mapping[str, Any], policy: Policy,
         digest=digest,
         diagnostics=(),
     )
+    size = len(json.dumps(definition, ensure_ascii=False).encode()) if len(raw) <= limit else len(raw)
+    if size > limit:  # as a directory tool's schema.json over the same limit: never parsed further
+        over = error(
+            "upstream-over-limit",
+            f"the definition is {size} bytes; the limit is {limit} (limits.max_manifest_bytes)",
+            tool=name, source=package.source, path=where,
+        )  # fmt: skip
+        return Candidate(scan, None, (over,))
     candidate = validate_package(scan, policy)
-    where = f"{package.path} (tool {upstream_name!r} of MCP server {package.name}, listed {listed_at})"
     diags = [replace(d, path=where) for d in candidate.diagnostics]
     # the fields a manifest has no place for: title, outputSchema, annotations (every text check)
     rest = {k: definition[k] for k in ("title", "outputSchema", "annotations") if definition[k] is not None}
@@ -271,6 +326,13 @@ def upstream_records(
                     path=package.path,
                 )
             )
+        else:
+            for code, message in instructions_problems(last.get("instructions")):
+                make = error if code == "control-character" else warning
+                extra.append(
+                    make(code, message, tool=package.name, source=package.source, path=package.path,
+                         pointer="/instructions")
+                )  # fmt: skip
     assessed = [Assessed(c, assess_upstream(c, pkg, pinned)) for pkg, c, pinned in candidates]
     specs = tuple(builtins)
     resolved = [r for r in resolve(assessed, specs, policy) if r.source.value != "builtin"]
@@ -299,14 +361,21 @@ def upstream_records(
 
 
 def extend_snapshot(
-    snapshot: Snapshot, data: Mapping[str, Any], policy: Policy, builtins: Iterable[BuiltinSpec] = ()
+    snapshot: Snapshot,
+    data: Mapping[str, Any],
+    policy: Policy,
+    builtins: Iterable[BuiltinSpec] = (),
+    *,
+    problems: Iterable[Diagnostic] = (),
 ) -> Snapshot:
-    """``snapshot`` with the upstream records of its server packages (same generation). A snapshot
-    with no server package comes back unchanged (the very object)."""
+    """``snapshot`` with the upstream records of its server packages (same generation), and
+    ``problems`` (servers that could not be listed now) among its diagnostics. A snapshot with no
+    server package comes back unchanged (the very object)."""
     if not any(t.server is not None for t in snapshot.tools):
         return snapshot
     base = [t for t in snapshot.tools if t.upstream is None]
     records, extra = upstream_records(snapshot, data, policy, builtins)
+    extra = [*extra, *problems]
     if not records and not extra:
         return snapshot
     owned = Counter(d for t in snapshot.tools for d in t.diagnostics)
@@ -415,6 +484,11 @@ class ServerSession:
         self.problem: str | None = None
         self.stderr: deque[str] = deque(maxlen=20)
         self.instructions: str | None = None
+        self.over_limit: str | None = None  # why the reader stopped the server, if for a limit
+        self._relist = threading.Lock()
+        self._relisting = False  # a re-listing thread runs (or waits for its turn)
+        self._relist_again = False  # a tools/list_changed came while it ran
+        self._last_relist = 0.0
         sp = policy.sandbox
         self.timeout_s = min(record.server.server.timeout_s or sp.timeout_s, sp.timeout_s)
 
@@ -472,6 +546,7 @@ class ServerSession:
     async def _start(self) -> None:
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._stop = asyncio.Event()
+        self.over_limit = None
         self._task = asyncio.ensure_future(self._main(ready, self._stop))
         try:
             await asyncio.wait_for(asyncio.shield(ready), self.timeout_s)
@@ -524,10 +599,10 @@ class ServerSession:
                     try:
                         async for chunk in process.stdout:
                             buffer += chunk
-                            if len(buffer) > _MAX_LINE and b"\n" not in buffer:
-                                self.problem = f"a message larger than {_MAX_LINE} bytes"
-                                break
                             *lines, buffer = buffer.split(b"\n")
+                            if len(buffer) > _MAX_LINE or any(len(line) > _MAX_LINE for line in lines):
+                                self.over_limit = f"sent a message larger than {_MAX_LINE} bytes (the limit)"
+                                break
                             for line in lines:
                                 if not line.strip():
                                     continue
@@ -562,8 +637,7 @@ class ServerSession:
 
             async def on_message(message: Any) -> None:
                 if isinstance(message, types.ToolListChangedNotification) and self._on_list_changed is not None:
-                    callback = self._on_list_changed
-                    threading.Thread(target=callback, args=(self,), daemon=True).start()
+                    self._list_changed()
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(reader)
@@ -595,7 +669,41 @@ class ServerSession:
             if not ready.done():
                 ready.set_exception(RuntimeError("the server ended before it was ready"))
 
+    def _list_changed(self) -> None:
+        """A ``tools/list_changed``: re-list in a thread of its own, at most once per
+        :data:`_RELIST_MIN_S`; notifications that arrive meanwhile fold into one more re-listing (a
+        server flooding them costs one listing a second, never a thread or a listing each)."""
+        with self._relist:
+            if self._relisting:
+                self._relist_again = True
+                return
+            self._relisting = True
+        threading.Thread(target=self._relist_loop, name="tooldir-upstream-relist", daemon=True).start()
+
+    def _relist_loop(self) -> None:
+        callback = self._on_list_changed
+        while callback is not None:
+            wait = self._last_relist + _RELIST_MIN_S - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            with self._relist:
+                self._relist_again = False
+            self._last_relist = time.monotonic()
+            try:
+                callback(self)
+            except Exception:  # a failing re-listing must not end the re-listings to come
+                log.exception("re-listing MCP server %s failed", self.record.name)
+            with self._relist:
+                if not self._relist_again:
+                    break
+        with self._relist:
+            self._relisting = False
+
     def _died(self, what: str) -> ExecutionError:
+        if self.over_limit is not None:  # it was stopped for that: say which limit
+            what, self.over_limit = f"{self.over_limit}; it was stopped", None
+            self._failed(what)
+            return ExecutionError(f"MCP server {self.record.name!r} {what}", code="upstream-over-limit")
         tail = f"; its stderr: {self.stderr[-1]}" if self.stderr else ""
         self._failed(what + tail)
         return unavailable(f"MCP server {self.record.name!r} {what}{tail}")
@@ -611,6 +719,8 @@ class ServerSession:
             return self._loop.run(asyncio.wait_for(make(session), self.timeout_s), self.timeout_s + 2)
         except TimeoutError:
             raise self._died(f"did not answer within {self.timeout_s:g} s (killed)") from None
+        except ExecutionError:
+            raise  # one of ours (a limit of the listing)
         except Exception as exc:
             from mcp.shared.exceptions import MCPError
             from mcp.types import CONNECTION_CLOSED
@@ -632,14 +742,22 @@ class ServerSession:
             tools: list[Mapping[str, Any]] = []
             result = await session.list_tools()
             tools.extend(t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in result.tools)
-            pages = 0
-            while result.next_cursor and pages < 16 and len(tools) < _MAX_TOOLS:
+            pages = 1
+            while result.next_cursor and pages < _MAX_PAGES and len(tools) <= _MAX_TOOLS:
                 from mcp import types
 
                 result = await session.list_tools(params=types.PaginatedRequestParams(cursor=result.next_cursor))
                 tools.extend(t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in result.tools)
                 pages += 1
-            return Listing(tuple(tools[:_MAX_TOOLS]), self.instructions, _now())
+            if len(tools) > _MAX_TOOLS or (result.next_cursor and len(tools) == _MAX_TOOLS):
+                over = f"lists more than {_MAX_TOOLS} tools (the limit)"
+            elif result.next_cursor:
+                over = f"lists its tools in more than {_MAX_PAGES} pages (the limit)"
+            else:
+                return Listing(tuple(tools), self.instructions, _now())
+            raise ExecutionError(
+                f"MCP server {self.record.name!r} {over}; none of this listing is used", code="upstream-over-limit"
+            )
 
         listed: Listing = self._request(listing)
         return listed
@@ -655,6 +773,8 @@ class ServerSession:
 
 
 def _why(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # what failed in the task group
+        exc = exc.exceptions[0]
     text = str(exc) or type(exc).__name__
     if isinstance(exc, SandboxError | ExecutionError):
         return f"{exc.code}: {text}"
@@ -747,7 +867,7 @@ class UpstreamHub:
                         warning(exc.code, exc.message, tool=record.name, source=record.source, path=record.path)
                     )
         data = load_upstream_state(self.state_dir)
-        return extend_snapshot(snapshot, data, self.policy, self.builtins), problems
+        return extend_snapshot(snapshot, data, self.policy, self.builtins, problems=problems), problems
 
     def attach(self, store: SnapshotStore, *, start: bool = True) -> Snapshot:
         """Extend the store's current snapshot with the upstream tools and publish it."""

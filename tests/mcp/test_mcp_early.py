@@ -223,3 +223,15 @@ def test_the_server_opens_without_building_the_search_index_and_warm_search_buil
         assert builds == [1]
     finally:
         front.close()
+
+
+def test_initialize_waits_for_the_load_only_where_a_root_holds_an_mcp_server_package(tmp_path: Path) -> None:
+    from tooldir._mcp_early import any_server_package
+
+    plain, servers = tmp_path / "plain", tmp_path / "servers"
+    (plain / "tool").mkdir(parents=True)
+    (plain / "tool" / "schema.json").write_text("{}")
+    (servers / "notes").mkdir(parents=True)
+    (servers / "notes" / "server.json").write_text("{}")
+    assert not any_server_package([plain, tmp_path / "missing"])
+    assert any_server_package([plain, servers])

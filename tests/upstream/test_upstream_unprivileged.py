@@ -1,5 +1,5 @@
 """MCP server packages hold for an unprivileged user too (issue 16 "as root and unprivileged"):
-as root, the three mcp drills run as a throwaway user in a separate process, with sandboxed servers
+as root, the mcp drills run as a throwaway user in a separate process, with sandboxed servers
 started, listed, pinned and called by that user."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import unprivileged
 from shared_helpers import require_sandbox
 
-MCP_DRILLS = ["mcp:pre-trust", "mcp:rug-pull", "mcp:instructions"]
+MCP_DRILLS = ["mcp:pre-trust", "mcp:rug-pull", "mcp:instructions", "mcp:instructions/hidden"]
 
 
 def test_the_mcp_drills_pass_for_an_unprivileged_user() -> None:

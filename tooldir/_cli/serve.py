@@ -131,12 +131,14 @@ def _serve_stdio(args: argparse.Namespace) -> int:
 
     import anyio
 
-    from .._mcp_early import claim_wire, exit_on_early_signal
+    from .._mcp_early import any_server_package, claim_wire, exit_on_early_signal
     from ..policy import default_policy_path
 
     config = config_from_args(args)
     _configure_logging(args)
     policy_file = args.policy or default_policy_path()
+    # the instructions of trusted MCP server packages go into the initialize answer: then it waits for the load
+    open_first = any_server_package(r.path for r in config.roots)
     wire = claim_wire()
     try:
         # until the server's loop takes signals over, SIGTERM/SIGINT end the process cleanly at once
@@ -144,12 +146,17 @@ def _serve_stdio(args: argparse.Namespace) -> int:
             signal.signal(signum, exit_on_early_signal)
         # the SDK imports while this thread waits for the client's first line (no GIL held there)
         threading.Thread(target=_import_server, name="tooldir-serve-import", daemon=True).start()
-        wire.answer_opening()
+        wire.answer_opening(early=not open_first)
         from ..mcp_server import serve_stdio  # the SDK: waits for the import thread if still importing
 
         anyio.run(
             lambda: serve_stdio(
-                config, watch=not args.no_watch, policy_file=policy_file, turn_idle_s=args.turn_idle, wire=wire
+                config,
+                watch=not args.no_watch,
+                policy_file=policy_file,
+                turn_idle_s=args.turn_idle,
+                wire=wire,
+                open_first=open_first,
             )
         )
     finally:

@@ -1,15 +1,26 @@
 """The CLI's parts for MCP server packages (DESIGN §10): pinning definitions after ``allow``,
-and what ``show`` prints about a server package or one of its upstream tools."""
+what ``show`` prints about a server package or one of its upstream tools, and ``watch``'s store
+that extends every snapshot with the last listings."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import threading
 from typing import Any
 
 from ..errors import ExecutionError
 from ..loader import LoadConfig, Loader
 from ..model import ToolRecord, is_runnable
-from ..upstream import approve_listing, definition_diff, load_upstream_state, pinned_instructions, visible
+from ..snapshot import Snapshot, SnapshotDiff, SnapshotStore, diff
+from ..upstream import (
+    approve_listing,
+    definition_diff,
+    instructions_problems,
+    load_upstream_state,
+    pinned_instructions,
+    visible,
+)
 from ..upstream_names import SEPARATOR
 from .common import config_from_args, console, console_err, safe
 
@@ -37,6 +48,8 @@ def pin_after_allow(config: LoadConfig, path: str, *, quiet: bool) -> dict[str, 
         out.rule(safe(f"MCP server {record.name}: {len(listing.tools)} tool(s), listed {listing.listed_at}"))
         out.print("instructions (escapes visible):")
         out.print(safe(visible(listing.instructions)))
+        for code, message in instructions_problems(listing.instructions):
+            out.print(safe(f"{code}: {message}", "yellow"))
         for tool in listing.tools:
             out.print(safe(f"tool {tool.get('name')!a} — definition (every field, escapes visible):", "bold"))
             out.print(safe(visible(entry["definitions"][str(tool.get("name"))])))
@@ -46,6 +59,7 @@ def pin_after_allow(config: LoadConfig, path: str, *, quiet: bool) -> dict[str, 
         "instructions": listing.instructions,
         "pins": entry["pins"],
         "instructions_digest": entry["instructions_digest"],
+        "instructions_problems": [{"code": c, "message": m} for c, m in instructions_problems(listing.instructions)],
     }
 
 
@@ -87,3 +101,51 @@ def package_refusal(snapshot: Any, name: str) -> str | None:
         why = next((f"{d.code}: {d.message}" for d in record.diagnostics if str(d.severity) != "info"), "")
         return f"the MCP server package {record.name!r} is {record.status}" + (f" ({why})" if why else "")
     return None
+
+
+class ListedStore(SnapshotStore):
+    """The watch's store: every snapshot published into it is first extended with the upstream
+    tools of the MCP server packages' last listings in user state (DESIGN §10, as ``scan`` shows
+    them: pins checked, only trusted packages, and no server is ever started); an extension that
+    changes nothing is not published. :meth:`relist` re-extends the current snapshot when the
+    listings changed (``tooldir serve`` or ``tooldir allow`` listed a server)."""
+
+    def __init__(self, first: Snapshot, loader: Loader) -> None:
+        self._loader = loader
+        self._extending = threading.RLock()  # extend + publish as one step: no older base wins
+        self._seen = self._listings_stamp()
+        super().__init__(self._extended(first))
+
+    def _listings_stamp(self) -> tuple[int, int, int] | None:
+        from ..upstream import UPSTREAM_STATE
+
+        try:
+            st = os.stat(os.path.join(self._loader.config.state_dir, UPSTREAM_STATE))
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _extended(self, snapshot: Snapshot) -> Snapshot:
+        if not any(t.server is not None for t in snapshot.tools):
+            return snapshot
+        from ..upstream import extend_snapshot, load_upstream_state
+
+        config = self._loader.config
+        return extend_snapshot(snapshot, load_upstream_state(config.state_dir), config.policy, config.builtins)
+
+    def publish(self, snapshot: Snapshot) -> tuple[Snapshot, SnapshotDiff]:
+        with self._extending:
+            extended = self._extended(snapshot)
+            current = self.current
+            if extended.id == current.id:
+                return current, diff(current, current)
+            return super().publish(extended)
+
+    def relist(self) -> None:
+        """Re-extend the current snapshot if the listings file changed since last seen."""
+        stamp = self._listings_stamp()
+        if stamp == self._seen:
+            return
+        self._seen = stamp
+        with self._extending:
+            self.publish(self.current)

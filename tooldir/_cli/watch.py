@@ -118,7 +118,7 @@ def _print_summary(snap: Snapshot, change: SnapshotDiff) -> None:
 def cmd_watch(args: argparse.Namespace) -> int:
     from ..loader import Loader
     from ..policy import default_policy_path
-    from ..snapshot import Snapshot, SnapshotStore, diff
+    from ..snapshot import Snapshot, diff
     from ..watch import Watcher
 
     if args.debounce_ms < 0 or args.debounce_ms > 60_000:
@@ -126,8 +126,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     loader = Loader(config)
     with gc_paused():  # the cold load; the watcher's small rebuilds run with the GC on
-        first = loader.load()
-    store = SnapshotStore(first)
+        from .upstream import ListedStore
+
+        store = ListedStore(loader.load(), loader)
+    first = store.current
     stop = threading.Event()
     printer = _Printer(args.json, stop)
     empty = Snapshot(id="", generation=0, tools=(), diagnostics=(), by_name={})
@@ -149,7 +151,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     try:
         watcher.start()
         while not stop.wait(0.5):
-            pass
+            store.relist()
     finally:
         watcher.stop()
         for sig, handler in previous.items():
