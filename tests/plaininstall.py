@@ -1,6 +1,6 @@
 """A plain (non-editable) install of this tree: build a wheel, install it with ``--no-deps`` into a
 fresh virtualenv whose dependencies come from the test environment through a ``.pth`` line (no
-index needed), the same way tests/attacks/test_drill_wheel.py does."""
+index needed). Used by the wheel drill test and the issue-17 tests."""
 
 from __future__ import annotations
 

@@ -1,28 +1,21 @@
 """A plain (non-editable) install ships the drill scenarios, the presets and the threat list (issue 12).
 
-Builds a wheel from a copy of this tree, installs it with ``--no-deps`` into a fresh virtualenv
-(the test environment's site-packages lend it the dependencies through a ``.pth`` line, so no
-index is needed), and runs ``tooldir drill`` from an unrelated folder. The build itself needs no
-index when this environment's setuptools satisfies ``[build-system] requires`` (the ``test`` extra
-installs it); otherwise pip builds in an isolated environment as usual.
+Builds a wheel from a copy of this tree and installs it with ``--no-deps`` into a fresh virtualenv
+(tests/plaininstall.py: the test environment's site-packages lend it the dependencies through a
+``.pth`` line, so no index is needed), and runs ``tooldir drill`` from an unrelated folder.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import site
 import subprocess
-import sys
-import tomllib
 import zipfile
 from collections.abc import Iterator
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
-from packaging.requirements import Requirement
+from plaininstall import install_wheel
 
 from tooldir.drill import load_scenarios
 
@@ -34,57 +27,12 @@ def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> subpro
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
-def backend_is_here() -> bool:
-    """Whether this environment satisfies ``[build-system] requires`` (then the build needs no index)."""
-    wanted = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["build-system"]["requires"]
-    for text in wanted:
-        requirement = Requirement(text)
-        try:
-            if not requirement.specifier.contains(version(requirement.name), prereleases=True):
-                return False
-        except PackageNotFoundError:
-            return False
-    return True
-
-
-def build_wheel(tmp: Path) -> Path:
-    src = tmp / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "MANIFEST.in", "README.md"):
-        shutil.copy2(REPO / name, src / name)
-    shutil.copytree(REPO / "tooldir", src / "tooldir", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-    out = tmp / "dist"
-    argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)]
-    if backend_is_here():
-        argv.append("--no-build-isolation")  # offline and fast: this environment's setuptools
-    done = run(argv, tmp)
-    assert done.returncode == 0, done.stderr[-3000:]
-    [wheel] = out.glob("tooldir-*.whl")
-    return wheel
-
-
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path, dict[str, str]]]:
-    """(wheel, the fresh venv's bin folder, an environment for it) with the wheel installed."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    wheel = build_wheel(tmp)
-    venv = tmp / "venv"
-    done = run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp)
-    assert done.returncode == 0, done.stderr
-    python = venv / "bin" / "python"
-    done = run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)],
-        tmp,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    purelib = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp).stdout.strip()
-    # the dependencies, from this environment; a .pth line adds a path without running that
-    # folder's own .pth files, so this checkout's editable install stays out of the fresh venv
-    Path(purelib, "zz_test_dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    home = tmp / "home"
-    home.mkdir()
-    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
-    yield wheel, venv / "bin", env
+    """(wheel, the fresh venv's bin folder, an environment for it) with the wheel installed
+    (tests/plaininstall.py, as the issue-17 tests install it)."""
+    plain = install_wheel(tmp_path_factory.mktemp("wheel"))
+    yield plain.wheel, plain.bin, plain.env
 
 
 def test_the_wheel_holds_every_scenario_preset_and_the_threat_list(
