@@ -27,17 +27,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_search
-from bench_search import bag, corpus
+from bench_search import bag, corpus, real_corpus, synthetic_corpus
 
 from tooldir.search import SearchIndex, parse_query, split_words
 from tooldir.semantic import HybridRanker, load_embedder, model_dir
 
-# the shared eval data beside the checkout, or beside a worktree's folder
-bench_search.EVAL = next(
-    (p / "shared" / "eval" for p in Path(__file__).resolve().parents if (p / "shared" / "eval").is_dir()),
-    bench_search.EVAL,
-)
 TARGETS = {"p50_ms": 1.0, "p99_ms": 3.0, "build_s": 2.0, "memory_mb": 60.0}
 
 
@@ -81,12 +75,13 @@ def main() -> None:
     except Exception as exc:  # report, do not crash benchmarks/run
         print(f"bench_semantic: skipped, the semantic extra is not installed ({exc})")
         return
-    docs, all_queries = corpus(args.tools)
+    base = real_corpus() or synthetic_corpus()
+    docs, all_queries = corpus(args.tools, base), base[1]
     queries = random.Random(15).sample(all_queries, min(args.queries, len(all_queries)))
     k = args.top_k
 
     lexical = SearchIndex.build(docs)
-    hybrid = SearchIndex(lexical._analyzed, lexical.params, HybridRanker(load_embedder))  # same BM25F data
+    hybrid = SearchIndex.build(docs, ranker=HybridRanker(load_embedder))  # same BM25F data
     ranker = hybrid.ranker
     assert isinstance(ranker, HybridRanker)
     gc.collect()
@@ -102,7 +97,7 @@ def main() -> None:
     tracemalloc.stop()
     # an edit re-embeds one tool
     edited = [*docs[:-1], docs[-1].__class__(docs[-1].name, docs[-1].description + " edited")]
-    follow = SearchIndex(lexical._analyzed, lexical.params, ranker).updated(edited[-1:])
+    follow = hybrid.updated(edited[-1:])
     t = time.perf_counter()
     assert isinstance(follow.ranker, HybridRanker)
     follow.ranker.catalog()

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import heapq
 import importlib.util
 import os
 import re
@@ -46,7 +45,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .search import STOP_WORDS, Hit, ParsedQuery, SearchDoc, SearchIndex, split_words
+from .search import STOP_WORDS, Hit, LexicalScores, ParsedQuery, SearchDoc, SearchIndex, split_words
 
 __all__ = [
     "ALPHA",
@@ -165,12 +164,18 @@ class StaticEmbedder:
         return out
 
     def embed_one(self, text: str) -> npt.NDArray[np.float32]:
+        return self.query(text)[0]
+
+    def query(self, text: str) -> tuple[npt.NDArray[np.float32], bool]:
+        """:meth:`embed_one` and :meth:`knows_any` of ``text``, cutting it into words once."""
         ws = words(text)
+        whole = self._whole
+        known = any(w in whole for w in ws)
         self._learn(ws)
         flat = [i for w in ws for i in self._ids_of(w)]
         if not flat:
-            return np.zeros(self.dim, dtype=np.float32)
-        return self._table[flat].mean(axis=0)  # type: ignore[no-any-return]
+            return np.zeros(self.dim, dtype=np.float32), known
+        return self._table[flat].mean(axis=0), known
 
 
 _EMBED_WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
@@ -425,70 +430,136 @@ class HybridRanker:
         cat = self.catalog()
         q = self.embedder.embed_one(text)
         norm = float(np.linalg.norm(q))
-        if norm == 0.0 or not cat.names:
-            return np.zeros(len(cat.names), dtype=np.float32)
-        # stacked small products: one multithreaded BLAS call at 10k rows costs more in thread
-        # wake-ups (and far more on a loaded machine) than it saves
-        return (cat.blocks @ (q / norm)).reshape(-1)[: len(cat.names)]
+        return self._all_cosines(cat, q / norm if norm > 0.0 else None)
 
     # -- ranking ---------------------------------------------------------------------------------
 
     def rank(
         self,
         parsed: ParsedQuery,
-        lexical: Sequence[Hit],
+        lexical: LexicalScores | Sequence[Hit],
         top_k: int,
         allow: Callable[[str], bool] | None = None,
     ) -> list[Hit]:
-        """Fuse ``lexical`` (the best BM25F candidates, all holding every required term) with
-        cosine similarity. Returns at most ``top_k`` hits by (-score, name)."""
+        """Fuse the best ``pool`` lexical candidates (``lexical``: the query's BM25F scores, or
+        those best candidates as hits, all holding every required term) with cosine similarity.
+        Returns at most ``top_k`` hits by (-score, name).
+
+        Vectorised: one matrix-vector product over the catalog when a tool no term matches may
+        come in on meaning (else only the lexical candidates' rows, padded to the product's block
+        so the cosines are the same to the bit), a threshold pass instead of a sort of the
+        catalog, and the fusion over the (at most 2 * pool) candidates' arrays."""
         if top_k <= 0 or not parsed.terms:
             return []
         try:
             cat = self.catalog()
         except SemanticUnavailable as exc:  # the model went missing after startup: stay lexical
             self.failure = str(exc)
+            if isinstance(lexical, LexicalScores):
+                return lexical.top(top_k, allow=allow)
             return list(lexical[:top_k])
-        cos = self.cosines(query_text(parsed))
-        names = cat.names
         if self.mode == "embedding":  # cosine alone over every allowed tool: no threshold, no terms
-            ranked = sorted(
-                (i for i in np.argsort(-cos, kind="stable")[: top_k if allow is None else len(names)]),
-                key=lambda i: (-float(cos[i]), names[i]),
-            )
-            out = [Hit(names[i], round(float(cos[i]), 6)) for i in ranked if allow is None or allow(names[i])]
-            return out[:top_k]
-        candidates: dict[str, float] = {}
-        text = query_text(parsed)
-        if not parsed.required and self.embedder.knows_any(text):
+            return self._embedding_only(cat, parsed, top_k, allow)
+        lex_rows, lex_scores = self._lexical_pool(cat, lexical, max(top_k, self.pool), allow)
+        q, known = self.embedder.query(query_text(parsed))
+        norm = float(np.linalg.norm(q))
+        unit = q / norm if norm > 0.0 else None
+        if not parsed.required and known:
             # a tool no query term matches comes in on meaning alone, only if the query holds a
             # word the model knows whole (random strings are split into meaningless pieces) and
             # only above the threshold; a required term rules out every tool BM25F did not find
-            n = len(names)
-            take = min(n, self.pool if allow is None else max(self.pool * 4, self.pool))
-            order = np.argpartition(-cos, take - 1)[:take] if take < n else np.arange(n)
-            for i in order[np.argsort(-cos[order], kind="stable")]:
-                name = names[int(i)]
-                if float(cos[i]) < self.min_cosine:
-                    break
-                if allow is None or allow(name):
-                    candidates[name] = float(cos[i])
-                    if len(candidates) >= self.pool:
-                        break
-        lex = {h.name: h.score for h in lexical if h.name in cat.position}
-        for name in lex:
-            candidates.setdefault(name, float(cos[cat.position[name]]))
-        if not candidates:
+            full = self._all_cosines(cat, unit)
+            rows = np.union1d(self._semantic_pool(cat, full, allow), lex_rows)
+            cos = full[rows].astype(np.float64)
+        else:
+            rows = np.unique(lex_rows)
+            cos = self._cosines_at(cat, rows, unit).astype(np.float64)
+        if not len(rows):
             return []
-        top_lex = max(lex.values(), default=0.0)
-        values = list(candidates.values())
-        hi, lo = max(values), min(values)
+        lx = np.zeros(len(rows), dtype=np.float64)
+        top_lex = float(lex_scores.max()) if len(lex_scores) else 0.0
+        if top_lex > 0:
+            lx[np.searchsorted(rows, lex_rows)] = lex_scores
+            lx /= top_lex
+        hi, lo = float(cos.max()), float(cos.min())
         span = hi - lo
+        sem = (cos - lo) / span if span > 1e-9 else np.ones(len(rows), dtype=np.float64)
         a = self.alpha
-        fused = {}
-        for name, c in candidates.items():
-            sem = (c - lo) / span if span > 1e-9 else 1.0
-            lx = lex.get(name, 0.0) / top_lex if top_lex > 0 else 0.0
-            fused[name] = a * lx + (1 - a) * sem
-        best = heapq.nsmallest(top_k, fused.items(), key=lambda e: (-e[1], e[0]))
-        return [Hit(n, round(s, 6)) for n, s in best]
+        fused = a * lx + (1 - a) * sem
+        order = np.lexsort((rows, -fused))[:top_k]  # rows are in name order: (-score, name)
+        names = cat.names
+        return [Hit(names[r], round(f, 6)) for r, f in zip(rows[order].tolist(), fused[order].tolist(), strict=True)]
+
+    def _lexical_pool(
+        self,
+        cat: _Catalog,
+        lexical: LexicalScores | Sequence[Hit],
+        pool: int,
+        allow: Callable[[str], bool] | None,
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+        """Catalog rows and BM25F scores of the best ``pool`` lexical candidates."""
+        if isinstance(lexical, LexicalScores):
+            slots, scores = lexical.best(pool, allow=allow)
+            names: Iterable[str] = lexical.names_of(slots.tolist())
+            values: Iterable[float] = scores.tolist()
+        else:
+            names, values = [h.name for h in lexical], [h.score for h in lexical]
+        position = cat.position
+        pairs = [(position[n], v) for n, v in zip(names, values, strict=True) if n in position]
+        return (
+            np.fromiter((r for r, _ in pairs), dtype=np.intp, count=len(pairs)),
+            np.fromiter((v for _, v in pairs), dtype=np.float64, count=len(pairs)),
+        )
+
+    def _all_cosines(self, cat: _Catalog, unit: npt.NDArray[np.float32] | None) -> npt.NDArray[np.float32]:
+        if unit is None or not cat.names:
+            return np.zeros(len(cat.names), dtype=np.float32)
+        # stacked small products: one multithreaded BLAS call at 10k rows costs more in thread
+        # wake-ups (and far more on a loaded machine) than it saves
+        return (cat.blocks @ unit).reshape(-1)[: len(cat.names)]
+
+    def _cosines_at(
+        self, cat: _Catalog, rows: npt.NDArray[np.intp], unit: npt.NDArray[np.float32] | None
+    ) -> npt.NDArray[np.float32]:
+        """The cosines of ``rows`` alone, equal to the bit to :meth:`_all_cosines`' (BLAS gives
+        another rounding for a number of rows that is not a multiple of its kernel's: the rows
+        are padded to the same blocks)."""
+        if unit is None or not len(rows):
+            return np.zeros(len(rows), dtype=np.float32)
+        dim = cat.matrix.shape[1]
+        padded = np.zeros((-(-len(rows) // BLOCK) * BLOCK, dim), dtype=np.float32)
+        padded[: len(rows)] = cat.matrix[rows]
+        return (padded.reshape(-1, BLOCK, dim) @ unit).reshape(-1)[: len(rows)]
+
+    def _semantic_pool(
+        self, cat: _Catalog, cos: npt.NDArray[np.float32], allow: Callable[[str], bool] | None
+    ) -> npt.NDArray[np.intp]:
+        """Rows of the best ``pool`` allowed tools by (-cosine, name) whose cosine reaches the
+        threshold (compared in float64, as a Python float would be)."""
+        above = np.flatnonzero(cos >= np.float64(self.min_cosine))
+        take = self.pool if allow is None else 4 * self.pool
+        while True:
+            part = above
+            if len(above) > take:  # every tool tied with the take-th best comes along
+                kth = np.partition(cos[above], len(above) - take)[len(above) - take]
+                part = above[cos[above] >= kth]
+            part = part[np.lexsort((part, -cos[part]))]
+            if allow is None:
+                return part[: self.pool]
+            names = cat.names
+            ok = [r for r in part.tolist() if allow(names[r])][: self.pool]
+            if len(ok) == self.pool or len(part) == len(above):
+                return np.asarray(ok, dtype=np.intp)
+            take *= 4
+
+    def _embedding_only(
+        self, cat: _Catalog, parsed: ParsedQuery, top_k: int, allow: Callable[[str], bool] | None
+    ) -> list[Hit]:
+        cos = self.cosines(query_text(parsed))
+        names = cat.names
+        ranked = sorted(
+            (i for i in np.argsort(-cos, kind="stable")[: top_k if allow is None else len(names)]),
+            key=lambda i: (-float(cos[i]), names[i]),
+        )
+        out = [Hit(names[i], round(float(cos[i]), 6)) for i in ranked if allow is None or allow(names[i])]
+        return out[:top_k]
