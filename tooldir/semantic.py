@@ -11,9 +11,12 @@ is (name split into words, description, keywords) and, apart, what it takes (par
 descriptions, enum values), added with the weight :data:`PARAM_WEIGHT` (calibrated: 0, so the
 parameters and enums count through BM25F, which indexes them field by field). Vectors are cached
 (L2-normalised) by the SHA-256 of that text and the cache is handed from one index to the next
-(:meth:`HybridRanker.follow`), so an edit re-embeds one tool, not the catalog. A query costs one
-embedding and one matrix-vector product over the catalog's (tools x 128) float32 matrix (the
-model is trained so that its first dimensions can be used alone: :data:`DIM`).
+(:meth:`HybridRanker.follow`), so an edit re-embeds one tool, not the catalog; the rows of the
+tools whose document did not change (the same object in the updated index) are copied from the
+last catalog built, without even hashing their text again. A query costs one embedding and, when
+a tool no term matches may come in on meaning, one matrix-vector product over the catalog's
+(tools x 128) float32 matrix (the model is trained so that its first dimensions can be used
+alone: :data:`DIM`); everything after it is vectorised over the at most ``2 * pool`` candidates.
 
 Fusion (:meth:`HybridRanker.rank`), per query: the BM25F scores of the lexical candidates are
 divided by the query's best one (the lexical part is capped at 1 whatever a description holds:
@@ -311,6 +314,8 @@ class _Catalog:
     position: Mapping[str, int]
     matrix: Matrix  # (tools, dim), L2-normalised rows
     blocks: npt.NDArray[np.float32]  # the same rows, zero-padded, as (ceil(tools / BLOCK), BLOCK, dim)
+    docs: tuple[SearchDoc | None, ...]  # what each row was embedded from (an unchanged tool keeps its object)
+    keys: tuple[bytes, ...]  # the digest of each row's text (the vector cache's key)
 
 
 class HybridRanker:
@@ -328,6 +333,7 @@ class HybridRanker:
         mode: str = "hybrid",
         _index: SearchIndex | None = None,
         _cache: dict[bytes, npt.NDArray[np.float32]] | None = None,
+        _previous: _Catalog | None = None,
     ) -> None:
         if mode not in {"hybrid", "embedding"}:
             raise ValueError(f"unknown ranker mode {mode!r}")
@@ -341,6 +347,7 @@ class HybridRanker:
         self._index = _index
         self._cache: dict[bytes, npt.NDArray[np.float32]] = {} if _cache is None else _cache
         self._catalog: _Catalog | None = None
+        self._previous = _previous  # the last catalog built before this one: its unchanged rows are reused
         self._lock = threading.Lock()
         self.embedded = 0  # tools embedded by this ranker (not taken from the cache)
         self.failure: str | None = None  # why the model could not be used (then: BM25F order)
@@ -356,6 +363,7 @@ class HybridRanker:
             mode=self.mode,
             _index=index,
             _cache=self._cache,
+            _previous=self._catalog or self._previous,
         )
 
     def with_alpha(self, alpha: float) -> HybridRanker:
@@ -397,33 +405,46 @@ class HybridRanker:
     def _build(self) -> _Catalog:
         index = self._index
         names = index.names() if index is not None else ()
-        texts = []
-        for n in names:
-            doc = index.doc(n) if index is not None else None
-            texts.append(tool_texts(doc) if doc is not None else (n, ""))
-        keys = [_key(f"{head}\x00{takes}") for head, takes in texts]
+        docs = tuple(index.doc(n) if index is not None else None for n in names)
+        dim = self.embedder.dim
+        padded = np.zeros((-(-len(names) // BLOCK) * BLOCK, dim), dtype=np.float32)
+        raw = padded[: len(names)]  # the catalog's rows (and the cache's vectors) are views of one array
+        keys: list[bytes] = [b""] * len(names)
+        texts: dict[int, tuple[str, str]] = {}
+        prev = self._previous
+        if prev is not None:  # an update: the rows of the tools whose document is the same object are kept
+            old_docs, old_at = prev.docs, prev.position
+            same = [
+                (i, j)
+                for i, (n, d) in enumerate(zip(names, docs, strict=True))
+                if (j := old_at.get(n)) is not None and d is not None and old_docs[j] is d
+            ]
+            if same:
+                mine, theirs = (np.fromiter(c, dtype=np.intp, count=len(same)) for c in zip(*same, strict=True))
+                raw[mine] = prev.matrix[theirs]
+                for i, j in same:
+                    keys[i] = prev.keys[j]
+            kept = {i for i, _ in same}
+        else:
+            kept = set()
+        for i, (n, doc) in enumerate(zip(names, docs, strict=True)):
+            if i not in kept:
+                texts[i] = tool_texts(doc) if doc is not None else (n, "")
+                keys[i] = _key(f"{texts[i][0]}\x00{texts[i][1]}")
         old = self._cache
-        todo = [i for i, k in enumerate(keys) if k not in old]
+        todo = [i for i in texts if keys[i] not in old]
         fresh = _normalised(self.embedder.embed([texts[i][0] for i in todo]))
         if self.param_weight:
             takes = _normalised(self.embedder.embed([texts[i][1] for i in todo]))
             fresh = _normalised(fresh + self.param_weight * takes)
-        cache: dict[bytes, npt.NDArray[np.float32]] = {}
-        raw = np.empty((len(names), self.embedder.dim), dtype=np.float32)
-        j = 0
-        for i, k in enumerate(keys):
-            vec = old.get(k)
-            if vec is None:
-                vec = fresh[j]
-                j += 1
-            cache[k] = vec
-            raw[i] = vec
+        new = {keys[i]: fresh[j] for j, i in enumerate(todo)}
+        for i in texts:
+            raw[i] = new.get(keys[i], old.get(keys[i]))
         self.embedded = len(todo)
-        self._cache = cache  # only what this catalog holds: removed tools are forgotten
-        padded = np.zeros((-(-len(names) // BLOCK) * BLOCK, self.embedder.dim), dtype=np.float32)
-        padded[: len(names)] = raw
-        blocks = padded.reshape(-1, BLOCK, self.embedder.dim)
-        return _Catalog(names, {n: i for i, n in enumerate(names)}, padded[: len(names)], blocks)
+        self._cache = {k: raw[i] for i, k in enumerate(keys)}  # only what this catalog holds
+        self._previous = None  # follow() hands this catalog on instead
+        blocks = padded.reshape(-1, BLOCK, dim)
+        return _Catalog(names, {n: i for i, n in enumerate(names)}, raw, blocks, docs, tuple(keys))
 
     def cosines(self, text: str) -> npt.NDArray[np.float32]:
         """Cosine of ``text`` with every tool, in ``index.names()`` order."""

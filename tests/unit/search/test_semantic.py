@@ -365,6 +365,26 @@ def test_an_edit_re_embeds_one_tool_and_a_removal_none(embedder: semantic.Static
     assert index.search("send an email", top_k=1)[0].name == "send_email"  # the old index is untouched
 
 
+def test_updates_between_searches_re_embed_only_the_edited_tools_and_rank_like_a_fresh_build(
+    embedder: semantic.StaticEmbedder,
+) -> None:
+    docs = _catalog(200)
+    index = _hybrid(embedder, docs)
+    assert isinstance(index.ranker, HybridRanker)
+    index.ranker.catalog()
+    one = index.updated([SearchDoc(docs[3].name, "Hire a vehicle at the airport.")])  # no search in between
+    two = one.updated([SearchDoc(docs[40].name, "Book a table at a restaurant.")], [docs[5].name])
+    assert isinstance(two.ranker, HybridRanker)
+    two.ranker.catalog()
+    assert two.ranker.embedded == 2
+    assert two.ranker._previous is None  # the old catalog is not kept alive once this one is built
+    fresh = _hybrid(embedder, [d for n in two.names() if (d := two.doc(n)) is not None])
+    assert isinstance(fresh.ranker, HybridRanker)
+    assert fresh.ranker.catalog().matrix.tobytes() == two.ranker.catalog().matrix.tobytes()
+    for query in ("vehicle rental", "restaurant reservation", *QUERIES):
+        assert two.search(query, top_k=5) == fresh.search(query, top_k=5)
+
+
 def test_without_the_package_the_default_is_bm25f_and_the_reason_names_the_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
