@@ -306,6 +306,8 @@ def _normalised(rows: Matrix) -> Matrix:
 
 
 BLOCK = 64  # rows per matrix-vector product: small enough that BLAS stays on one thread
+HEAD = 64  # dimensions of the first pass that bounds every tool's cosine (most of the vector's weight)
+BOUND_SLACK = 1e-4  # float32 rounding of that pass, many times over: no tool that can reach the threshold is lost
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +318,8 @@ class _Catalog:
     blocks: npt.NDArray[np.float32]  # the same rows, zero-padded, as (ceil(tools / BLOCK), BLOCK, dim)
     docs: tuple[SearchDoc | None, ...]  # what each row was embedded from (an unchanged tool keeps its object)
     keys: tuple[bytes, ...]  # the digest of each row's text (the vector cache's key)
+    head: npt.NDArray[np.float32]  # the blocks' first HEAD dimensions, contiguous: the bounding pass
+    tail_norms: npt.NDArray[np.float32]  # per row, the norm of the other dimensions
 
 
 class HybridRanker:
@@ -444,7 +448,9 @@ class HybridRanker:
         self._cache = {k: raw[i] for i, k in enumerate(keys)}  # only what this catalog holds
         self._previous = None  # follow() hands this catalog on instead
         blocks = padded.reshape(-1, BLOCK, dim)
-        return _Catalog(names, {n: i for i, n in enumerate(names)}, raw, blocks, docs, tuple(keys))
+        head = np.ascontiguousarray(blocks[:, :, :HEAD])
+        tail_norms = np.linalg.norm(raw[:, HEAD:], axis=1).astype(np.float32)
+        return _Catalog(names, {n: i for i, n in enumerate(names)}, raw, blocks, docs, tuple(keys), head, tail_norms)
 
     def cosines(self, text: str) -> npt.NDArray[np.float32]:
         """Cosine of ``text`` with every tool, in ``index.names()`` order."""
@@ -489,12 +495,11 @@ class HybridRanker:
             # a tool no query term matches comes in on meaning alone, only if the query holds a
             # word the model knows whole (random strings are split into meaningless pieces) and
             # only above the threshold; a required term rules out every tool BM25F did not find
-            full = self._all_cosines(cat, unit)
-            rows = np.union1d(self._semantic_pool(cat, full, allow), lex_rows)
-            cos = full[rows].astype(np.float64)
+            reach, reach_cos = self._reachable(cat, unit)
+            rows = np.union1d(self._semantic_pool(cat, reach, reach_cos, allow), lex_rows)
         else:
             rows = np.unique(lex_rows)
-            cos = self._cosines_at(cat, rows, unit).astype(np.float64)
+        cos = self._cosines_at(cat, rows, unit).astype(np.float64)
         if not len(rows):
             return []
         lx = np.zeros(len(rows), dtype=np.float64)
@@ -552,19 +557,44 @@ class HybridRanker:
         padded[: len(rows)] = cat.matrix[rows]
         return (padded.reshape(-1, BLOCK, dim) @ unit).reshape(-1)[: len(rows)]
 
+    def _reachable(
+        self, cat: _Catalog, unit: npt.NDArray[np.float32] | None
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]:
+        """(rows, exact cosines) of every tool whose cosine may reach the threshold (a superset,
+        ascending). A first pass over the first :data:`HEAD` dimensions bounds each cosine from
+        above (Cauchy-Schwarz on the rest: ``head . q_head + |rest| * |q_rest|``); only the tools
+        under the bound's reach are multiplied in full. A generic query that reaches most of the
+        catalog costs one full product instead."""
+        n = len(cat.names)
+        if unit is None or not n:
+            return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float32)
+        bound = (cat.head @ unit[:HEAD]).reshape(-1)[:n]
+        bound += cat.tail_norms * np.float32(np.linalg.norm(unit[HEAD:]))
+        rows = np.flatnonzero(bound >= np.float32(self.min_cosine - BOUND_SLACK))
+        if len(rows) > n // 8:
+            full = self._all_cosines(cat, unit)
+            return rows, full[rows]
+        return rows, self._cosines_at(cat, rows, unit)
+
     def _semantic_pool(
-        self, cat: _Catalog, cos: npt.NDArray[np.float32], allow: Callable[[str], bool] | None
+        self,
+        cat: _Catalog,
+        rows: npt.NDArray[np.intp],
+        cos: npt.NDArray[np.float32],
+        allow: Callable[[str], bool] | None,
     ) -> npt.NDArray[np.intp]:
-        """Rows of the best ``pool`` allowed tools by (-cosine, name) whose cosine reaches the
-        threshold (compared in float64, as a Python float would be)."""
-        above = np.flatnonzero(cos >= np.float64(self.min_cosine))
+        """Of ``rows`` (ascending, with their cosines ``cos``), the best ``pool`` allowed tools by
+        (-cosine, name) whose cosine reaches the threshold (compared in float64, as a Python
+        float would be)."""
+        keep = cos >= np.float64(self.min_cosine)
+        above, values = rows[keep], cos[keep]
         take = self.pool if allow is None else 4 * self.pool
         while True:
-            part = above
+            at = np.arange(len(above))
             if len(above) > take:  # every tool tied with the take-th best comes along
-                kth = np.partition(cos[above], len(above) - take)[len(above) - take]
-                part = above[cos[above] >= kth]
-            part = part[np.lexsort((part, -cos[part]))]
+                kth = np.partition(values, len(above) - take)[len(above) - take]
+                at = np.flatnonzero(values >= kth)
+            part = above[at[np.lexsort((above[at], -values[at]))]]
             if allow is None:
                 return part[: self.pool]
             names = cat.names

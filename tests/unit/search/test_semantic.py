@@ -311,6 +311,23 @@ def test_the_cosines_of_a_few_rows_equal_the_catalogs_to_the_bit(embedder: seman
         assert ranker._cosines_at(cat, rows, unit).tobytes() == full[rows].tobytes(), size
 
 
+@pytest.mark.parametrize("min_cosine", [0.3, 0.5, 0.65])
+def test_the_bounding_pass_keeps_every_tool_whose_cosine_reaches_the_threshold(
+    embedder: semantic.StaticEmbedder, min_cosine: float
+) -> None:
+    index = SearchIndex.build(_catalog(600), ranker=HybridRanker(embedder, min_cosine=min_cosine))
+    ranker = index.ranker
+    assert isinstance(ranker, HybridRanker)
+    cat = ranker.catalog()
+    for query in [*QUERIES, "vehicle rental", "hire a car", "money", "language", *NONSENSE]:
+        vector, _ = embedder.query(query)
+        unit = vector / np.linalg.norm(vector)
+        full = ranker.cosines(query)
+        rows, cos = ranker._reachable(cat, unit)
+        assert set(np.flatnonzero(full >= min_cosine).tolist()) <= set(rows.tolist()), query
+        assert cos.tobytes() == full[rows].tobytes(), query
+
+
 def test_a_picky_allow_filter_still_finds_the_allowed_tool_by_meaning_among_many_equal_ones(
     embedder: semantic.StaticEmbedder,
 ) -> None:
