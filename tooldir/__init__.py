@@ -55,7 +55,7 @@ from .permissions import PermissionCheck, PermissionRequest
 from .policy import Policy, load_policy
 from .registry import CallError, CallGate, CallResult, Registry, UpstreamCaller
 from .sandbox import RunRequest, RunResult, Sandbox
-from .search import Bm25fParams, Hit, ParsedQuery, Ranker, SearchDoc, SearchIndex
+from .search import Bm25fParams, Hit, LexicalScores, ParsedQuery, Ranker, SearchDoc, SearchIndex
 from .session import IndexFollower, SearchResult, Session
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
 from .state import Approval
@@ -81,6 +81,7 @@ __all__ = [
     "Hit",
     "HookCall",
     "IndexFollower",
+    "LexicalScores",
     "LoadConfig",
     "Loader",
     "LockWritten",

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
     _Ids: TypeAlias = npt.NDArray[np.int64]
     _Floats: TypeAlias = npt.NDArray[np.float64]
+else:  # numpy arrays, opaque at run time (numpy is imported on first use, not with this module)
+    _Ids = _Floats = Any
 
 # ------------------------------------------------------------------------------------------------
 # Tokenization
