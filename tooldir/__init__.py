@@ -64,7 +64,7 @@ if _typing.TYPE_CHECKING:
     from .policy import Policy, load_policy
     from .registry import CallError, CallGate, CallResult, Registry, UpstreamCaller
     from .sandbox import RunRequest, RunResult, Sandbox
-    from .search import Bm25fParams, Hit, ParsedQuery, Ranker, SearchDoc, SearchIndex
+    from .search import Bm25fParams, Hit, LexicalScores, ParsedQuery, Ranker, SearchDoc, SearchIndex
     from .session import IndexFollower, SearchResult, Session
     from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
     from .state import Approval
@@ -91,6 +91,7 @@ _LAZY: dict[str, str] = {
     "Hit": "search",
     "HookCall": "hooks",
     "IndexFollower": "session",
+    "LexicalScores": "search",
     "LoadConfig": "loader",
     "Loader": "loader",
     "LockWritten": "manage",
@@ -191,6 +192,7 @@ __all__ = [
     "Hit",
     "HookCall",
     "IndexFollower",
+    "LexicalScores",
     "LoadConfig",
     "Loader",
     "LockWritten",

@@ -29,7 +29,7 @@ import functools
 import math
 import re
 from array import array
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
     _Ids: TypeAlias = npt.NDArray[np.int64]
     _Floats: TypeAlias = npt.NDArray[np.float64]
+else:  # numpy arrays, opaque at run time (numpy is imported on first use, not with this module)
+    _Ids = _Floats = Any
 
 # ------------------------------------------------------------------------------------------------
 # Tokenization
@@ -358,9 +360,10 @@ def parse_query(query: str) -> ParsedQuery:
 
 
 class Ranker(Protocol):
-    """The one seam for a second ranker (``tooldir.semantic.HybridRanker``): the index asks it
-    to order the query's best ``pool`` lexical candidates (BM25F hits that hold every required
-    term), and hands it on to every updated index through :meth:`follow`."""
+    """The one seam for a second ranker (``tooldir.semantic.HybridRanker``): the index hands it
+    the query's lexical scores before top-k (:class:`LexicalScores`: every BM25F candidate that
+    holds every required term, as arrays; ``lexical.best(pool, allow=allow)`` is the best
+    ``pool`` of them) to order, and hands it on to every updated index through :meth:`follow`."""
 
     name: str
     pool: int
@@ -368,7 +371,7 @@ class Ranker(Protocol):
     def follow(self, index: SearchIndex) -> Ranker: ...
 
     def rank(
-        self, parsed: ParsedQuery, lexical: Sequence[Hit], top_k: int, allow: Callable[[str], bool] | None
+        self, parsed: ParsedQuery, lexical: LexicalScores, top_k: int, allow: Callable[[str], bool] | None
     ) -> list[Hit]: ...
 
 
@@ -727,8 +730,7 @@ class SearchIndex:
         if top_k <= 0 or not parsed.terms:
             return []
         if self.ranker is not None:
-            lexical = self.lexical(parsed, top_k=max(top_k, self.ranker.pool), allow=allow)
-            return self.ranker.rank(parsed, lexical, top_k, allow)
+            return self.ranker.rank(parsed, lexical_scores(self, parsed), top_k, allow)
         return self.lexical(parsed, top_k=top_k, allow=allow)
 
     def lexical(self, parsed: ParsedQuery, *, top_k: int, allow: Callable[[str], bool] | None = None) -> list[Hit]:
@@ -778,12 +780,27 @@ class LexicalScores:
 
     def top(self, k: int, *, allow: Callable[[str], bool] | None = None) -> list[Hit]:
         """The ``k`` best candidates for which ``allow(name)`` holds, by (-score, name)."""
+        table = self._index._slot_names
+        return [Hit(str(table[s]), v) for v, s in self._ranked(k, allow)]
+
+    def best(self, k: int, *, allow: Callable[[str], bool] | None = None) -> tuple[_Ids, _Floats]:
+        """:meth:`top` as aligned arrays ``(slots, scores)``, in the same order, with the same
+        (rounded) scores: what another ranker fuses, without making a Hit per candidate."""
+        import numpy as np
+
+        rows = self._ranked(k, allow)
+        return (
+            np.fromiter((s for _, s in rows), dtype=np.int64, count=len(rows)),
+            np.fromiter((v for v, _ in rows), dtype=np.float64, count=len(rows)),
+        )
+
+    def _ranked(self, k: int, allow: Callable[[str], bool] | None) -> list[tuple[float, int]]:
         dense = self._dense
         if k <= 0 or dense is None:
             return []
         if self._ids is None:
-            return _best(dense, None, k, allow, self._index._slot_names)
-        return _best(dense[self._ids], self._ids, k, allow, self._index._slot_names)
+            return _ranked(dense, None, k, allow, self._index._slot_names)
+        return _ranked(dense[self._ids], self._ids, k, allow, self._index._slot_names)
 
 
 def lexical_scores(
@@ -845,30 +862,52 @@ def _best(
     scores: _Floats, ids: _Ids | None, k: int, allow: Callable[[str], bool] | None, table: list[str | None]
 ) -> list[Hit]:
     """Exact top ``k`` of ``scores`` (slot ``ids[i]`` or ``i``) by (-rounded score, name), among
-    the positive scores for which ``allow(name)`` holds. Looks at a few more than ``k`` of the best
-    and widens while a tie or a refused candidate could hide a better one."""
+    the positive scores for which ``allow(name)`` holds (see :func:`_ranked`)."""
+    return [Hit(str(table[s]), v) for v, s in _ranked(scores, ids, k, allow, table)]
+
+
+_TIE = 1.5e-9  # scores further apart than this never round (to _DIGITS) to the same value
+
+
+def _ranked(
+    scores: _Floats, ids: _Ids | None, k: int, allow: Callable[[str], bool] | None, table: list[str | None]
+) -> list[tuple[float, int]]:
+    """(rounded score, slot) of the exact top ``k`` of ``scores`` (slot ``ids[i]`` or ``i``) by
+    (-rounded score, name), among the positive scores for which ``allow(name)`` holds. Looks at a
+    few more than ``k`` of the best and widens while a tie or a refused candidate could hide a
+    better one. Only what is returned or could tie with it is rounded (rounding is monotonic: the
+    scores sorted by value are sorted by rounded value, equal rounded values side by side), and
+    names are looked up only to break ties or to ask ``allow``."""
     import numpy as np
 
     m = k + 8 if allow is None else 4 * k + 8
     while True:
         part, floor = _above(scores, m)
-        values = scores[part]
-        slots = part if ids is None else ids[part]
-        rows = sorted((-round(v, _DIGITS), str(table[s])) for v, s in zip(values.tolist(), slots.tolist(), strict=True))
-        out: list[Hit] = []
-        for neg, name in rows:
-            if allow is None or allow(name):
-                out.append(Hit(name, -neg))
-                if len(out) == k:
-                    break
-        if floor <= 0 or (len(out) == k and out[-1].score > floor):
+        order = np.argsort(-scores[part], kind="stable")
+        values = scores[part][order].tolist()
+        slots = (part if ids is None else ids[part])[order].tolist()
+        out: list[tuple[float, int]] = []
+        i, n = 0, len(values)
+        while i < n and len(out) < k:
+            r = round(values[i], _DIGITS)
+            j = i + 1
+            while j < n and values[i] - values[j] <= _TIE and round(values[j], _DIGITS) == r:
+                j += 1
+            group = slots[i:j] if j == i + 1 else sorted(slots[i:j], key=lambda s: str(table[s]))
+            for s in group:
+                if allow is None or allow(str(table[s])):
+                    out.append((r, s))
+                    if len(out) == k:
+                        break
+            i = j
+        if floor <= 0 or (len(out) == k and out[-1][0] > floor):
             return out
         if allow is not None and m >= 256:  # a picky filter: apply it once to every match
             matched = np.flatnonzero(scores > 0)
             names = (str(table[s]) for s in (matched if ids is None else ids[matched]).tolist())
             ok = np.fromiter(map(allow, names), dtype=bool, count=len(matched))
             keep = matched[ok]
-            return _best(scores[keep], keep if ids is None else ids[keep], k, None, table)
+            return _ranked(scores[keep], keep if ids is None else ids[keep], k, None, table)
         m *= 4
 
 

@@ -11,9 +11,12 @@ is (name split into words, description, keywords) and, apart, what it takes (par
 descriptions, enum values), added with the weight :data:`PARAM_WEIGHT` (calibrated: 0, so the
 parameters and enums count through BM25F, which indexes them field by field). Vectors are cached
 (L2-normalised) by the SHA-256 of that text and the cache is handed from one index to the next
-(:meth:`HybridRanker.follow`), so an edit re-embeds one tool, not the catalog. A query costs one
-embedding and one matrix-vector product over the catalog's (tools x 128) float32 matrix (the
-model is trained so that its first dimensions can be used alone: :data:`DIM`).
+(:meth:`HybridRanker.follow`), so an edit re-embeds one tool, not the catalog; the rows of the
+tools whose document did not change (the same object in the updated index) are copied from the
+last catalog built, without even hashing their text again. A query costs one embedding and, when
+a tool no term matches may come in on meaning, one matrix-vector product over the catalog's
+(tools x 128) float32 matrix (the model is trained so that its first dimensions can be used
+alone: :data:`DIM`); everything after it is vectorised over the at most ``2 * pool`` candidates.
 
 Fusion (:meth:`HybridRanker.rank`), per query: the BM25F scores of the lexical candidates are
 divided by the query's best one (the lexical part is capped at 1 whatever a description holds:
@@ -33,7 +36,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import heapq
 import importlib.util
 import os
 import re
@@ -46,7 +48,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .search import STOP_WORDS, Hit, ParsedQuery, SearchDoc, SearchIndex, split_words
+from .search import STOP_WORDS, Hit, LexicalScores, ParsedQuery, SearchDoc, SearchIndex, split_words
 
 __all__ = [
     "ALPHA",
@@ -165,12 +167,18 @@ class StaticEmbedder:
         return out
 
     def embed_one(self, text: str) -> npt.NDArray[np.float32]:
+        return self.query(text)[0]
+
+    def query(self, text: str) -> tuple[npt.NDArray[np.float32], bool]:
+        """:meth:`embed_one` and :meth:`knows_any` of ``text``, cutting it into words once."""
         ws = words(text)
+        whole = self._whole
+        known = any(w in whole for w in ws)
         self._learn(ws)
         flat = [i for w in ws for i in self._ids_of(w)]
         if not flat:
-            return np.zeros(self.dim, dtype=np.float32)
-        return self._table[flat].mean(axis=0)  # type: ignore[no-any-return]
+            return np.zeros(self.dim, dtype=np.float32), known
+        return self._table[flat].mean(axis=0), known
 
 
 _EMBED_WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
@@ -298,6 +306,8 @@ def _normalised(rows: Matrix) -> Matrix:
 
 
 BLOCK = 64  # rows per matrix-vector product: small enough that BLAS stays on one thread
+HEAD = 64  # dimensions of the first pass that bounds every tool's cosine (most of the vector's weight)
+BOUND_SLACK = 1e-4  # float32 rounding of that pass, many times over: no tool that can reach the threshold is lost
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +316,10 @@ class _Catalog:
     position: Mapping[str, int]
     matrix: Matrix  # (tools, dim), L2-normalised rows
     blocks: npt.NDArray[np.float32]  # the same rows, zero-padded, as (ceil(tools / BLOCK), BLOCK, dim)
+    docs: tuple[SearchDoc | None, ...]  # what each row was embedded from (an unchanged tool keeps its object)
+    keys: tuple[bytes, ...]  # the digest of each row's text (the vector cache's key)
+    head: npt.NDArray[np.float32]  # the blocks' first HEAD dimensions, contiguous: the bounding pass
+    tail_norms: npt.NDArray[np.float32]  # per row, the norm of the other dimensions
 
 
 class HybridRanker:
@@ -323,6 +337,7 @@ class HybridRanker:
         mode: str = "hybrid",
         _index: SearchIndex | None = None,
         _cache: dict[bytes, npt.NDArray[np.float32]] | None = None,
+        _previous: _Catalog | None = None,
     ) -> None:
         if mode not in {"hybrid", "embedding"}:
             raise ValueError(f"unknown ranker mode {mode!r}")
@@ -336,6 +351,7 @@ class HybridRanker:
         self._index = _index
         self._cache: dict[bytes, npt.NDArray[np.float32]] = {} if _cache is None else _cache
         self._catalog: _Catalog | None = None
+        self._previous = _previous  # the last catalog built before this one: its unchanged rows are reused
         self._lock = threading.Lock()
         self.embedded = 0  # tools embedded by this ranker (not taken from the cache)
         self.failure: str | None = None  # why the model could not be used (then: BM25F order)
@@ -351,6 +367,7 @@ class HybridRanker:
             mode=self.mode,
             _index=index,
             _cache=self._cache,
+            _previous=self._catalog or self._previous,
         )
 
     def with_alpha(self, alpha: float) -> HybridRanker:
@@ -392,103 +409,208 @@ class HybridRanker:
     def _build(self) -> _Catalog:
         index = self._index
         names = index.names() if index is not None else ()
-        texts = []
-        for n in names:
-            doc = index.doc(n) if index is not None else None
-            texts.append(tool_texts(doc) if doc is not None else (n, ""))
-        keys = [_key(f"{head}\x00{takes}") for head, takes in texts]
+        docs = tuple(index.doc(n) if index is not None else None for n in names)
+        dim = self.embedder.dim
+        padded = np.zeros((-(-len(names) // BLOCK) * BLOCK, dim), dtype=np.float32)
+        raw = padded[: len(names)]  # the catalog's rows (and the cache's vectors) are views of one array
+        keys: list[bytes] = [b""] * len(names)
+        texts: dict[int, tuple[str, str]] = {}
+        prev = self._previous
+        if prev is not None:  # an update: the rows of the tools whose document is the same object are kept
+            old_docs, old_at = prev.docs, prev.position
+            same = [
+                (i, j)
+                for i, (n, d) in enumerate(zip(names, docs, strict=True))
+                if (j := old_at.get(n)) is not None and d is not None and old_docs[j] is d
+            ]
+            if same:
+                mine, theirs = (np.fromiter(c, dtype=np.intp, count=len(same)) for c in zip(*same, strict=True))
+                raw[mine] = prev.matrix[theirs]
+                for i, j in same:
+                    keys[i] = prev.keys[j]
+            kept = {i for i, _ in same}
+        else:
+            kept = set()
+        for i, (n, doc) in enumerate(zip(names, docs, strict=True)):
+            if i not in kept:
+                texts[i] = tool_texts(doc) if doc is not None else (n, "")
+                keys[i] = _key(f"{texts[i][0]}\x00{texts[i][1]}")
         old = self._cache
-        todo = [i for i, k in enumerate(keys) if k not in old]
+        todo = [i for i in texts if keys[i] not in old]
         fresh = _normalised(self.embedder.embed([texts[i][0] for i in todo]))
         if self.param_weight:
             takes = _normalised(self.embedder.embed([texts[i][1] for i in todo]))
             fresh = _normalised(fresh + self.param_weight * takes)
-        cache: dict[bytes, npt.NDArray[np.float32]] = {}
-        raw = np.empty((len(names), self.embedder.dim), dtype=np.float32)
-        j = 0
-        for i, k in enumerate(keys):
-            vec = old.get(k)
-            if vec is None:
-                vec = fresh[j]
-                j += 1
-            cache[k] = vec
-            raw[i] = vec
+        new = {keys[i]: fresh[j] for j, i in enumerate(todo)}
+        for i in texts:
+            raw[i] = new.get(keys[i], old.get(keys[i]))
         self.embedded = len(todo)
-        self._cache = cache  # only what this catalog holds: removed tools are forgotten
-        padded = np.zeros((-(-len(names) // BLOCK) * BLOCK, self.embedder.dim), dtype=np.float32)
-        padded[: len(names)] = raw
-        blocks = padded.reshape(-1, BLOCK, self.embedder.dim)
-        return _Catalog(names, {n: i for i, n in enumerate(names)}, padded[: len(names)], blocks)
+        self._cache = {k: raw[i] for i, k in enumerate(keys)}  # only what this catalog holds
+        self._previous = None  # follow() hands this catalog on instead
+        blocks = padded.reshape(-1, BLOCK, dim)
+        head = np.ascontiguousarray(blocks[:, :, :HEAD])
+        tail_norms = np.linalg.norm(raw[:, HEAD:], axis=1).astype(np.float32)
+        return _Catalog(names, {n: i for i, n in enumerate(names)}, raw, blocks, docs, tuple(keys), head, tail_norms)
 
     def cosines(self, text: str) -> npt.NDArray[np.float32]:
         """Cosine of ``text`` with every tool, in ``index.names()`` order."""
         cat = self.catalog()
         q = self.embedder.embed_one(text)
         norm = float(np.linalg.norm(q))
-        if norm == 0.0 or not cat.names:
-            return np.zeros(len(cat.names), dtype=np.float32)
-        # stacked small products: one multithreaded BLAS call at 10k rows costs more in thread
-        # wake-ups (and far more on a loaded machine) than it saves
-        return (cat.blocks @ (q / norm)).reshape(-1)[: len(cat.names)]
+        return self._all_cosines(cat, q / norm if norm > 0.0 else None)
 
     # -- ranking ---------------------------------------------------------------------------------
 
     def rank(
         self,
         parsed: ParsedQuery,
-        lexical: Sequence[Hit],
+        lexical: LexicalScores | Sequence[Hit],
         top_k: int,
         allow: Callable[[str], bool] | None = None,
     ) -> list[Hit]:
-        """Fuse ``lexical`` (the best BM25F candidates, all holding every required term) with
-        cosine similarity. Returns at most ``top_k`` hits by (-score, name)."""
+        """Fuse the best ``pool`` lexical candidates (``lexical``: the query's BM25F scores, or
+        those best candidates as hits, all holding every required term) with cosine similarity.
+        Returns at most ``top_k`` hits by (-score, name).
+
+        Vectorised: one matrix-vector product over the catalog when a tool no term matches may
+        come in on meaning (else only the lexical candidates' rows, padded to the product's block
+        so the cosines are the same to the bit), a threshold pass instead of a sort of the
+        catalog, and the fusion over the (at most 2 * pool) candidates' arrays."""
         if top_k <= 0 or not parsed.terms:
             return []
         try:
             cat = self.catalog()
         except SemanticUnavailable as exc:  # the model went missing after startup: stay lexical
             self.failure = str(exc)
+            if isinstance(lexical, LexicalScores):
+                return lexical.top(top_k, allow=allow)
             return list(lexical[:top_k])
-        cos = self.cosines(query_text(parsed))
-        names = cat.names
         if self.mode == "embedding":  # cosine alone over every allowed tool: no threshold, no terms
-            ranked = sorted(
-                (i for i in np.argsort(-cos, kind="stable")[: top_k if allow is None else len(names)]),
-                key=lambda i: (-float(cos[i]), names[i]),
-            )
-            out = [Hit(names[i], round(float(cos[i]), 6)) for i in ranked if allow is None or allow(names[i])]
-            return out[:top_k]
-        candidates: dict[str, float] = {}
-        text = query_text(parsed)
-        if not parsed.required and self.embedder.knows_any(text):
+            return self._embedding_only(cat, parsed, top_k, allow)
+        lex_rows, lex_scores = self._lexical_pool(cat, lexical, max(top_k, self.pool), allow)
+        q, known = self.embedder.query(query_text(parsed))
+        norm = float(np.linalg.norm(q))
+        unit = q / norm if norm > 0.0 else None
+        if not parsed.required and known:
             # a tool no query term matches comes in on meaning alone, only if the query holds a
             # word the model knows whole (random strings are split into meaningless pieces) and
             # only above the threshold; a required term rules out every tool BM25F did not find
-            n = len(names)
-            take = min(n, self.pool if allow is None else max(self.pool * 4, self.pool))
-            order = np.argpartition(-cos, take - 1)[:take] if take < n else np.arange(n)
-            for i in order[np.argsort(-cos[order], kind="stable")]:
-                name = names[int(i)]
-                if float(cos[i]) < self.min_cosine:
-                    break
-                if allow is None or allow(name):
-                    candidates[name] = float(cos[i])
-                    if len(candidates) >= self.pool:
-                        break
-        lex = {h.name: h.score for h in lexical if h.name in cat.position}
-        for name in lex:
-            candidates.setdefault(name, float(cos[cat.position[name]]))
-        if not candidates:
+            reach, reach_cos = self._reachable(cat, unit)
+            rows = np.union1d(self._semantic_pool(cat, reach, reach_cos, allow), lex_rows)
+        else:
+            rows = np.unique(lex_rows)
+        cos = self._cosines_at(cat, rows, unit).astype(np.float64)
+        if not len(rows):
             return []
-        top_lex = max(lex.values(), default=0.0)
-        values = list(candidates.values())
-        hi, lo = max(values), min(values)
+        lx = np.zeros(len(rows), dtype=np.float64)
+        top_lex = float(lex_scores.max()) if len(lex_scores) else 0.0
+        if top_lex > 0:
+            lx[np.searchsorted(rows, lex_rows)] = lex_scores
+            lx /= top_lex
+        hi, lo = float(cos.max()), float(cos.min())
         span = hi - lo
+        sem = (cos - lo) / span if span > 1e-9 else np.ones(len(rows), dtype=np.float64)
         a = self.alpha
-        fused = {}
-        for name, c in candidates.items():
-            sem = (c - lo) / span if span > 1e-9 else 1.0
-            lx = lex.get(name, 0.0) / top_lex if top_lex > 0 else 0.0
-            fused[name] = a * lx + (1 - a) * sem
-        best = heapq.nsmallest(top_k, fused.items(), key=lambda e: (-e[1], e[0]))
-        return [Hit(n, round(s, 6)) for n, s in best]
+        fused = a * lx + (1 - a) * sem
+        order = np.lexsort((rows, -fused))[:top_k]  # rows are in name order: (-score, name)
+        names = cat.names
+        return [Hit(names[r], round(f, 6)) for r, f in zip(rows[order].tolist(), fused[order].tolist(), strict=True)]
+
+    def _lexical_pool(
+        self,
+        cat: _Catalog,
+        lexical: LexicalScores | Sequence[Hit],
+        pool: int,
+        allow: Callable[[str], bool] | None,
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+        """Catalog rows and BM25F scores of the best ``pool`` lexical candidates."""
+        if isinstance(lexical, LexicalScores):
+            slots, scores = lexical.best(pool, allow=allow)
+            names: Iterable[str] = lexical.names_of(slots.tolist())
+            values: Iterable[float] = scores.tolist()
+        else:
+            names, values = [h.name for h in lexical], [h.score for h in lexical]
+        position = cat.position
+        pairs = [(position[n], v) for n, v in zip(names, values, strict=True) if n in position]
+        return (
+            np.fromiter((r for r, _ in pairs), dtype=np.intp, count=len(pairs)),
+            np.fromiter((v for _, v in pairs), dtype=np.float64, count=len(pairs)),
+        )
+
+    def _all_cosines(self, cat: _Catalog, unit: npt.NDArray[np.float32] | None) -> npt.NDArray[np.float32]:
+        if unit is None or not cat.names:
+            return np.zeros(len(cat.names), dtype=np.float32)
+        # stacked small products: one multithreaded BLAS call at 10k rows costs more in thread
+        # wake-ups (and far more on a loaded machine) than it saves
+        return (cat.blocks @ unit).reshape(-1)[: len(cat.names)]
+
+    def _cosines_at(
+        self, cat: _Catalog, rows: npt.NDArray[np.intp], unit: npt.NDArray[np.float32] | None
+    ) -> npt.NDArray[np.float32]:
+        """The cosines of ``rows`` alone, equal to the bit to :meth:`_all_cosines`' (BLAS gives
+        another rounding for a number of rows that is not a multiple of its kernel's: the rows
+        are padded to the same blocks)."""
+        if unit is None or not len(rows):
+            return np.zeros(len(rows), dtype=np.float32)
+        dim = cat.matrix.shape[1]
+        padded = np.zeros((-(-len(rows) // BLOCK) * BLOCK, dim), dtype=np.float32)
+        padded[: len(rows)] = cat.matrix[rows]
+        return (padded.reshape(-1, BLOCK, dim) @ unit).reshape(-1)[: len(rows)]
+
+    def _reachable(
+        self, cat: _Catalog, unit: npt.NDArray[np.float32] | None
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]:
+        """(rows, exact cosines) of every tool whose cosine may reach the threshold (a superset,
+        ascending). A first pass over the first :data:`HEAD` dimensions bounds each cosine from
+        above (Cauchy-Schwarz on the rest: ``head . q_head + |rest| * |q_rest|``); only the tools
+        under the bound's reach are multiplied in full. A generic query that reaches most of the
+        catalog costs one full product instead."""
+        n = len(cat.names)
+        if unit is None or not n:
+            return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float32)
+        bound = (cat.head @ unit[:HEAD]).reshape(-1)[:n]
+        bound += cat.tail_norms * np.float32(np.linalg.norm(unit[HEAD:]))
+        rows = np.flatnonzero(bound >= np.float32(self.min_cosine - BOUND_SLACK))
+        if len(rows) > n // 8:
+            full = self._all_cosines(cat, unit)
+            return rows, full[rows]
+        return rows, self._cosines_at(cat, rows, unit)
+
+    def _semantic_pool(
+        self,
+        cat: _Catalog,
+        rows: npt.NDArray[np.intp],
+        cos: npt.NDArray[np.float32],
+        allow: Callable[[str], bool] | None,
+    ) -> npt.NDArray[np.intp]:
+        """Of ``rows`` (ascending, with their cosines ``cos``), the best ``pool`` allowed tools by
+        (-cosine, name) whose cosine reaches the threshold (compared in float64, as a Python
+        float would be)."""
+        keep = cos >= np.float64(self.min_cosine)
+        above, values = rows[keep], cos[keep]
+        take = self.pool if allow is None else 4 * self.pool
+        while True:
+            at = np.arange(len(above))
+            if len(above) > take:  # every tool tied with the take-th best comes along
+                kth = np.partition(values, len(above) - take)[len(above) - take]
+                at = np.flatnonzero(values >= kth)
+            part = above[at[np.lexsort((above[at], -values[at]))]]
+            if allow is None:
+                return part[: self.pool]
+            names = cat.names
+            ok = [r for r in part.tolist() if allow(names[r])][: self.pool]
+            if len(ok) == self.pool or len(part) == len(above):
+                return np.asarray(ok, dtype=np.intp)
+            take *= 4
+
+    def _embedding_only(
+        self, cat: _Catalog, parsed: ParsedQuery, top_k: int, allow: Callable[[str], bool] | None
+    ) -> list[Hit]:
+        cos = self.cosines(query_text(parsed))
+        names = cat.names
+        ranked = sorted(
+            (i for i in np.argsort(-cos, kind="stable")[: top_k if allow is None else len(names)]),
+            key=lambda i: (-float(cos[i]), names[i]),
+        )
+        out = [Hit(names[i], round(float(cos[i]), 6)) for i in ranked if allow is None or allow(names[i])]
+        return out[:top_k]

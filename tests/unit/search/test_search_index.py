@@ -333,3 +333,39 @@ def test_an_index_whose_slots_are_mostly_removed_tools_is_compacted(monkeypatch:
         assert len(index._slot_names) <= 2 * 4 + 4 + 1
     assert index.names() == tuple(sorted(current))
     assert _agrees(index.search("words renamed 9", top_k=3), reference.top(current.values(), "words renamed 9", 3))
+
+
+@pytest.mark.parametrize("sample_from", [search._SAMPLE_FROM, 1])
+def test_the_best_candidates_as_arrays_are_the_top_hits_in_the_same_order_with_the_same_scores(
+    monkeypatch: pytest.MonkeyPatch, sample_from: int
+) -> None:
+    monkeypatch.setattr(search, "_SAMPLE_FROM", sample_from)
+    docs = [SearchDoc(f"fx_{i:03d}", "convert currency amounts" + " money" * (i % 5)) for i in range(300)]
+    docs += [SearchDoc(f"w_{i}", "weather forecast money") for i in range(100)]
+    index = SearchIndex.build(docs).updated([SearchDoc("fx_000", "weather")], ["fx_001"])  # slots != name order
+    picky = {f"fx_{i:03d}" for i in range(0, 300, 7)}
+    for query in ("currency money", "money", "+currency money", "qwertyuiop"):
+        scored = lexical_scores(index, query)
+        for k in (1, 5, 20, 500):
+            for allow in (None, picky.__contains__):
+                slots, scores = scored.best(k, allow=allow)
+                hits = scored.top(k, allow=allow)
+                assert scored.names_of(slots) == [h.name for h in hits]
+                assert scores.tolist() == [h.score for h in hits]
+                assert slots.dtype == np.int64 and scores.dtype == np.float64
+
+
+def test_scores_equal_once_rounded_are_ordered_by_name_and_scores_apart_by_score() -> None:
+    names = ["d_tool", "c_tool", "b_tool", "a_tool"]
+    index = SearchIndex.build([SearchDoc(n, "convert currency") for n in names])
+    slots = np.array([index_slot(index, n) for n in names], dtype=np.int64)
+    # d and c differ by less than the rounding (1e-9): a tie, by name; b is 3e-9 below: after them
+    scores = np.array([1.0 + 4e-10, 1.0, 1.0 - 3e-9, 0.5])
+    assert [(h.name, h.score) for h in top_k(index, slots, scores, 4)] == [
+        ("c_tool", 1.0),
+        ("d_tool", 1.0),
+        ("b_tool", round(1.0 - 3e-9, 9)),
+        ("a_tool", 0.5),
+    ]
+    assert [h.name for h in top_k(index, slots, scores, 1)] == ["c_tool"]
+    assert [h.name for h in top_k(index, slots, scores, 2, allow=lambda n: n != "c_tool")] == ["d_tool", "b_tool"]

@@ -12,13 +12,15 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tooldir import semantic
 from tooldir.evaluate import PlainBM25
-from tooldir.search import SearchDoc, SearchIndex, doc_from_schema, parse_query
+from tooldir.search import SearchDoc, SearchIndex, doc_from_schema, lexical_scores, parse_query
 from tooldir.semantic import (
     SEMANTIC_ENV,
     HybridRanker,
@@ -229,6 +231,114 @@ def test_the_allow_filter_holds_for_semantic_candidates_too(embedder: semantic.S
     assert _hybrid(embedder).search("vehicle rental", top_k=5, allow=lambda n: n != "rent_car") == []
 
 
+def _fused_reference(
+    index: SearchIndex, query: str, k: int, allow: Callable[[str], bool] | None = None
+) -> list[tuple[str, float]]:
+    """The fusion as the module documents it, written plainly over names and Python floats."""
+    ranker = index.ranker
+    assert isinstance(ranker, HybridRanker)
+    parsed = parse_query(query)
+    text = semantic.query_text(parsed)
+    lexical = {h.name: h.score for h in index.lexical(parsed, top_k=max(k, ranker.pool), allow=allow)}
+    cos = dict(zip(ranker.catalog().names, ranker.cosines(text).tolist(), strict=True))
+    candidates = dict.fromkeys(lexical)
+    if not parsed.required and ranker.embedder.knows_any(text):
+        by_meaning = [n for n, c in cos.items() if c >= ranker.min_cosine and (allow is None or allow(n))]
+        candidates.update(dict.fromkeys(sorted(by_meaning, key=lambda n: (-cos[n], n))[: ranker.pool]))
+    if not candidates:
+        return []
+    hi, lo = max(cos[n] for n in candidates), min(cos[n] for n in candidates)
+    best = max(lexical.values(), default=0.0)
+    a = ranker.alpha
+    fused = {
+        n: a * (lexical.get(n, 0.0) / best if best > 0 else 0.0)
+        + (1 - a) * ((cos[n] - lo) / (hi - lo) if hi - lo > 1e-9 else 1.0)
+        for n in candidates
+    }
+    return [(n, round(v, 6)) for n, v in sorted(fused.items(), key=lambda e: (-e[1], e[0]))[:k]]
+
+
+def _catalog(size: int) -> list[SearchDoc]:
+    """HONEST and variants of it (names kept apart, descriptions mixed): many near neighbours."""
+    docs = list(HONEST)
+    for i in range(size - len(docs)):
+        a, b = HONEST[i % len(HONEST)], HONEST[(i * 7 + 3) % len(HONEST)]
+        words = b.description.split()
+        docs.append(
+            SearchDoc(f"{a.name}_v{i}", f"{a.description} {' '.join(words[: 1 + i % len(words)])}", (), a.params)
+        )
+    return docs
+
+
+def test_the_vectorised_fusion_ranks_exactly_like_the_documented_formula(embedder: semantic.StaticEmbedder) -> None:
+    docs = _catalog(300)
+    built = _hybrid(embedder, docs)
+    edited = [SearchDoc("aaa_new_rental", "Hire a vehicle at the airport."), SearchDoc(docs[7].name, "Send a letter.")]
+    updated = built.updated(edited, [docs[9].name, docs[30].name])  # slots no longer in name order
+    even = set(updated.names()[::2])
+    queries = [*QUERIES, "vehicle rental", "hire a car", "send a message +email", "weather +zebra", *NONSENSE]
+    for index in (built, updated):
+        for query in queries:
+            for k in (1, 3, 25):
+                for allow in (None, even.__contains__):
+                    got = [(h.name, h.score) for h in index.search(query, top_k=k, allow=allow)]
+                    assert got == _fused_reference(index, query, k, allow), (query, k, allow)
+
+
+def test_ranking_given_the_pool_as_hits_equals_ranking_given_the_lexical_scores(
+    embedder: semantic.StaticEmbedder,
+) -> None:
+    index = _hybrid(embedder, _catalog(120))
+    ranker = index.ranker
+    assert isinstance(ranker, HybridRanker)
+    for query in [*QUERIES, "vehicle rental", "send a message +email"]:
+        parsed = parse_query(query)
+        pool = index.lexical(parsed, top_k=ranker.pool)
+        assert ranker.rank(parsed, pool, 5) == ranker.rank(parsed, lexical_scores(index, parsed), 5)
+
+
+def test_the_cosines_of_a_few_rows_equal_the_catalogs_to_the_bit(embedder: semantic.StaticEmbedder) -> None:
+    index = _hybrid(embedder, _catalog(300))
+    ranker = index.ranker
+    assert isinstance(ranker, HybridRanker)
+    cat = ranker.catalog()
+    vector, known = embedder.query("weather forecast for a city")
+    assert known
+    unit = vector / np.linalg.norm(vector)
+    full = ranker.cosines("weather forecast for a city")
+    for size in (1, 2, 3, 5, 17, 63, 64, 65, 130):  # BLAS rounds a product differently by row count
+        rows = np.arange(0, 300, 300 // size)[:size]
+        assert ranker._cosines_at(cat, rows, unit).tobytes() == full[rows].tobytes(), size
+
+
+@pytest.mark.parametrize("min_cosine", [0.3, 0.5, 0.65])
+def test_the_bounding_pass_keeps_every_tool_whose_cosine_reaches_the_threshold(
+    embedder: semantic.StaticEmbedder, min_cosine: float
+) -> None:
+    index = SearchIndex.build(_catalog(600), ranker=HybridRanker(embedder, min_cosine=min_cosine))
+    ranker = index.ranker
+    assert isinstance(ranker, HybridRanker)
+    cat = ranker.catalog()
+    for query in [*QUERIES, "vehicle rental", "hire a car", "money", "language", *NONSENSE]:
+        vector, _ = embedder.query(query)
+        unit = vector / np.linalg.norm(vector)
+        full = ranker.cosines(query)
+        rows, cos = ranker._reachable(cat, unit)
+        assert set(np.flatnonzero(full >= min_cosine).tolist()) <= set(rows.tolist()), query
+        assert cos.tobytes() == full[rows].tobytes(), query
+
+
+def test_a_picky_allow_filter_still_finds_the_allowed_tool_by_meaning_among_many_equal_ones(
+    embedder: semantic.StaticEmbedder,
+) -> None:
+    # digits are not embedded: 200 tools with one vector; the one allowed sorts last by name
+    docs = [SearchDoc(f"rent_car_{i:03d}", "Rent a car for a trip.") for i in range(200)]
+    index = _hybrid(embedder, docs)
+    assert [h.name for h in index.search("vehicle rental", top_k=3)] == ["rent_car_000", "rent_car_001", "rent_car_002"]
+    last = index.search("vehicle rental", top_k=3, allow=lambda n: n == "rent_car_199")
+    assert [h.name for h in last] == ["rent_car_199"]
+
+
 # ------------------------------------------------------------------------------------------------
 # Stuffing
 
@@ -270,6 +380,26 @@ def test_an_edit_re_embeds_one_tool_and_a_removal_none(embedder: semantic.Static
     assert "send_email" not in after.ranker.catalog().names
     assert [h.name for h in after.search("stock volume", top_k=1)] == ["stock_quote"]
     assert index.search("send an email", top_k=1)[0].name == "send_email"  # the old index is untouched
+
+
+def test_updates_between_searches_re_embed_only_the_edited_tools_and_rank_like_a_fresh_build(
+    embedder: semantic.StaticEmbedder,
+) -> None:
+    docs = _catalog(200)
+    index = _hybrid(embedder, docs)
+    assert isinstance(index.ranker, HybridRanker)
+    index.ranker.catalog()
+    one = index.updated([SearchDoc(docs[3].name, "Hire a vehicle at the airport.")])  # no search in between
+    two = one.updated([SearchDoc(docs[40].name, "Book a table at a restaurant.")], [docs[5].name])
+    assert isinstance(two.ranker, HybridRanker)
+    two.ranker.catalog()
+    assert two.ranker.embedded == 2
+    assert two.ranker._previous is None  # the old catalog is not kept alive once this one is built
+    fresh = _hybrid(embedder, [d for n in two.names() if (d := two.doc(n)) is not None])
+    assert isinstance(fresh.ranker, HybridRanker)
+    assert fresh.ranker.catalog().matrix.tobytes() == two.ranker.catalog().matrix.tobytes()
+    for query in ("vehicle rental", "restaurant reservation", *QUERIES):
+        assert two.search(query, top_k=5) == fresh.search(query, top_k=5)
 
 
 def test_without_the_package_the_default_is_bm25f_and_the_reason_names_the_extra(
