@@ -397,7 +397,8 @@ def bench_process(tmp: Path, spawns: int, rounds: int) -> dict[str, Any]:
     python = resolve_interpreter("python3")
     assert python is not None
     tooldir = [sys.executable, "-m", "tooldir"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLDIR_")}
+    # as installed: byte code cached (a PYTHONDONTWRITEBYTECODE=1 of the caller compiles every module, every run)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLDIR_") and k != "PYTHONDONTWRITEBYTECODE"}
     run = [*tooldir, "run", "noop_tool", "--user-dir", "../tools", "--state-dir", str(tmp / "state")]
     run += ["--input", '{"n": 1}', "--json"]
     envelope = json.dumps({"version": 1, "input": {"n": 1}, "context": {}})
