@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .._internal.schema_worker import POOL
 from .._internal.strictjson import StrictJSONError, loads, thaw
 from ..audit import AUDIT_FILE, GENESIS, parse_head, verify
 from ..errors import StateError
@@ -132,6 +133,7 @@ def _read_input(args: argparse.Namespace, limit: int) -> dict[str, Any]:
 def cmd_run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     data = _read_input(args, config.policy.sandbox.max_input_bytes)
+    POOL.prestart()  # a directory tool's input is checked in a worker: start it while the roots load
     snapshot = load_roots(config)
     registry = Registry(SnapshotStore(snapshot), policy=config.policy, state_dir=config.state_dir)
     hub = None
