@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._internal.schema_worker import POOL
 from .._internal.strictjson import StrictJSONError, loads, thaw
 from ..audit import AUDIT_FILE, GENESIS, parse_head, verify
 from ..errors import StateError
@@ -133,6 +132,8 @@ def _read_input(args: argparse.Namespace, limit: int) -> dict[str, Any]:
 def cmd_run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     data = _read_input(args, config.policy.sandbox.max_input_bytes)
+    from .._internal.schema_worker import POOL
+
     POOL.prestart()  # a directory tool's input is checked in a worker: start it while the roots load
     snapshot = load_roots(config)
     registry = Registry(SnapshotStore(snapshot), policy=config.policy, state_dir=config.state_dir)
