@@ -18,6 +18,14 @@ sandboxed call      ``Registry.call`` of a directory tool whose script reads the
                     up in the background after the previous run. Target: ratio <= 1.3x.
 breakdown           where the time of one sandboxed call goes, phase by phase, with and without a
                     spare (instrumented passes of their own, after the timed rows).
+bubblewrap floor    bubblewrap with the very options of a run (namespaces, mounts, seccomp, masks)
+                    starting ``true``, versus ``true`` started the same way (as ``sandbox.run_as_uid``
+                    when root): what bubblewrap itself costs, with nothing of tooldir around it.
+whole process       ``tooldir run noop_tool --input ...`` as a process of its own, started from
+                    another directory (import, load, input check, a first sandboxed run, audit line
+                    synced), versus a process that runs the same script under a plain
+                    ``subprocess.run`` (``python3 -c``), and ``python3 -c 'import tooldir._cli.run'``
+                    (what importing costs of it). Target: ratio <= 1.3x.
 
 Every row: min/median/max over rounds (each round's value is the median of its samples; the
 sides of a comparison are interleaved so machine noise hits both).
@@ -32,6 +40,7 @@ import itertools
 import json
 import logging
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -320,6 +329,96 @@ def breakdown(registry: Registry, calls: int) -> list[dict[str, Any]]:
     return [{"phase": label, "median_ms": statistics.median(v), "min_ms": min(v)} for label, v in phases.items()]
 
 
+def bench_floor(spawns: int, rounds: int) -> dict[str, Any]:
+    """bubblewrap with a run's options starting ``true`` vs ``true``, both started as a run is."""
+    policy = SandboxPolicy()
+    identity = process.identity_for(policy)
+    true = shutil.which("true", path=process.TRUSTED_PATH)
+    bwrap = bubblewrap.find_bwrap()
+    if true is None or bwrap is None:
+        return {"unavailable": "no bwrap or true"}
+    true = os.path.realpath(true)
+
+    def start(argv: list[str], fds: list[int]) -> None:
+        drop, switch = process.drop_prefix(identity)
+        done = subprocess.run(
+            [*drop, *argv],
+            pass_fds=fds,
+            capture_output=True,
+            env={},
+            cwd="/",
+            check=False,
+            user=switch.uid,
+            group=switch.gid,
+            extra_groups=[] if switch.uid is not None else None,
+        )
+        assert done.returncode == 0, done.stderr
+
+    def sandboxed() -> None:
+        fds: list[int] = []
+        try:
+            args = bubblewrap.base_args(policy, network=False)
+            args += bubblewrap.seccomp_args(fds, policy, network=False, deny_shared_memory=False)
+            args += bubblewrap.masked_proc_args(fds)
+            start([*args, "--remount-ro", "/", "--chdir", "/", "--", true], fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    sides = {"true": lambda: start([true], []), "bwrap": sandboxed}
+    return _interleaved(sides, spawns, rounds, base="true")
+
+
+def _interleaved(sides: dict[str, Callable[[], Any]], spawns: int, rounds: int, *, base: str) -> dict[str, Any]:
+    for fn in sides.values():
+        fn()
+    ms: dict[str, list[float]] = {k: [] for k in sides}
+    ratio: dict[str, list[float]] = {k: [] for k in sides if k != base}
+    for _ in range(rounds):
+        samples: dict[str, list[float]] = {k: [] for k in sides}
+        for _ in range(spawns):
+            for name, fn in sides.items():
+                start = time.perf_counter()
+                fn()
+                samples[name].append((time.perf_counter() - start) * 1000)
+        medians = {k: statistics.median(v) for k, v in samples.items()}
+        for name, value in medians.items():
+            ms[name].append(value)
+        for name, values in ratio.items():
+            values.append(medians[name] / medians[base])
+    return {"ms": {k: spread(v) for k, v in ms.items()}, "ratio": {k: spread(v) for k, v in ratio.items()}}
+
+
+def bench_process(tmp: Path, spawns: int, rounds: int) -> dict[str, Any]:
+    """Whole processes: ``tooldir run`` of the no-op tool vs the same script under ``subprocess.run``."""
+    pkg = _tool(tmp)
+    elsewhere = tmp / "elsewhere"
+    elsewhere.mkdir()
+    python = resolve_interpreter("python3")
+    assert python is not None
+    tooldir = [sys.executable, "-m", "tooldir"]
+    # as installed: byte code cached (a PYTHONDONTWRITEBYTECODE=1 of the caller compiles every module, every run)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLDIR_") and k != "PYTHONDONTWRITEBYTECODE"}
+    run = [*tooldir, "run", "noop_tool", "--user-dir", "../tools", "--state-dir", str(tmp / "state")]
+    run += ["--input", '{"n": 1}', "--json"]
+    envelope = json.dumps({"version": 1, "input": {"n": 1}, "context": {}})
+    script = (
+        "import subprocess, sys; "
+        f"subprocess.run([{python!r}, 'run.py'], input={envelope.encode()!r}, capture_output=True, check=True)"
+    )
+
+    def tooldir_run() -> None:
+        done = subprocess.run(run, cwd=elsewhere, env=env, capture_output=True, check=False)
+        assert done.returncode == 0 and json.loads(done.stdout)["ok"], done.stdout + done.stderr
+
+    sides = {
+        "plain": lambda: subprocess.run([python, "-c", script], cwd=pkg, env={}, check=True),
+        "tooldir run": tooldir_run,
+        "import": lambda: subprocess.run([sys.executable, "-c", "import tooldir._cli.run"], env=env, check=True),
+    }
+    return _interleaved(sides, spawns, rounds, base="plain")
+
+
 def _row(name: str, s: dict[str, float], unit: str = "ms", digits: int = 3) -> str:
     return f"  {name:<52} min {s['min']:.{digits}f}  median {s['median']:.{digits}f}  max {s['max']:.{digits}f} {unit}"
 
@@ -339,7 +438,16 @@ def main() -> int:
         (Path(tmp) / "a").mkdir()
         overhead = bench_overhead(Path(tmp) / "a", calls, rounds)
         sandbox = bench_sandbox(Path(tmp) / "b", spawns, rounds)
-    result = {"overhead": overhead, "sandbox": sandbox, "uid": os.geteuid(), "rounds": rounds}
+        floor = bench_floor(spawns, rounds) if "unavailable" not in sandbox else sandbox
+        whole = bench_process(Path(tmp) / "c", max(3, spawns // 3), rounds) if "unavailable" not in sandbox else sandbox
+    result = {
+        "overhead": overhead,
+        "sandbox": sandbox,
+        "floor": floor,
+        "process": whole,
+        "uid": os.geteuid(),
+        "rounds": rounds,
+    }
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -371,10 +479,29 @@ def main() -> int:
     print(_row('ratio: Registry.call, memory_bound = "rlimit+seccomp"', ratio["rlimit"], "x", 2))
     verdict = "meets" if ratio["call"]["median"] <= RATIO_TARGET else "misses"
     print(f"  -> {verdict} the target (median of rounds {ratio['call']['median']:.2f}x)")
+    cold = ratio["cold"]["median"]
+    print(f"  -> a first run (no spare): {'meets' if cold <= RATIO_TARGET else 'misses'} the target ({cold:.2f}x)")
     for title, key in (("a tool run again (its spare)", "breakdown"), ("no spare (a first run)", "breakdown_cold")):
         print(f"where a sandboxed call's time goes, {title} (instrumented pass, median / min ms):")
         for phase in sandbox[key]:
             print(f"  {phase['phase']:<84} {phase['median_ms']:6.2f} / {phase['min_ms']:6.2f}")
+    print("bubblewrap alone, a run's options, starting true vs true started the same way:")
+    print(_row("true", floor["ms"]["true"], digits=1))
+    print(_row("bubblewrap ... -- true", floor["ms"]["bwrap"], digits=1))
+    print(_row("ratio: bubblewrap / true", floor["ratio"]["bwrap"], "x", 2))
+    extra = floor["ms"]["bwrap"]["median"] - floor["ms"]["true"]["median"]
+    budget = (RATIO_TARGET - 1) * ms["plain"]["median"]
+    print(f"  -> bubblewrap itself adds {extra:.1f} ms; a first run's whole budget is {budget:.1f} ms (0.3x plain)")
+    pms, pratio = whole["ms"], whole["ratio"]
+    print(
+        f"whole process: tooldir run of the no-op tool vs the script under subprocess.run (target <= {RATIO_TARGET}x):"
+    )
+    print(_row("python3 -c 'subprocess.run([python3, run.py])'", pms["plain"], digits=1))
+    print(_row("tooldir run noop_tool --input ... --json", pms["tooldir run"], digits=1))
+    print(_row("python3 -c 'import tooldir._cli.run' (imports alone)", pms["import"], digits=1))
+    print(_row("ratio: tooldir run / plain", pratio["tooldir run"], "x", 2))
+    verdict = "meets" if pratio["tooldir run"]["median"] <= RATIO_TARGET else "misses"
+    print(f"  -> {verdict} the target ({pratio['tooldir run']['median']:.2f}x)")
     return 0
 
 

@@ -135,6 +135,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     data = _read_input(args, config.policy.sandbox.max_input_bytes)
+    from .._internal.schema_worker import POOL
+
+    POOL.prestart()  # a directory tool's input is checked in a worker: start it while the roots load
     snapshot = load_roots(config)
     registry = Registry(SnapshotStore(snapshot), policy=config.policy, state_dir=config.state_dir)
     hub = None

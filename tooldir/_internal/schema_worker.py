@@ -138,10 +138,41 @@ class _Pool:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
+        self._starting: threading.Thread | None = None
+
+    def prestart(self) -> None:
+        """Start one worker in the background now, when an input check will come soon (``tooldir
+        run``: the worker's Python start then overlaps the load instead of following it). The next
+        :meth:`check` waits for it rather than starting another; a failed start only means the
+        check starts its own."""
+        with self._lock:
+            if self._idle or self._starting is not None:
+                return
+            thread = threading.Thread(target=self._start_one, name="tooldir-schema-worker-start", daemon=True)
+            self._starting = thread
+        thread.start()
+
+    def _start_one(self) -> None:
+        worker: _Worker | None = None
+        try:
+            worker = _Worker()
+        except Exception:  # an optimisation: the check starts its own worker
+            worker = None
+        with self._lock:
+            self._starting = None
+            if worker is not None and len(self._idle) < _MAX_IDLE:
+                self._idle.append(worker)
+                worker = None
+        if worker is not None:
+            worker.close()
 
     def check(self, key: str, schema_json: str, input_json: str, limit: int, budget: float) -> list[str]:
         head = f'{{"key":{json.dumps(key)},"limit":{int(limit)},"schema":{schema_json},"input":'
         request = (head + input_json + "}\n").encode()
+        with self._lock:
+            starting = None if self._idle else self._starting
+        if starting is not None:
+            starting.join()  # bounded: a worker's start gives up after _STARTUP_S
         with self._lock:
             worker = self._idle.pop() if self._idle else None
         if worker is None:
@@ -174,6 +205,7 @@ class _Pool:
         """In a forked child: the workers (and their pipes) belong to the parent; start afresh."""
         self._lock = threading.Lock()
         self._idle = []
+        self._starting = None
 
 
 POOL = _Pool()

@@ -11,6 +11,7 @@ import select
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -79,6 +80,52 @@ def rlimit_address_space(policy: SandboxPolicy) -> int:
     return (policy.memory_mb + policy.address_space_slack_mb) * 1024 * 1024
 
 
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """One rlimit to set: ``which`` (a ``resource.RLIMIT_*``), its soft and hard values."""
+
+    which: int
+    soft: int
+    hard: int
+
+
+_PRLIMIT_NAMES = {
+    resource.RLIMIT_NPROC: "nproc",
+    resource.RLIMIT_AS: "as",
+    resource.RLIMIT_FSIZE: "fsize",
+    resource.RLIMIT_CPU: "cpu",
+    resource.RLIMIT_CORE: "core",
+    resource.RLIMIT_NOFILE: "nofile",
+    resource.RLIMIT_MEMLOCK: "memlock",
+    resource.RLIMIT_MSGQUEUE: "msgqueue",
+}
+
+
+def run_limits(policy: SandboxPolicy, uid: int, *, extra_fds: int = 0, address_space: int | None = -1) -> list[Limit]:
+    """The rlimits of a sandboxed process (see :func:`limits_prefix`), never above this process's
+    own hard limits. Counts ``uid``'s tasks now (RLIMIT_NPROC is per user)."""
+    nproc = _clamp(resource.RLIMIT_NPROC, count_tasks(uid) + policy.max_processes)
+    if address_space == -1:
+        address_space = rlimit_address_space(policy)
+    if address_space is not None:
+        memory = _clamp(resource.RLIMIT_AS, address_space)
+    else:
+        memory = resource.getrlimit(resource.RLIMIT_AS)[1]  # unlimited unless this process is bounded
+    fsize = _clamp(resource.RLIMIT_FSIZE, policy.max_file_mb * 1024 * 1024)
+    nofile = _clamp(resource.RLIMIT_NOFILE, 256 + extra_fds)
+    cpu_hard = _clamp(resource.RLIMIT_CPU, policy.cpu_s + 1)
+    return [
+        Limit(resource.RLIMIT_NPROC, nproc, nproc),
+        Limit(resource.RLIMIT_AS, memory, memory),
+        Limit(resource.RLIMIT_FSIZE, fsize, fsize),
+        Limit(resource.RLIMIT_CPU, min(policy.cpu_s, cpu_hard), cpu_hard),
+        Limit(resource.RLIMIT_CORE, 0, 0),
+        Limit(resource.RLIMIT_NOFILE, nofile, nofile),
+        Limit(resource.RLIMIT_MEMLOCK, 0, 0),
+        Limit(resource.RLIMIT_MSGQUEUE, 0, 0),
+    ]
+
+
 def limits_prefix(policy: SandboxPolicy, uid: int, *, extra_fds: int = 0, address_space: int | None = -1) -> list[str]:
     """``prlimit ... --`` setting the rlimits for what follows (util-linux ``prlimit`` execs the
     command with them; no ``preexec_fn``, so spawning stays safe with threads).
@@ -89,29 +136,70 @@ def limits_prefix(policy: SandboxPolicy, uid: int, *, extra_fds: int = 0, addres
     prlimit = find_prlimit()
     if prlimit is None:
         raise SandboxError("prlimit (util-linux) is not installed", code="sandbox-unavailable")
-    nproc = _clamp(resource.RLIMIT_NPROC, count_tasks(uid) + policy.max_processes)
-    if address_space == -1:
-        address_space = rlimit_address_space(policy)
-    hard_as = resource.getrlimit(resource.RLIMIT_AS)[1]
-    if address_space is not None:
-        memory: int | str = _clamp(resource.RLIMIT_AS, address_space)
-    else:
-        memory = "unlimited" if hard_as == resource.RLIM_INFINITY else hard_as
-    fsize = _clamp(resource.RLIMIT_FSIZE, policy.max_file_mb * 1024 * 1024)
-    nofile = _clamp(resource.RLIMIT_NOFILE, 256 + extra_fds)
-    cpu_hard = _clamp(resource.RLIMIT_CPU, policy.cpu_s + 1)
-    return [
-        prlimit,
-        f"--nproc={nproc}:{nproc}",
-        f"--as={memory}:{memory}",
-        f"--fsize={fsize}:{fsize}",
-        f"--cpu={min(policy.cpu_s, cpu_hard)}:{cpu_hard}",
-        "--core=0:0",
-        f"--nofile={nofile}:{nofile}",
-        "--memlock=0:0",
-        "--msgqueue=0:0",
-        "--",
-    ]
+    limits = run_limits(policy, uid, extra_fds=extra_fds, address_space=address_space)
+    return [prlimit, *(f"--{_PRLIMIT_NAMES[x.which]}={_shown(x.soft)}:{_shown(x.hard)}" for x in limits), "--"]
+
+
+def _shown(value: int) -> str:
+    return "unlimited" if value == resource.RLIM_INFINITY else str(value)
+
+
+_CAP_SYS_RESOURCE = 24
+
+
+@cache
+def _has_cap_sys_resource() -> bool:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> _CAP_SYS_RESOURCE & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+@cache
+def _set_id(path: str) -> bool:
+    try:
+        return bool(os.stat(path).st_mode & (stat.S_ISUID | stat.S_ISGID))
+    except OSError:
+        return True  # unknown: take the prlimit binary
+
+
+@cache
+def find_setpriv() -> str | None:
+    found = shutil.which("setpriv", path=TRUSTED_PATH)
+    return os.path.realpath(found) if found else None
+
+
+def drop_prefix(identity: Identity) -> tuple[list[str], Identity]:
+    """How to start a process as ``identity``: (argv prefix, the uid/gid switch left to Popen).
+
+    util-linux ``setpriv --reuid --regid --clear-groups`` (real, effective and saved ids, no
+    supplementary groups: what Popen's ``user``/``group``/``extra_groups=[]`` do) lets Popen use
+    vfork -- it cannot once it switches ids itself, and a fork of this process costs milliseconds;
+    without setpriv, Popen switches."""
+    setpriv = find_setpriv() if identity.uid is not None else None
+    if setpriv is None:
+        return [], identity
+    gid = identity.uid if identity.gid is None else identity.gid
+    return [setpriv, f"--reuid={identity.uid}", f"--regid={gid}", "--clear-groups", "--"], Identity(None, None)
+
+
+def may_limit_running(executable: str, identity: Identity) -> bool:
+    """Whether the kernel lets this process set the rlimits of ``executable`` once started as
+    ``identity`` (``prlimit(2)``): the same uid and gid all through (not a set-id binary), or
+    CAP_SYS_RESOURCE (which root in a container often lacks)."""
+    if _set_id(executable):
+        return False
+    return identity.uid is None or _has_cap_sys_resource()
+
+
+def set_limits(pid: int, limits: Sequence[Limit]) -> None:
+    """Set ``limits`` on the running process ``pid`` (``prlimit(2)``). Raises OSError."""
+    for limit in limits:
+        resource.prlimit(pid, limit.which, (limit.soft, limit.hard))
 
 
 def _clamp(which: int, value: int) -> int:
@@ -209,10 +297,19 @@ def launch(
         SandboxError: ``sandbox-failed`` when the process cannot be started or moved (it is killed).
     """
     started = time.perf_counter()
+    # held and tooldir's own child: the rlimits are set on the held processes with prlimit(2)
+    # before the release (one exec fewer); else through the prlimit binary
+    direct = release_fd is not None and not wrapper and may_limit_running(argv[0], identity)
+    limits: list[Limit] = []
     try:
-        prefix = limits_prefix(policy, identity.effective_uid, extra_fds=len(pass_fds), address_space=address_space)
+        if direct:
+            limits = run_limits(policy, identity.effective_uid, extra_fds=len(pass_fds), address_space=address_space)
+            prefix = []
+        else:
+            prefix = limits_prefix(policy, identity.effective_uid, extra_fds=len(pass_fds), address_space=address_space)
+        drop, switch = drop_prefix(identity)
         proc = subprocess.Popen(
-            [*wrapper, *prefix, *argv],
+            [*drop, *wrapper, *prefix, *argv],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -221,9 +318,9 @@ def launch(
             close_fds=True,
             pass_fds=tuple(pass_fds),
             process_group=0,
-            user=identity.uid,
-            group=identity.gid,
-            extra_groups=[] if identity.uid is not None else None,
+            user=switch.uid,
+            group=switch.gid,
+            extra_groups=[] if switch.uid is not None else None,
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise SandboxError(f"cannot start the sandbox: {exc}", code="sandbox-failed") from None
@@ -234,7 +331,9 @@ def launch(
     if release_fd is not None:
         assert info_fd is not None  # noqa: S101 - caller's contract
         try:
-            launched.held = _hold(proc, cgroup, info_fd=info_fd, info=launched.info, deadline=started + timeout_s)
+            launched.held = _hold(
+                proc, cgroup, info_fd=info_fd, info=launched.info, deadline=started + timeout_s, limits=limits
+            )
         except BaseException:
             abandon(launched)
             raise
@@ -302,13 +401,16 @@ def _hold(
     info_fd: int,
     info: CappedBuffer,
     deadline: float,
+    limits: Sequence[Limit] = (),
 ) -> bool:
     """Read the sandbox init's pid from bubblewrap's info (it waits at ``--block-fd`` meanwhile,
-    before it forks the tool) and move the launcher and the init into ``cgroup``. False when the
-    deadline passed first (then nothing may be released).
+    before it forks the tool), set ``limits`` on the launcher and the init (the tool inherits them
+    from the init, which forks it only once released) and move both into ``cgroup``. False when
+    the deadline passed first, or when limits are to be set and bubblewrap reported no init (then
+    nothing may be released).
 
     Raises:
-        SandboxError: ``sandbox-failed`` when a process cannot be moved.
+        SandboxError: ``sandbox-failed`` when a process cannot be limited or moved.
     """
     child = None
     while child is None:
@@ -323,6 +425,14 @@ def _hold(
             break  # bubblewrap ended before reporting: nothing of the tool ran
         info.feed(chunk)
         child = _child_pid(info.value())
+    if limits:
+        if child is None:
+            return False  # never released without its limits (bubblewrap ended anyway)
+        try:
+            for pid in (proc.pid, child):
+                set_limits(pid, limits)
+        except OSError as exc:
+            raise SandboxError(f"cannot set the sandbox's rlimits: {exc}", code="sandbox-failed") from None
     if cgroup is None:
         return True
     try:
