@@ -290,15 +290,17 @@ def _frozen_object(value: Any) -> FrozenDict:
 
 
 def encode(header: Header, entries: Mapping[str, Entry]) -> bytes:
-    blob = bytearray()
+    chunks: list[bytes] = []  # the blob, joined once (not grown by +=)
+    offset = 0
     table = []
     for name in sorted(entries):
         e = entries[name]
         kept = []
         for fname in sorted(e.kept):
             data = e.kept[fname]
-            kept.append([fname, len(blob), len(data)])
-            blob += data
+            kept.append([fname, offset, len(data)])
+            chunks.append(data)
+            offset += len(data)
         table.append(
             [
                 e.name,
@@ -323,8 +325,8 @@ def encode(header: Header, entries: Mapping[str, Entry]) -> bytes:
             ]
         )
     body = json.dumps(table, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogateescape")
-    head = {**header.to_json(), "table": len(body), "blob": len(blob)}
-    return MAGIC + json.dumps(head, separators=(",", ":")).encode() + b"\n" + body + bytes(blob)
+    head = {**header.to_json(), "table": len(body), "blob": offset}
+    return b"".join([MAGIC, json.dumps(head, separators=(",", ":")).encode(), b"\n", body, *chunks])
 
 
 def decode(data: bytes, header: Header) -> Decoded:
