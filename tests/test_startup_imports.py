@@ -53,14 +53,16 @@ except SystemExit as exc:
     code = exc.code
 finally:
     with open(os.environ["MODULES_OUT"], "w") as fh:
-        json.dump(sorted({name.split(".")[0] for name in sys.modules}), fh)
+        full = os.environ.get("MODULES_FULL") == "1"
+        json.dump(sorted({name if full else name.split(".")[0] for name in sys.modules}), fh)
 sys.exit(code)
 """
 
 
-def loaded_by(tmp_path: Path, *argv: str) -> tuple[set[str], subprocess.CompletedProcess[str]]:
+def loaded_by(tmp_path: Path, *argv: str, full: bool = False) -> tuple[set[str], subprocess.CompletedProcess[str]]:
+    """Top-level names of the modules loaded (``full``: every module's dotted name)."""
     out = tmp_path / "modules.json"
-    env = {**os.environ, "MODULES_OUT": str(out)}
+    env = {**os.environ, "MODULES_OUT": str(out), "MODULES_FULL": "1" if full else "0"}
     done = subprocess.run(
         [sys.executable, "-c", RUNNER, *argv], capture_output=True, text=True, env=env, timeout=120, check=False
     )
@@ -109,6 +111,19 @@ def test_scan_json_loads_neither_the_mcp_sdk_nor_the_event_loop_nor_the_watcher_
     assert done.returncode == 0, done.stderr
     assert [t["name"] for t in json.loads(done.stdout)["tools"]] == ["good_tool"]
     assert modules & {"mcp", "mcp_types", "anyio", "watchdog", "rich", "numpy"} == set()
+
+
+def test_scan_json_loads_neither_the_session_nor_the_registry_nor_the_sandbox_nor_search(
+    tmp_path: Path, root: Path
+) -> None:
+    make_tool(root, "good_tool")
+    args = ("scan", "--json", "--user-dir", str(root), "--project", str(tmp_path), "--state-dir", str(tmp_path / "s"))
+    modules, done = loaded_by(tmp_path, *args, full=True)
+    assert done.returncode == 0, done.stderr
+    assert [t["deferred"] for t in json.loads(done.stdout)["tools"]] == [False]
+    assert "tooldir.staticplan" in modules  # the plan is still decided
+    unneeded = {"tooldir.session", "tooldir.registry", "tooldir.sandbox", "tooldir.audit", "tooldir.search"}
+    assert modules & unneeded == set()
 
 
 def test_run_json_loads_neither_the_mcp_sdk_nor_the_watcher_nor_rich(tmp_path: Path, root: Path) -> None:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,15 @@ class ToolDef:
 
     def schema_json(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "input_schema": thaw(self.input_schema)}
+
+    def anthropic_compact_json(self) -> str:
+        """``compact_json(self.anthropic())`` without the thawed copy: json encodes the frozen
+        dicts and lists exactly as their plain copies (they are ``dict``/``list`` subclasses)."""
+        return json.dumps(
+            {"name": self.name, "description": self.description, "input_schema": self.input_schema},
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
 
     def anthropic(self, *, defer_loading: bool = False) -> dict[str, Any]:
         out = self.schema_json()

@@ -112,7 +112,7 @@ def _decide_by_bounds(offered: Mapping[str, ToolDef], wanted: frozenset[str]) ->
     cost += sum(token_upper_bound(compact_json(g.anthropic())) for g in GUARD_DEFS)
     full = 0
     for n in ordered:
-        full += token_lower_bound(compact_json(offered[n].anthropic()))
+        full += token_lower_bound(offered[n].anthropic_compact_json())
         if full > cost:
             return {
                 "saving_tokens_at_least": full - cost,

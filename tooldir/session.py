@@ -40,17 +40,18 @@ from .catalog import (
     directory_text,
     tool_def,
 )
-from .defer import DeferralPlan, plan_deferral
-from .errors import PermissionDeniedError
-from .model import BuiltinSpec, Risk, Source, Status, ToolRecord
+from .defer import DeferralPlan
+from .model import BuiltinSpec, Status, ToolRecord
 from .names import GUARD_TOOLS
-from .permissions import PermissionCheck, PermissionRequest, from_policy
+from .permissions import PermissionCheck, from_policy
 from .policy import Policy
 from .registry import CallError, CallResult, Registry
 from .search import ParsedQuery, Ranker, SearchIndex, lexical_scores, parse_query
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
+from .staticplan import View as _View
+from .staticplan import initial_plan
+from .staticplan import static_view as _static_view
 from .tokens import TokenCounter, TokenReport, default_counter
-from .trust import builtin_record
 from .usage import Usage, end_turn, judge, load_priors, save_priors, start
 
 __all__ = ["MAX_TOP_K", "IndexFollower", "Match", "SearchResult", "Session", "initial_plan"]
@@ -130,21 +131,6 @@ class IndexFollower:
 
     def close(self) -> None:
         self._unsubscribe()
-
-
-@dataclass(frozen=True, slots=True)
-class _View:
-    """What one snapshot offers this session: definitions, availability, deferral."""
-
-    snapshot_id: str
-    defs: Mapping[str, ToolDef]  # available tools (guard tools excluded)
-    sources: Mapping[str, Source]
-    unavailable: Mapping[str, str]  # name -> reason
-    plan: DeferralPlan  # the static plan: where every session over this view starts
-
-    @property
-    def deferred(self) -> frozenset[str]:
-        return self.plan.deferred
 
 
 @dataclass(slots=True)
@@ -679,61 +665,6 @@ class Session:
                 self._observed[name] = entry.usage
             if self._state_dir is not None and self._observed:
                 save_priors(self._state_dir, self._observed, self._policy.defer)
-
-
-def _static_view(
-    snapshot: Snapshot,
-    policy: Policy,
-    builtins: Mapping[str, BuiltinSpec],
-    permissions: PermissionCheck,
-    counter: TokenCounter,
-    *,
-    by_bounds: bool = False,
-) -> _View:
-    """What ``snapshot`` offers under ``policy`` before any session state: the definitions, why the
-    rest is unavailable, and the static deferral plan of what is offered."""
-    defs: dict[str, ToolDef] = {}
-    sources: dict[str, Source] = {}
-    unavailable: dict[str, str] = {}
-    records = dict(snapshot.by_name)
-    for name, spec in builtins.items():
-        records.setdefault(name, builtin_record(spec, deferred=False))
-    for name, record in sorted(records.items()):
-        if name in GUARD_TOOLS:
-            continue
-        if record.status is not Status.ACTIVE:
-            codes = ", ".join(sorted({d.code for d in record.diagnostics})) or str(record.status)
-            unavailable[name] = f"{record.status}: {codes}; it cannot run until trusted (see `tooldir show {name}`)"
-            continue
-        try:
-            permissions.check(PermissionRequest(name, record.source, record.risk or Risk.EXEC))
-        except PermissionDeniedError as exc:
-            unavailable[name] = f"permission: {exc.message}"
-            continue
-        d = tool_def(record, builtins.get(name))
-        if d is not None:
-            defs[name] = d
-            sources[name] = record.source
-    plan = plan_deferral(defs, policy.defer, counter, by_bounds=by_bounds)
-    return _View(f"{snapshot.id}/{snapshot.generation}", defs, sources, unavailable, plan)
-
-
-def initial_plan(
-    snapshot: Snapshot,
-    *,
-    policy: Policy,
-    builtins: Iterable[BuiltinSpec] = (),
-    counter: TokenCounter | None = None,
-    by_bounds: bool = False,
-) -> DeferralPlan:
-    """The static deferral plan a fresh :class:`Session` over ``snapshot`` with ``policy`` and
-    ``builtins`` starts from (``scan``, ``list`` and ``show`` report it). A running session's
-    own state (loaded and re-deferred tools) is not in it: see :attr:`Session.deferral_plan`.
-    ``by_bounds``: see :func:`tooldir.defer.plan_deferral` (the same deferred set, often without
-    loading the tokenizer; the decision's numbers are then bounds)."""
-    specs = {b.name: b for b in builtins if b.name not in GUARD_TOOLS}
-    counter = counter or default_counter()
-    return _static_view(snapshot, policy, specs, from_policy(policy.permissions), counter, by_bounds=by_bounds).plan
 
 
 def _immediate_hint(reasons: list[tuple[str, str]]) -> str | None:

@@ -50,7 +50,7 @@ def register(sub: Any) -> None:
 def load_snapshot(args: argparse.Namespace) -> tuple[Snapshot, DeferralPlan]:
     """The snapshot and the static deferral plan a fresh session over it would start from (so
     ``deferred`` here is what ``catalog``, a session and ``tooldir serve`` do)."""
-    from ..session import initial_plan
+    from ..staticplan import initial_plan
 
     config = config_from_args(args)
     # the load records the signed versions it verified (rollback protection), as every load does

@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 
-def write_atomic(path: Path, data: bytes, *, mode: int = 0o600, sync_dir: bool = False) -> None:
-    """Replace ``path`` with ``data`` atomically. ``sync_dir`` also fsyncs the folder, so the
-    rename itself survives a power loss. Raises OSError; the temp file never outlives a failure."""
+def write_atomic(path: Path, data: bytes | Sequence[bytes], *, mode: int = 0o600, sync_dir: bool = False) -> None:
+    """Replace ``path`` with ``data`` (bytes, or chunks written in order: a large file need not be
+    joined in memory first) atomically. ``sync_dir`` also fsyncs the folder, so the rename itself
+    survives a power loss. Raises OSError; the temp file never outlives a failure."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # O_EXCL | O_NOFOLLOW, 0600
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            if isinstance(data, bytes):
+                fh.write(data)
+            else:
+                fh.writelines(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)

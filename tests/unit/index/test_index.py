@@ -500,3 +500,51 @@ def test_an_index_that_cannot_be_written_never_fails_the_load(
     assert [_status(snap, f"tool_{i}") for i in range(2)] == [("active", "none-required")] * 2
     assert [(d.code, d.severity.value) for d in snap.diagnostics] == [("index-ignored", "warning")]
     assert any("cannot write the content index" in r.getMessage() for r in caplog.records)
+
+
+def _diagnostic_row(d: Any) -> list[Any]:
+    source = None if d.source is None else str(d.source)
+    return [str(d.severity), d.code, d.message, d.tool, source, d.path, d.pointer]
+
+
+def _encode_before_issue14_pipeline(header: Any, entries: Any) -> bytes:
+    """encode as it was before the blob was joined once (a bytearray grown by +=): the reference."""
+    blob = bytearray()
+    table = []
+    for name in sorted(entries):
+        e = entries[name]
+        kept = []
+        for fname in sorted(e.kept):
+            data = e.kept[fname]
+            kept.append([fname, len(blob), len(data)])
+            blob += data
+        table.append(
+            [
+                e.name,
+                e.scanned_ns,
+                e.digest,
+                e.has_manifest,
+                [[rel, *key] for rel, key in e.stats],
+                [[f.path, f.sha256, f.size, f.executable] for f in e.files],
+                kept,
+                [_diagnostic_row(d) for d in e.diagnostics],
+            ]
+        )
+    body = json.dumps(table, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogateescape")
+    head = {**header.to_json(), "table": len(body), "blob": len(blob)}
+    return index_mod.MAGIC + json.dumps(head, separators=(",", ":")).encode() + b"\n" + body + bytes(blob)
+
+
+def test_the_index_file_is_byte_for_byte_what_the_previous_encoder_wrote(root: Path, tmp_path: Path) -> None:
+    for i in range(5):
+        make_tool(root, f"tool_{i}", description=f"Tool number {i}: é 字 ’")
+    (root / "tool_1" / "lock.json").write_text("{}")  # a kept file besides the manifest
+    state = tmp_path / "state"
+    _load(state, users=[root])
+    path = index_path(state, user_root(root))
+    header = header_for(user_root(root), Policy())
+    data = path.read_bytes()
+    entries = decode(data, header).entries
+    assert len(entries) >= 4
+    assert encode(header, entries) == _encode_before_issue14_pipeline(header, entries) == data
+    assert encode(header, {}) == _encode_before_issue14_pipeline(header, {})

@@ -1,0 +1,65 @@
+"""The faster computations of the scan path give exactly what the computations they replaced give
+(issue 14 items 2-3: cut the per-tool cost without changing an answer)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tooldir._internal.strictjson import freeze, loads
+from tooldir._internal.tokenbounds import _SEGMENT, token_lower_bound
+from tooldir.catalog import ToolDef
+from tooldir.model import Risk
+from tooldir.tokens import CHARS_PER_TOKEN, compact_json
+
+
+def _old_token_lower_bound(text: str) -> int:
+    """The loop that stopped at the estimate (before issue 14's pipeline pass)."""
+    if not text:
+        return 0
+    estimate = max(1, round(len(text) / CHARS_PER_TOKEN))
+    runs = 0
+    for _ in _SEGMENT.finditer(text):
+        runs += 1
+        if runs >= estimate:
+            break
+    return min(runs, estimate)
+
+
+_CHARS = st.sampled_from([*"aZs'tdlmrev09 _-.,:;\"/\\{}[]\n\t", "é", "字", "\U0001f600", "\u00a0", "’"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_CHARS, max_size=200).map("".join))
+def test_the_token_lower_bound_equals_the_early_stopping_loop_it_replaced(text: str) -> None:
+    assert token_lower_bound(text) == _old_token_lower_bound(text)
+
+
+_JSON: st.SearchStrategy[Any] = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=20), st.text(max_size=40), st.dictionaries(st.text(max_size=8), _JSON, max_size=5))
+def test_the_compact_anthropic_text_of_a_frozen_definition_equals_the_text_of_its_thawed_copy(
+    name: str, description: str, schema: dict[str, Any]
+) -> None:
+    for frozen in (freeze(schema), schema):
+        d = ToolDef(name, description, frozen, Risk.READ)
+        assert d.anthropic_compact_json() == compact_json(d.anthropic())
+
+
+def test_the_compact_anthropic_text_of_a_strictly_parsed_schema_equals_the_text_of_its_thawed_copy() -> None:
+    text = (
+        '{"type":"object","properties":{"q":{"type":"string","enum":["a","é"]},"n":{"type":"number"}},"required":["q"]}'
+    )
+    for freeze_arrays in (True, False):
+        d = ToolDef("t", "d", loads(text.encode(), freeze_arrays=freeze_arrays), Risk.EXEC)
+        assert d.anthropic_compact_json() == compact_json(d.anthropic())
+        assert json.loads(d.anthropic_compact_json()) == d.anthropic()
