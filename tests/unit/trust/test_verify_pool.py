@@ -307,3 +307,12 @@ def test_no_helper_starts_for_a_source_that_does_not_accept_signatures(
     assert started == []
     assert in_process[0] == 0
     assert {t.status for t in snap.tools} == {Status.PENDING}
+
+
+def test_the_helper_answers_a_garbled_ssh_frame_not_valid_and_refuses_an_unknown_kind() -> None:
+    from tooldir._internal import verify_worker
+
+    garbled = b"S" + (7).to_bytes(4, "big") + b"garbage" + b"the lock"
+    assert verify_worker.verify_frame((5).to_bytes(4, "big") + garbled) == (5).to_bytes(4, "big") + b"\x03"
+    with pytest.raises(ValueError, match="malformed"):
+        verify_worker.verify_frame((5).to_bytes(4, "big") + b"X" + bytes(300))
