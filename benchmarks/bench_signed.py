@@ -21,7 +21,11 @@ Whole process (issue 14 item 4): ``python -m tooldir scan --json --project P --p
 fresh state folder every round (a real first load: nothing remembered), signed against unsigned,
 min/median/max of wall time and CPU (the process and its helper). Target: signed <= 1.3x unsigned.
 
-Helper crossover: in-process signed-cold loads with the minisign helper process
+On a machine whose cores are busy with other work, wall time follows CPU time: the Ed25519 work
+alone (printed, measured in the same run) is about as much CPU as a whole unsigned load, so there
+the wall ratio cannot go below about 1 + that / unsigned CPU, wherever the verification runs.
+
+Helper crossover: in-process signed-cold loads with the signature helper process
 (:mod:`tooldir._internal.verify_pool`) forced on and forced off, at a few small sizes: where the
 helper starts to pay is ``MIN_PACKAGES``.
 
@@ -46,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.generate import generate
 from benchmarks.sizes import parse_args
 from benchmarks.sizes import workdir as workdir_for
-from tooldir import keys
+from tooldir import keys, signatures
 from tooldir._internal import verify_pool
 from tooldir.discover import RootSpec, open_root, scan_package
 from tooldir.loader import Loader, make_config, remember_load
@@ -208,7 +212,11 @@ def bench_cli(n: int, runs: int, workdir: Path) -> dict[str, Any]:
 
     wall = {k: mmm([w for w, _ in v]) for k, v in samples.items()}
     cpu = {k: mmm([c for _, c in v]) for k, v in samples.items()}
+    floor = verification_floor(n, workdir)
     return {
+        "ed25519_cpu_s": floor,
+        # the signed first load's extra CPU beyond the Ed25519 work: what this process adds
+        "extra_cpu_beyond_ed25519_s": cpu["signed"]["median"] - cpu["unsigned"]["median"] - floor,
         "n": n,
         "runs": runs,
         "wall_s": wall,
@@ -217,6 +225,23 @@ def bench_cli(n: int, runs: int, workdir: Path) -> dict[str, Any]:
         "ratio_cpu": cpu["signed"]["median"] / cpu["unsigned"]["median"],
         "target": 1.3,
     }
+
+
+def verification_floor(n: int, workdir: Path) -> float:
+    """CPU seconds of the Ed25519 work of N minisign signatures alone (2 verifications each, in
+    this process): what any signed first load pays on top of an unsigned one, on some core."""
+    _unsigned, signed, public = prepare(n, workdir)
+    key = signatures.parse_minisign_public_key(public)
+    root = signed / ".tooldir" / "tools"
+    jobs = []
+    for name in sorted(os.listdir(root)):
+        lock = (root / name / LOCK).read_bytes()
+        jobs.append((signatures.parse_minisig((root / name / MINISIG).read_bytes()), lock))
+    t0 = time.process_time()
+    for sig, lock in jobs:
+        if signatures.verify_minisign(sig, key, lock) is not None:
+            raise SystemExit("benchmark invalid: a signature does not verify")
+    return time.process_time() - t0
 
 
 def crossover(sizes: list[int], runs: int, workdir: Path) -> list[dict[str, Any]]:
@@ -280,6 +305,10 @@ def _print_cli(cli: list[dict[str, Any]], cross: list[dict[str, Any]]) -> None:
                 f"   {c['min']:>6.3f}/{c['median']:>6.3f}/{c['max']:>6.3f}"
             )
         print(f"{'':>7} ratio {r['ratio']:.2f}x wall, {r['ratio_cpu']:.2f}x cpu (process + helper)")
+        print(
+            f"{'':>7} Ed25519 alone {r['ed25519_cpu_s']:.3f} s cpu (2 per package, one core);"
+            f" signed extra cpu beyond it {r['extra_cpu_beyond_ed25519_s']:.3f} s"
+        )
     print(f"helper crossover (in-process signed-cold, median; MIN_PACKAGES = {verify_pool.MIN_PACKAGES})")
     for r in cross:
         s = r["seconds"]

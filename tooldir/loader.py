@@ -25,7 +25,8 @@ from itertools import chain
 from pathlib import Path
 from typing import Protocol
 
-from ._internal.verify_pool import MinisignPrefetch, prefetch_for
+from ._internal import verify_pool
+from ._internal.verify_pool import SignaturePrefetch, prefetch_for
 from .discover import (
     EntryKind,
     RootSpec,
@@ -379,7 +380,7 @@ class Loader:
                 state.listing[d.tool] = diag_entry(d)
             else:
                 state.diags += (diag_entry(d),)
-        with self._prefetch(len(present)) as prefetch:
+        with self._prefetch(root, len(present)) as prefetch:
             for name, candidate in self._read_packages(fd, root, present, state, prefetch):
                 state.packages[name] = _package(candidate)
             if prefetch is not None:
@@ -387,20 +388,28 @@ class Loader:
         return state
 
     @contextmanager
-    def _prefetch(self, packages: int) -> Iterator[MinisignPrefetch | None]:
-        """For a large root, a helper process that verifies minisign signatures while the
-        packages are read (:mod:`tooldir._internal.verify_pool`); it only fills this loader's
-        verification cache, the trust stage still decides."""
+    def _prefetch(self, root: RootSpec, packages: int) -> Iterator[SignaturePrefetch | None]:
+        """For a large root whose source requires signatures, a helper process that verifies
+        them while the packages are read (:mod:`tooldir._internal.verify_pool`); it only fills
+        this loader's verification cache, the trust stage still decides. A source that does not
+        accept signatures never checks them, so nothing is verified for it."""
         cfg = self.config
-        keyring = keyring_from_policy(cfg.policy) if cfg.signature_check is not None else None
-        if keyring is None or not prefetch_for(packages, keyring.minisign):
+        if (
+            cfg.signature_check is None
+            or packages < verify_pool.MIN_PACKAGES
+            or "signature" not in cfg.policy.sources.for_source(root.source).require
+        ):
             yield None
             return
-        with MinisignPrefetch(keyring.minisign, keyring.revoked, load_verified(cfg.state_dir), self._trust_cache) as p:
+        keyring = read_keyring(cfg.policy)
+        if not prefetch_for(packages, keyring):
+            yield None
+            return
+        with SignaturePrefetch(keyring, load_verified(cfg.state_dir), self._trust_cache) as p:
             yield p
 
     def _read_packages(
-        self, fd: int, root: RootSpec, names: list[str], state: _Root, prefetch: MinisignPrefetch | None
+        self, fd: int, root: RootSpec, names: list[str], state: _Root, prefetch: SignaturePrefetch | None
     ) -> Iterable[tuple[str, Candidate]]:
         """The validated candidate of every package folder of a listed root: through the content
         index (:mod:`tooldir.index`) when it is enabled and the source needs no trust, which

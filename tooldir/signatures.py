@@ -345,9 +345,18 @@ def verify_sshsig(
     """None if ``sig`` is a valid signature of ``message`` by its embedded key; otherwise the reason.
     The caller checks the namespace and whether the key is trusted."""
     return _cached(
-        b"sshsig", sig.public_key, sig.signed_prefix + sig.sig_format.encode() + sig.sig_blob, message,
+        b"sshsig", sig.public_key, _sshsig_bytes(sig), message,
         lambda: _verify_sshsig(sig, message), known=known, cache=cache,
     )  # fmt: skip
+
+
+def _sshsig_bytes(sig: SshSignature) -> bytes:
+    return sig.signed_prefix + sig.sig_format.encode() + sig.sig_blob
+
+
+def sshsig_digest(sig: SshSignature, message: bytes) -> bytes:
+    """The verification-cache digest of checking ``sig`` over ``message``."""
+    return verification_digest(b"sshsig", sig.public_key, _sshsig_bytes(sig), message)
 
 
 def _verify_sshsig(sig: SshSignature, message: bytes) -> str | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from toolkit import make_tool, project_tools
 from toolkit import scan as scan_package_folder
+from trustkit import ssh_keypair, ssh_sign, write_lock
 
 from tooldir import keys, signatures
 from tooldir._internal import verify_pool
@@ -61,6 +62,7 @@ def in_process(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+@pytest.mark.usefixtures("patient")
 def test_a_large_signed_root_is_verified_by_the_helper_with_the_in_process_verdicts(
     signed_project: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_process: list[int]
 ) -> None:
@@ -76,6 +78,7 @@ def test_a_large_signed_root_is_verified_by_the_helper_with_the_in_process_verdi
     assert {t.status for t in helped.tools} == {Status.ACTIVE}
 
 
+@pytest.mark.usefixtures("patient")
 def test_a_tampered_lock_or_comment_is_still_refused_when_the_helper_verifies(
     signed_project: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_process: list[int]
 ) -> None:
@@ -133,3 +136,183 @@ def test_a_revoked_key_is_not_verified_and_stays_refused(
     assert in_process[0] == 0
     assert {t.status for t in snap.tools} == {Status.REJECTED}
     assert all("revoked-key" in {d.code for d in t.diagnostics} for t in snap.tools)
+
+
+@pytest.fixture
+def patient(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process waits for the helper's answers instead of verifying any itself."""
+    monkeypatch.setattr(verify_pool, "STEAL_ABOVE", 1 << 30)
+    monkeypatch.setattr(verify_pool, "_WAIT", 60.0)
+
+
+@pytest.fixture
+def stolen(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many verifications each prefetch's close did in this process (``SignaturePrefetch.stolen``)."""
+    counts: list[int] = []
+    close = verify_pool.SignaturePrefetch.close
+
+    def spied(self: verify_pool.SignaturePrefetch) -> int:
+        answered = close(self)
+        counts.append(self.stolen)
+        return answered
+
+    monkeypatch.setattr(verify_pool.SignaturePrefetch, "close", spied)
+    return counts
+
+
+@pytest.fixture
+def in_process_ssh(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the SSH verifications done in this process."""
+    calls = [0]
+    verify = signatures._verify_sshsig
+
+    def counted(*args: object) -> str | None:
+        calls[0] += 1
+        return verify(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(signatures, "_verify_sshsig", counted)
+    return calls
+
+
+def ssh_signed_project(tmp_path: Path) -> tuple[Path, Path]:
+    """N project tools locked and signed with ssh-keygen; the allowed_signers file trusting the key."""
+    project = tmp_path / "ssh-project"
+    root = project_tools(project)
+    ssh = ssh_keypair(tmp_path / "ssh")
+    for i in range(N):
+        ssh_sign(ssh, write_lock(make_tool(root, f"ssh_tool_{i}")))
+    signers = tmp_path / "allowed_signers"
+    signers.write_text(f"alice@example.com {ssh.public_line}\n")
+    return project, signers
+
+
+def load_ssh(project: Path, signers: Path, state: Path) -> Snapshot:
+    policy = Policy(
+        sources=SourcesPolicy(project=ProjectSourcePolicy(require=("signature",))),
+        keys=KeysPolicy(allowed_signers=str(signers)),
+    )
+    return Loader(make_config(project=project, user_dirs=[], policy=policy, state_dir=state, read_only=True)).load()
+
+
+@pytest.mark.usefixtures("patient")
+def test_ssh_signatures_of_a_large_root_are_verified_by_the_helper_with_the_in_process_verdicts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_process_ssh: list[int]
+) -> None:
+    project, signers = ssh_signed_project(tmp_path)
+    monkeypatch.setattr(verify_pool, "MIN_PACKAGES", N + 1)
+    alone = load_ssh(project, signers, tmp_path / "s1")
+    assert in_process_ssh[0] == N
+    monkeypatch.setattr(verify_pool, "MIN_PACKAGES", N)
+    in_process_ssh[0] = 0
+    helped = load_ssh(project, signers, tmp_path / "s2")
+    assert in_process_ssh[0] == 0
+    assert verdicts(helped) == verdicts(alone)
+    assert {t.status for t in helped.tools} == {Status.ACTIVE}
+
+
+@pytest.mark.usefixtures("patient")
+def test_a_tampered_ssh_signed_lock_is_still_refused_when_the_helper_verifies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_process_ssh: list[int]
+) -> None:
+    project, signers = ssh_signed_project(tmp_path)
+    lock = project / ".tooldir" / "tools" / "ssh_tool_3" / LOCK
+    lock.write_bytes(lock.read_bytes() + b"\n")
+    monkeypatch.setattr(verify_pool, "MIN_PACKAGES", N)
+    snap = load_ssh(project, signers, tmp_path / "s")
+    # the helper says "not valid"; only that one is verified here again, for the exact reason
+    assert in_process_ssh[0] == 1
+    status = {t.name: (t.status, {d.code for d in t.diagnostics}) for t in snap.tools}
+    assert status.pop("ssh_tool_3") == (Status.REJECTED, {"bad-signature"})
+    assert {s for s, _ in status.values()} == {Status.ACTIVE}
+
+
+def test_this_process_verifies_the_last_signatures_itself_while_the_helper_is_behind(
+    signed_project: tuple[Path, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    in_process: list[int],
+    stolen: list[int],
+) -> None:
+    project, public = signed_project
+    root = project / ".tooldir" / "tools"
+    lock = root / f"signed_tool_{N - 1}" / LOCK  # the last one offered: verified here
+    lock.write_bytes(lock.read_bytes() + b"\n")
+    monkeypatch.setattr(verify_pool, "MIN_PACKAGES", N)
+    # a helper that reads everything and then hangs: waited for once, briefly; this process does it all
+    monkeypatch.setattr(verify_pool, "_BOOT", "import sys, time; sys.stdin.buffer.read(); time.sleep(3600)")
+    snap = load(project, public, tmp_path / "s")
+    assert stolen == [N]
+    assert in_process[0] == N
+    status = {t.name: (t.status, {d.code for d in t.diagnostics}) for t in snap.tools}
+    assert status.pop(f"signed_tool_{N - 1}")[1] >= {"bad-signature"}
+    assert {s for s, _ in status.values()} == {Status.ACTIVE}
+
+
+def test_work_is_split_between_the_helper_and_this_process_with_the_same_verdicts(
+    signed_project: tuple[Path, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    in_process: list[int],
+    stolen: list[int],
+) -> None:
+    project, public = signed_project
+    monkeypatch.setattr(verify_pool, "MIN_PACKAGES", N + 1)
+    alone = load(project, public, tmp_path / "s1")
+    monkeypatch.setattr(verify_pool, "MIN_PACKAGES", N)
+    monkeypatch.setattr(verify_pool, "STEAL_ABOVE", N - 2)  # steal two, then wait for the helper
+    monkeypatch.setattr(verify_pool, "_WAIT", 60.0)
+    # a helper that answers the first two frames honestly and stops
+    monkeypatch.setattr(
+        verify_pool,
+        "_BOOT",
+        verify_pool._BOOT.replace(
+            "from tooldir._internal.verify_worker import main; sys.exit(main())",
+            "import struct; from tooldir._internal import verify_worker as w; data = sys.stdin.buffer.read(); "
+            "frames = []; pos = 0\n"
+            "while pos < len(data):\n"
+            " (n,) = struct.unpack_from('>I', data, pos); frames.append(data[pos + 4 : pos + 4 + n]); pos += 4 + n\n"
+            "sys.stdout.buffer.write(b''.join(w.verify_frame(f) for f in frames[:2]))",
+        ),
+    )
+    in_process[0] = 0
+    helped = load(project, public, tmp_path / "s2")
+    assert verdicts(helped) == verdicts(alone)
+    assert stolen == [N - 2]  # the last two at once, the two left after the helper stopped
+    assert in_process[0] == N - 2
+
+
+def test_a_helper_that_dies_midway_leaves_the_rest_to_this_process(
+    signed_project: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_process: list[int]
+) -> None:
+    project, public = signed_project
+    monkeypatch.setattr(verify_pool, "MIN_PACKAGES", N)
+    monkeypatch.setattr(verify_pool, "_BOOT", "import sys; sys.stdin.buffer.read(10); sys.exit(3)")
+    snap = load(project, public, tmp_path / "s")
+    assert in_process[0] == N
+    assert {t.status for t in snap.tools} == {Status.ACTIVE}
+
+
+def test_no_helper_starts_for_a_source_that_does_not_accept_signatures(
+    signed_project: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_process: list[int]
+) -> None:
+    project, public = signed_project
+    monkeypatch.setattr(verify_pool, "MIN_PACKAGES", N)
+    started: list[object] = []
+    monkeypatch.setattr(verify_pool.SignaturePrefetch, "start", started.append)
+    policy = Policy(
+        sources=SourcesPolicy(project=ProjectSourcePolicy(require=("approval",))), keys=KeysPolicy(minisign=(public,))
+    )
+    config = make_config(project=project, user_dirs=[], policy=policy, state_dir=tmp_path / "s", read_only=True)
+    snap = Loader(config).load()
+    assert started == []
+    assert in_process[0] == 0
+    assert {t.status for t in snap.tools} == {Status.PENDING}
+
+
+def test_the_helper_answers_a_garbled_ssh_frame_not_valid_and_refuses_an_unknown_kind() -> None:
+    from tooldir._internal import verify_worker
+
+    garbled = b"S" + (7).to_bytes(4, "big") + b"garbage" + b"the lock"
+    assert verify_worker.verify_frame((5).to_bytes(4, "big") + garbled) == (5).to_bytes(4, "big") + b"\x03"
+    with pytest.raises(ValueError, match="malformed"):
+        verify_worker.verify_frame((5).to_bytes(4, "big") + b"X" + bytes(300))
