@@ -237,35 +237,15 @@ class Manifest(BaseModel):
     execute: ExecuteSpec
 
 
-class ServerSpec(BaseModel):
+class ServerSpec(ExecuteSpec):
     """How to start an MCP server package (``server.json``): an argv array run over stdio, never a
-    shell string; the same rules as :class:`ExecuteSpec` (DESIGN §10)."""
+    shell string; the fields and rules of :class:`ExecuteSpec` (DESIGN §10), with ``timeout_s``
+    also bounding the server's start-up."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-    command: tuple[Annotated[StrictStr, StringConstraints(min_length=1, max_length=1024)], ...] = Field(
-        min_length=1,
-        max_length=64,
-        strict=False,
-        description="argv array; argv[0] is a package file or an interpreter the policy allows. No shell.",
-    )
     timeout_s: float | None = Field(
         default=None, gt=0, le=3600, description="limit in seconds for start-up and for each call; capped by policy"
     )
     network: bool = Field(default=False, description="the server needs network access (policy decides)")
-    env: tuple[EnvName, ...] = Field(
-        default=(),
-        max_length=64,
-        strict=False,
-        description="environment variable names to pass through, if policy allows",
-    )
-
-    @field_validator("timeout_s", mode="before")
-    @classmethod
-    def _no_null_timeout(cls, value: Any) -> Any:
-        if value is None:
-            raise ValueError("timeout_s must be a number; leave it out for the policy's limit")
-        return value
 
 
 class ServerManifest(BaseModel):

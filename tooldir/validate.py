@@ -183,11 +183,13 @@ class _Validation:
             warning(code, message, tool=self.scan.name, source=self.scan.source, path=self.path, pointer=pointer)
         )
 
-    def run(self) -> Manifest | None:
+    def _parse(self) -> dict[str, Any] | None:
+        """The folder-name check and the strict parse of :attr:`manifest_file` into a JSON object
+        (``self.raw`` its text), or None with the reason recorded."""
         scan = self.scan
         if not is_valid_name(scan.name):
             self.fail("invalid-name", f"folder name {scan.name!r}: {explain_invalid(scan.name)}")
-        raw = scan.contents[MANIFEST]
+        raw = scan.contents[self.manifest_file]
         try:
             data = loads(raw, max_depth=self.policy.limits.max_json_depth, freeze_arrays=False)
         except StrictJSONError as exc:
@@ -197,6 +199,13 @@ class _Validation:
             self.fail("schema-invalid", f"the manifest must be a JSON object, not {_json_type(data)}", "")
             return None
         self.raw = raw.decode("utf-8")  # cannot fail: loads() accepted it
+        return data
+
+    def run(self) -> Manifest | None:
+        scan = self.scan
+        data = self._parse()
+        if data is None:
+            return None
         all_clear = _all_clear_validator()
         # Plain text (ASCII, no escapes that could hide characters, no injection pattern) that
         # passes every schema check in one pass has no schema error and no text finding.
@@ -403,18 +412,9 @@ class _ServerValidation(_Validation):
                 "",
             )
             return None
-        if not is_valid_name(scan.name):
-            self.fail("invalid-name", f"folder name {scan.name!r}: {explain_invalid(scan.name)}")
-        raw = scan.contents[SERVER_MANIFEST]
-        try:
-            data = loads(raw, max_depth=self.policy.limits.max_json_depth, freeze_arrays=False)
-        except StrictJSONError as exc:
-            self.fail(exc.code, exc.message, exc.pointer)
+        data = self._parse()
+        if data is None:
             return None
-        if not isinstance(data, dict):
-            self.fail("schema-invalid", f"the manifest must be a JSON object, not {_json_type(data)}", "")
-            return None
-        self.raw = raw.decode("utf-8")
         self._check_text(data)
         validator = _server_validator()
         if not validator.is_valid(data):

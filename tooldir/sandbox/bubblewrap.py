@@ -49,7 +49,7 @@ import shutil
 import subprocess
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -153,7 +153,14 @@ def base_args(policy: SandboxPolicy, *, network: bool) -> list[str]:
 def tool_argv(record: ToolRecord) -> list[str]:
     """The manifest's argv with the interpreter resolved and argv[0] package files made absolute."""
     assert record.manifest is not None  # noqa: S101 - only active tools reach the sandbox
-    argv = list(record.manifest.execute.command)
+    return command_argv(record.manifest.execute.command, record)
+
+
+def command_argv(command: Sequence[str], record: ToolRecord) -> list[str]:
+    """``command`` (``execute.command`` or ``server.command``) as it runs in the sandbox: argv[0]
+    a package file of ``record`` made absolute under /tool, or an interpreter resolved on the
+    trusted PATH."""
+    argv = list(command)
     files = {f.path for f in record.files}
     head = argv[0]
     if head in files:

@@ -24,17 +24,16 @@ from ..errors import SandboxError
 from ..model import ToolRecord
 from ..policy import SandboxPolicy
 from .bubblewrap import (
-    SYSTEM_DIRS,
     TOOL_DIR,
     _memfd,
     base_args,
+    command_argv,
     masked_proc_args,
     package_args,
-    resolve_interpreter,
     sandbox_env,
     seccomp_args,
 )
-from .process import TRUSTED_PATH, Identity, identity_for, limits_prefix
+from .process import Identity, identity_for, limits_prefix
 from .store import verified_files
 
 
@@ -59,20 +58,7 @@ def server_argv(record: ToolRecord) -> list[str]:
     """``server.command`` with the interpreter resolved and argv[0] package files made absolute."""
     if record.server is None:
         raise SandboxError(f"{record.name} is not an MCP server package", code="sandbox-failed")
-    argv = list(record.server.server.command)
-    files = {f.path for f in record.files}
-    head = argv[0]
-    if head in files:
-        argv[0] = f"{TOOL_DIR}/{head}"
-    else:
-        real = resolve_interpreter(head)
-        if real is None:
-            raise SandboxError(
-                f"interpreter {head!r} was not found under {', '.join(SYSTEM_DIRS)} on {TRUSTED_PATH}",
-                code="sandbox-failed",
-            )
-        argv[0] = real
-    return argv
+    return command_argv(record.server.server.command, record)
 
 
 def runtime_binds(roots: tuple[str, ...]) -> tuple[list[str], tuple[str, ...]]:
