@@ -22,7 +22,6 @@ children: robust to a busy machine). Target: scan-rescan and load-rescan <= 0.6x
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import os
 import resource
@@ -38,6 +37,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tooldir.index as index_mod
+from benchmarks.floor import SCRIPT as floor_script
+from benchmarks.floor import floor
 from benchmarks.generate import generate
 from benchmarks.sizes import parse_args
 from benchmarks.sizes import workdir as workdir_for
@@ -46,44 +47,6 @@ from tooldir.loader import Loader, make_config
 from tooldir.model import Status
 
 TARGET = 0.6
-_FLOOR = """
-import hashlib, json, os, sys
-n = 0
-with os.scandir(sys.argv[1]) as packages:
-    for pkg in packages:
-        if not pkg.is_dir(follow_symlinks=False):
-            continue
-        with os.scandir(pkg.path) as files:
-            for f in files:
-                if not f.is_file(follow_symlinks=False):
-                    continue
-                with open(f.path, "rb") as fh:
-                    data = fh.read()
-                hashlib.sha256(data).hexdigest()
-                if f.name == "schema.json":
-                    json.loads(data)
-        n += 1
-print(n)
-"""
-
-
-def floor_in_process(root: str) -> int:
-    n = 0
-    with os.scandir(root) as packages:
-        for pkg in packages:
-            if not pkg.is_dir(follow_symlinks=False):
-                continue
-            with os.scandir(pkg.path) as files:
-                for f in files:
-                    if not f.is_file(follow_symlinks=False):
-                        continue
-                    with open(f.path, "rb") as fh:
-                        data = fh.read()
-                    hashlib.sha256(data).hexdigest()
-                    if f.name == "schema.json":
-                        json.loads(data)
-            n += 1
-    return n
 
 
 def _process(argv: list[str], env: dict[str, str] | None = None) -> Callable[[], int]:
@@ -142,10 +105,10 @@ def bench(n: int, runs: int, workdir: Path, validations: _Validations) -> dict[s
     cold_state = str(workdir / f"state-cold-{n}")
     scan = [sys.executable, "-m", "tooldir", "scan", "--json", "--user-dir", str(root), "--project", str(workdir)]
     fns: dict[str, Callable[[], int]] = {
-        "floor": _process([sys.executable, "-c", _FLOOR, str(root)]),
+        "floor": _process([sys.executable, floor_script, str(root)]),
         "scan-cold": _process([*scan, "--state-dir", cold_state, "--no-index"]),
         "scan-rescan": _process([*scan, "--state-dir", state]),
-        "floor-in-process": lambda: floor_in_process(str(root)),
+        "floor-in-process": lambda: floor(str(root)),
         "load-cold": lambda: _load(str(root), state, index=False),
         "load-rescan": lambda: _load(str(root), state, index=True),
         "project-cold": lambda: _load(str(root), state, index=False, project=str(project)),

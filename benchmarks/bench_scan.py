@@ -35,27 +35,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.floor import SCRIPT as FLOOR_SCRIPT
 from benchmarks.generate import generate
 
-FLOOR = """\
-import hashlib, json, os, sys
-n = 0
-with os.scandir(sys.argv[1]) as packages:
-    for pkg in packages:
-        if not pkg.is_dir(follow_symlinks=False):
-            continue
-        with os.scandir(pkg.path) as files:
-            for f in files:
-                if not f.is_file(follow_symlinks=False):
-                    continue
-                with open(f.path, "rb") as fh:
-                    data = fh.read()
-                hashlib.sha256(data).hexdigest()
-                if f.name == "schema.json":
-                    json.loads(data)
-        n += 1
-print(n)
-"""
 TARGETS = {1000: 3.0, 10_000: 2.0}
 RSS_TARGET_MB = 150.0
 
@@ -89,7 +71,7 @@ def commands(root: Path, state: Path) -> dict[str, list[str]]:
     empty = state.parent / "no-project"
     empty.mkdir(exist_ok=True)
     return {
-        "floor": [sys.executable, "-c", FLOOR, str(root)],
+        "floor": [sys.executable, FLOOR_SCRIPT, str(root)],
         "tooldir": [
             sys.executable, "-m", "tooldir", "scan", "--json",
             "--project", str(empty), "--user-dir", str(root), "--state-dir", str(state),
