@@ -25,8 +25,9 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any
+
+from .helper import start_helper
 
 #: Wall-clock budget of one input validation (seconds). The bound stated for ``schema:redos``:
 #: a call whose input validation overruns it is refused within about this time.
@@ -57,14 +58,7 @@ class SchemaCompileError(Exception):
 
 class _Worker:
     def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", _BOOT, str(Path(__file__).resolve().parents[1])],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            cwd="/",
-            close_fds=True,
-        )
+        self.proc = start_helper(_BOOT)
         self._buffer = b""
         try:
             ready = self._read_line(time.monotonic() + _STARTUP_S)

@@ -27,9 +27,7 @@ import os
 import select
 import struct
 import subprocess
-import sys
 from collections.abc import Callable, Collection, Mapping
-from pathlib import Path
 
 from ..discover import LOCK, MINISIG, SSHSIG
 from ..signatures import (
@@ -43,6 +41,7 @@ from ..signatures import (
     verify_sshsig,
 )
 from ..trust import Keyring, TrustCache
+from .helper import start_helper
 
 #: Fewest packages in one root for which the helper pays for its start (~50 ms of Python start-up
 #: and imports, overlapped with reading): measured crossover on 2 cores, see the module docstring.
@@ -92,15 +91,7 @@ class SignaturePrefetch:
         if self._proc is not None or self._failed:
             return
         try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", _BOOT, str(Path(__file__).resolve().parents[1])],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                cwd="/",
-                close_fds=True,
-                bufsize=0,
-            )
+            self._proc = start_helper(_BOOT, bufsize=0)
         except OSError:
             self._fail()
             return

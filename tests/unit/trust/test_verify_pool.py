@@ -4,6 +4,7 @@ refused, and a helper that fails leaves everything to the in-process path."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,7 +105,7 @@ def test_a_helper_that_cannot_start_leaves_the_verification_to_this_process(
 ) -> None:
     project, public = signed_project
     monkeypatch.setattr(verify_pool, "MIN_PACKAGES", N)
-    monkeypatch.setattr(verify_pool.sys, "executable", str(tmp_path / "no-such-python"))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))  # what start_helper runs
     snap = load(project, public, tmp_path / "s")
     assert in_process[0] == N
     assert {t.status for t in snap.tools} == {Status.ACTIVE}
