@@ -126,6 +126,29 @@ def test_scan_json_loads_neither_the_session_nor_the_registry_nor_the_sandbox_no
     assert modules & unneeded == set()
 
 
+def test_scan_json_of_unsigned_tools_loads_no_signature_crypto(tmp_path: Path, root: Path) -> None:
+    # cryptography (and its bcrypt/cffi backends) is needed only when a signature is checked
+    make_tool(root, "good_tool")
+    args = ("scan", "--json", "--user-dir", str(root), "--project", str(tmp_path), "--state-dir", str(tmp_path / "s"))
+    modules, done = loaded_by(tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    assert [t["status"] for t in json.loads(done.stdout)["tools"]] == ["active"]
+    assert modules & {"cryptography", "bcrypt", "_cffi_backend"} == set()
+
+
+def test_a_clean_manifest_is_validated_without_compiling_the_python_injection_patterns(
+    tmp_path: Path, root: Path
+) -> None:
+    make_tool(root, "good_tool")
+    code = (
+        "import sys, tooldir, tooldir.text as t;"
+        f"snap = tooldir.load(project=None, user_dirs=[{str(root)!r}], state_dir={str(tmp_path / 's')!r});"
+        "print([r.status.value for r in snap.tools], t.injection_patterns.cache_info().currsize)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.stdout.split() == ["['active']", "0"], done.stderr
+
+
 def test_run_json_loads_neither_the_mcp_sdk_nor_the_watcher_nor_rich(tmp_path: Path, root: Path) -> None:
     make_tool(root, "good_tool")
     args = ("run", "good_tool", "--input", '{"text": "hi"}', "--json", "--user-dir", str(root))

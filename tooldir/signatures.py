@@ -30,11 +30,12 @@ import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
-from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+# ``cryptography`` (~15-35 ms to import) is loaded by the functions that verify, on first use: a
+# load of unsigned packages (``scan --json`` of a user root) never needs it.
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 NAMESPACE = "tooldir"
 
@@ -185,6 +186,9 @@ def minisign_digest(sig: MinisignSignature, key: MinisignPublicKey, message: byt
 
 
 def _verify_minisign(sig: MinisignSignature, key: MinisignPublicKey, message: bytes) -> str | None:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
     pub = ed25519.Ed25519PublicKey.from_public_bytes(key.public)
     try:
         pub.verify(sig.signature, hashlib.blake2b(message, digest_size=64).digest())
@@ -203,12 +207,9 @@ def _verify_minisign(sig: MinisignSignature, key: MinisignPublicKey, message: by
 _ARMOR_BEGIN = "-----BEGIN SSH SIGNATURE-----"
 _ARMOR_END = "-----END SSH SIGNATURE-----"
 _MAGIC = b"SSHSIG"
-_ECDSA_HASH: dict[str, type[hashes.HashAlgorithm]] = {
-    "ecdsa-sha2-nistp256": hashes.SHA256,
-    "ecdsa-sha2-nistp384": hashes.SHA384,
-    "ecdsa-sha2-nistp521": hashes.SHA512,
-}
-_RSA_HASH: dict[str, type[hashes.HashAlgorithm]] = {"rsa-sha2-256": hashes.SHA256, "rsa-sha2-512": hashes.SHA512}
+#: SSH key or signature type -> the name of its hash in ``cryptography.hazmat.primitives.hashes``
+_ECDSA_HASH = {"ecdsa-sha2-nistp256": "SHA256", "ecdsa-sha2-nistp384": "SHA384", "ecdsa-sha2-nistp521": "SHA512"}
+_RSA_HASH = {"rsa-sha2-256": "SHA256", "rsa-sha2-512": "SHA512"}
 KEY_TYPES = frozenset({"ssh-ed25519", "ssh-rsa", *_ECDSA_HASH})
 
 
@@ -328,6 +329,10 @@ def load_ssh_key(blob: bytes) -> ed25519.Ed25519PublicKey | ec.EllipticCurvePubl
     Raises:
         SignatureFormatError
     """
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
     key_type = _Wire(blob, "SSH public key").text()
     line = key_type.encode() + b" " + base64.b64encode(blob)
     try:
@@ -360,6 +365,11 @@ def sshsig_digest(sig: SshSignature, message: bytes) -> bytes:
 
 
 def _verify_sshsig(sig: SshSignature, message: bytes) -> str | None:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
     try:
         key = load_ssh_key(sig.public_key)
     except SignatureFormatError as exc:
@@ -378,13 +388,13 @@ def _verify_sshsig(sig: SshSignature, message: bytes) -> str | None:
             w = _Wire(sig.sig_blob, "ECDSA signature")
             r, s = w.mpint(), w.mpint()
             w.end()
-            key.verify(encode_dss_signature(r, s), signed, ec.ECDSA(_ECDSA_HASH[key_type]()))
+            key.verify(encode_dss_signature(r, s), signed, ec.ECDSA(getattr(hashes, _ECDSA_HASH[key_type])()))
         else:
             if sig.sig_format not in _RSA_HASH:
                 return f"RSA signature format {sig.sig_format!r} is not accepted (rsa-sha2-256 or rsa-sha2-512)"
             if key.key_size < 2048:
                 return f"RSA key of {key.key_size} bits is too small (at least 2048)"
-            key.verify(sig.sig_blob, signed, padding.PKCS1v15(), _RSA_HASH[sig.sig_format]())
+            key.verify(sig.sig_blob, signed, padding.PKCS1v15(), getattr(hashes, _RSA_HASH[sig.sig_format])())
     except InvalidSignature:
         return "the signature does not match the lock (tampered lock or signature)"
     except ValueError as exc:  # SignatureFormatError, or a malformed ECDSA/RSA signature value

@@ -140,7 +140,13 @@ _INJECTION_SOURCES = (
         r"\b(exfiltrate|send (it|them|this|the contents?) to|upload (it|them) to|curl\s+https?://)",
     ),
 )
-_INJECTION = [(re.compile(source, re.I), reason) for reason, source in _INJECTION_SOURCES]
+
+
+@cache
+def injection_patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
+    """(Python pattern, reason) of every injection pattern, compiled on first use (~3 ms): text
+    that the Rust pre-filter clears, the common case, never needs them."""
+    return tuple((re.compile(source, re.I), reason) for reason, source in _INJECTION_SOURCES)
 
 
 def _injection_union() -> str:
@@ -148,8 +154,11 @@ def _injection_union() -> str:
     return "(?i)" + "|".join(f"(?:{source})" for _, source in _INJECTION_SOURCES)
 
 
-#: One regex for "does any pattern match" (Python's reading, for text that is not ASCII).
-_INJECTION_ANY = re.compile("|".join(f"(?:{source})" for _, source in _INJECTION_SOURCES), re.I)
+@cache
+def _injection_any() -> re.Pattern[str]:
+    """One regex for "does any pattern match" (Python's reading; used only without the Rust engine)."""
+    return re.compile("|".join(f"(?:{source})" for _, source in _INJECTION_SOURCES), re.I)
+
 
 #: Top-level manifest members the model never reads: only controls and invisible characters are
 #: looked for there (an env variable named API_KEY is a declaration, not an instruction).
@@ -193,7 +202,7 @@ def injection_reasons(text: str) -> Iterator[str]:
     """Why ``text`` reads like an instruction to the model (one reason per matching pattern)."""
     if not _may_be_injection(text):
         return
-    for pattern, reason in _INJECTION:
+    for pattern, reason in injection_patterns():
         match = pattern.search(text)
         if match:
             yield f"{reason}: {match.group()!r}"
@@ -205,7 +214,7 @@ def _may_be_injection(text: str) -> bool:
     (:class:`_AsciiStandIn`), ~100x faster than Python's ``re`` over an 8-way alternation."""
     fast = _prefilter()
     if fast is None:
-        return _INJECTION_ANY.search(text) is not None
+        return _injection_any().search(text) is not None
     return not fast.is_valid(text if text.isascii() else _NON_ASCII.sub(_stand_in, text))
 
 

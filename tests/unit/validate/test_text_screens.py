@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 from tooldir._internal.strictjson import iter_strings
 from tooldir.text import (
     _DANGEROUS,
-    _INJECTION,
     NOT_MODEL_FACING,
     _dangerous_screen,
     _may_be_injection,
     _may_have_dangerous,
     check_strings,
+    injection_patterns,
     kind_of,
     plainly_clean,
 )
@@ -38,7 +38,7 @@ def _reference(value: Any) -> set[tuple[str, str]]:
         if kinds - {"control"}:
             out.add(("hidden", pointer))
         facing = not any(pointer == f"/{k}" or pointer.startswith(f"/{k}/") for k in NOT_MODEL_FACING)
-        if facing and any(pattern.search(text) for pattern, _ in _INJECTION):
+        if facing and any(pattern.search(text) for pattern, _ in injection_patterns()):
             out.add(("injection", pointer))
     return out
 
@@ -50,7 +50,7 @@ def test_the_ascii_stand_in_never_hides_an_injection_in_non_ascii_text(parts: li
     # also swap some ASCII letters for the characters IGNORECASE folds onto them
     swaps = {"i": "\u0130", "s": "\u017f", "k": "\u212a"}
     text = "".join(swaps[c] if c in swaps and data.draw(st.booleans()) else c for c in text)
-    if any(pattern.search(text) for pattern, _ in _INJECTION):
+    if any(pattern.search(text) for pattern, _ in injection_patterns()):
         assert _may_be_injection(text)
         report = check_strings({"description": text}, json.dumps({"description": text}, ensure_ascii=False))
         assert ("injection", "/description") in {(f.kind, f.pointer) for f in report.findings}
@@ -100,7 +100,7 @@ def test_past_the_limit_strings_are_counted_not_located() -> None:
 
 def test_no_injection_pattern_is_anchored_so_joined_strings_screen_soundly() -> None:
     # _may_any_be_injection screens many strings joined by line feeds
-    assert not any(pattern.pattern.startswith("^") or "$" in pattern.pattern for pattern, _ in _INJECTION)
+    assert not any(pattern.pattern.startswith("^") or "$" in pattern.pattern for pattern, _ in injection_patterns())
 
 
 @settings(max_examples=400, deadline=None)
