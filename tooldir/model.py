@@ -177,7 +177,9 @@ class ExecuteSpec(BaseModel):
 
     # strict: no coercion ("yes" is not True, "3" is not 3); arrays arrive as JSON lists, so the
     # tuple fields alone take a list (their items stay strict)
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    # defer_build: a load builds these from schema-checked data (manifest_from_checked) and never
+    # needs pydantic's validators; they are built on first model_validate/model_dump/schema use
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, defer_build=True)
 
     command: tuple[Annotated[StrictStr, StringConstraints(min_length=1, max_length=1024)], ...] = Field(
         min_length=1,
@@ -216,6 +218,7 @@ class Manifest(BaseModel):
         frozen=True,
         extra="forbid",
         strict=True,
+        defer_build=True,  # see ExecuteSpec
         arbitrary_types_allowed=True,
         title="tooldir tool manifest (schema.json)",
         json_schema_extra={"description": "A static description of one tool package. Unknown keys are errors."},
@@ -260,6 +263,7 @@ class ServerManifest(BaseModel):
         frozen=True,
         extra="forbid",
         strict=True,
+        defer_build=True,  # see ExecuteSpec
         title="tooldir MCP server package manifest (server.json)",
         json_schema_extra={"description": "A static description of one MCP server package. Unknown keys are errors."},
     )
@@ -273,6 +277,48 @@ class ServerManifest(BaseModel):
         default=(), max_length=32, strict=False, description="Extra search terms."
     )
     server: ServerSpec
+
+
+def _spec_values(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of an ExecuteSpec/ServerSpec from its checked JSON object (only the keys given)."""
+    values: dict[str, Any] = {"command": tuple(raw["command"])}
+    if "timeout_s" in raw:
+        values["timeout_s"] = float(raw["timeout_s"])  # strict float takes a JSON integer as a float
+    if "network" in raw:
+        values["network"] = raw["network"]
+    if "env" in raw:
+        values["env"] = tuple(raw["env"])
+    return values
+
+
+def _common_values(data: Mapping[str, Any]) -> dict[str, Any]:
+    values: dict[str, Any] = {"name": data["name"], "description": data["description"], "risk": Risk(data["risk"])}
+    if "keywords" in data:
+        values["keywords"] = tuple(data["keywords"])
+    return values
+
+
+def manifest_from_checked(data: Mapping[str, Any]) -> Manifest:
+    """``Manifest.model_validate(data)`` for a ``data`` the published schema
+    (``tooldir/manifest.schema.json``) already accepted, without validating it again: the same
+    values, types (tuples, the enum, a float timeout, the very input_schema object) and set fields.
+
+    The schema is generated from the model and enforces every one of its constraints, custom
+    validators included (tests/unit/validate/test_model_construct.py feeds each violation through
+    the scan path and compares with the model); so a cold load never builds the pydantic
+    validators (``defer_build``). Anything else must go through ``model_validate``."""
+    values = _common_values(data)
+    values["input_schema"] = data["input_schema"]
+    values["execute"] = ExecuteSpec.model_construct(**_spec_values(data["execute"]))
+    return Manifest.model_construct(**values)
+
+
+def server_manifest_from_checked(data: Mapping[str, Any]) -> ServerManifest:
+    """:func:`manifest_from_checked` for server.json: ``ServerManifest.model_validate(data)`` of a
+    ``data`` the published server schema (``tooldir/server.schema.json``) already accepted."""
+    values = _common_values(data)
+    values["server"] = ServerSpec.model_construct(**_spec_values(data["server"]))
+    return ServerManifest.model_construct(**values)
 
 
 @dataclass(frozen=True, slots=True)

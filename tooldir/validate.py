@@ -20,7 +20,6 @@ from types import MappingProxyType
 from typing import Any
 
 import jsonschema_rs
-from pydantic import ValidationError
 
 from ._internal.inputschema import (
     DRAFT_2020_12,
@@ -38,7 +37,17 @@ from ._internal.strictjson import (
     loads,
 )
 from .discover import MANIFEST, SERVER_MANIFEST, PackageScan
-from .model import Diagnostic, ExecuteSpec, Manifest, ServerManifest, Severity, error, warning
+from .model import (
+    Diagnostic,
+    ExecuteSpec,
+    Manifest,
+    ServerManifest,
+    Severity,
+    error,
+    manifest_from_checked,
+    server_manifest_from_checked,
+    warning,
+)
 from .names import explain_invalid, is_valid_name
 from .policy import Policy
 from .text import check_strings, plainly_clean
@@ -226,16 +235,12 @@ class _Validation:
         return self._to_model(data)
 
     def _to_model(self, data: dict[str, Any]) -> Manifest | None:
-        """The model of a manifest the schema accepted; should the model disagree, that is a
-        diagnostic on the tool, never an exception that stops the load."""
+        """The model of a manifest the schema accepted, built without validating again (the schema
+        enforces every constraint of the model: :func:`tooldir.model.manifest_from_checked`)."""
         try:
-            manifest = Manifest.model_validate(data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            pointer = "".join(f"/{escape_pointer(str(p))}" for p in first["loc"])
-            self.fail(
-                "schema-invalid", f"{first['msg']} (the manifest model refused what the schema accepted)", pointer
-            )
+            manifest = manifest_from_checked(data)
+        except (KeyError, TypeError, ValueError) as exc:  # the schema rules it out; never a crash
+            self.fail("schema-invalid", f"the manifest model cannot hold what the schema accepted: {exc}", "")
             return None
         _share_fields_set(manifest)
         _share_fields_set(manifest.execute)
@@ -428,11 +433,9 @@ class _ServerValidation(_Validation):
         if any(d.severity is Severity.ERROR for d in self.diags):
             return None
         try:
-            return ServerManifest.model_validate(data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            pointer = "".join(f"/{escape_pointer(str(p))}" for p in first["loc"])
-            self.fail("schema-invalid", f"{first['msg']} (the model refused what the schema accepted)", pointer)
+            return server_manifest_from_checked(data)  # the schema enforces every constraint of the model
+        except (KeyError, TypeError, ValueError) as exc:  # pragma: no cover - the schema rules it out
+            self.fail("schema-invalid", f"the manifest model cannot hold what the schema accepted: {exc}", "")
             return None
 
 
