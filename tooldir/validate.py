@@ -33,7 +33,6 @@ from ._internal.strictjson import (
     FrozenDict,
     StrictJSONError,
     escape_pointer,
-    freeze_arrays_in_place,
     loads,
 )
 from .discover import MANIFEST, SERVER_MANIFEST, PackageScan
@@ -200,7 +199,7 @@ class _Validation:
             self.fail("invalid-name", f"folder name {scan.name!r}: {explain_invalid(scan.name)}")
         raw = scan.contents[self.manifest_file]
         try:
-            data = loads(raw, max_depth=self.policy.limits.max_json_depth, freeze_arrays=False)
+            data = loads(raw, max_depth=self.policy.limits.max_json_depth)  # deep-frozen as it is parsed
         except StrictJSONError as exc:
             self.fail(exc.code, exc.message, exc.pointer)
             return None
@@ -231,7 +230,6 @@ class _Validation:
         self._check_command(data["execute"]["command"])
         if any(d.severity is Severity.ERROR for d in self.diags):
             return None
-        freeze_arrays_in_place(data["input_schema"])  # the only part kept as parsed (the rest becomes tuples)
         return self._to_model(data)
 
     def _to_model(self, data: dict[str, Any]) -> Manifest | None:
