@@ -38,6 +38,13 @@ _NAME_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions
 # Keywords whose value is plain data: never compiled, never resolved.
 _DATA = frozenset({"const", "enum", "default", "examples"})
 _REFS = frozenset({"$ref", "$dynamicRef", "$recursiveRef"})
+#: Keywords that hold nothing :func:`inspect_schema` looks for when their value is a scalar (the
+#: common leaves of a schema: skipped without building their pointer). Never one it checks.
+_PLAIN_KEYWORDS = frozenset(
+    {"type", "description", "title", "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems",
+     "additionalProperties", "format", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "uniqueItems",
+     "minProperties", "maxProperties", "readOnly", "writeOnly", "deprecated", "$comment"}
+)  # fmt: skip
 _MESSAGE_MAX = 300  # an error message quotes the instance, which may be a whole 1 MiB string
 
 
@@ -85,14 +92,18 @@ def inspect_schema(schema: Any, pointer: str = "") -> SchemaFacts:
     facts = SchemaFacts()
     problems = facts.problems
 
+    # only objects and arrays are walked, and the plain scalar keywords are skipped before their
+    # pointer is built (most members of a schema hold nothing to find)
     def walk(node: Any, where: str, top: bool) -> None:
-        if isinstance(node, list):
-            for index, item in enumerate(node):
-                walk(item, f"{where}/{index}", False)
-            return
         if not isinstance(node, dict):
+            if isinstance(node, list):
+                for index, item in enumerate(node):
+                    if isinstance(item, dict | list):
+                        walk(item, f"{where}/{index}", False)
             return
         for key, value in node.items():
+            if key in _PLAIN_KEYWORDS and not isinstance(value, dict | list):
+                continue  # "type": "string", "description": "...", "minimum": 0: nothing to find
             at = f"{where}/{escape_pointer(key)}"
             if key == "$schema":
                 if not top:
@@ -115,11 +126,13 @@ def inspect_schema(schema: Any, pointer: str = "") -> SchemaFacts:
                 if key == "patternProperties":
                     facts.patterns.extend((f"{at}/{escape_pointer(name)}", name) for name in value)
                 for name, sub in value.items():
-                    walk(sub, f"{at}/{escape_pointer(name)}", False)
+                    if isinstance(sub, dict | list):
+                        walk(sub, f"{at}/{escape_pointer(name)}", False)
             else:
                 if key == "pattern" and isinstance(value, str):
                     facts.patterns.append((at, value))
-                walk(value, at, False)
+                if isinstance(value, dict | list):
+                    walk(value, at, False)
 
     walk(schema, pointer, True)
     if len(facts.patterns) > MAX_PATTERNS:
