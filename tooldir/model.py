@@ -17,7 +17,7 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -240,6 +240,10 @@ class Manifest(BaseModel):
     execute: ExecuteSpec
 
 
+_M = TypeVar("_M", bound=BaseModel)
+_S = TypeVar("_S", bound=ExecuteSpec)
+
+
 class ServerSpec(ExecuteSpec):
     """How to start an MCP server package (``server.json``): an argv array run over stdio, never a
     shell string; the fields and rules of :class:`ExecuteSpec` (DESIGN §10), with ``timeout_s``
@@ -279,23 +283,39 @@ class ServerManifest(BaseModel):
     server: ServerSpec
 
 
-def _spec_values(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of an ExecuteSpec/ServerSpec from its checked JSON object (only the keys given)."""
-    values: dict[str, Any] = {"command": tuple(raw["command"])}
-    if "timeout_s" in raw:
-        values["timeout_s"] = float(raw["timeout_s"])  # strict float takes a JSON integer as a float
-    if "network" in raw:
-        values["network"] = raw["network"]
-    if "env" in raw:
-        values["env"] = tuple(raw["env"])
-    return values
+#: One ``model_fields_set`` object per distinct set of given keys (at most 2**6 for a manifest, 2**4
+#: for its execute spec), shared by every model built from checked data: a pydantic model keeps
+#: its own set (~0.9 KB a tool, 9 MB at 10k) and a frozen one never changes it.
+_FIELDS_SETS: dict[frozenset[str], set[str]] = {}
 
 
-def _common_values(data: Mapping[str, Any]) -> dict[str, Any]:
-    values: dict[str, Any] = {"name": data["name"], "description": data["description"], "risk": Risk(data["risk"])}
-    if "keywords" in data:
-        values["keywords"] = tuple(data["keywords"])
-    return values
+def _built(cls: type[_M], values: dict[str, Any], given: Mapping[str, Any]) -> _M:
+    """What ``cls.model_construct(**values)`` makes -- pydantic's own last steps: the field values
+    as ``__dict__`` (every field, in declaration order), the given keys as the fields set, no
+    extra and no private values -- without its Python loop over every field (which costs more
+    than validating; tests/unit/validate/test_model_construct.py checks these models have no
+    extra, private attributes or post-init, and that the result equals ``model_validate``)."""
+    keys = frozenset(given)
+    fields_set = _FIELDS_SETS.get(keys)
+    if fields_set is None:
+        fields_set = _FIELDS_SETS.setdefault(keys, set(keys))
+    model = cls.__new__(cls)
+    object.__setattr__(model, "__dict__", values)
+    object.__setattr__(model, "__pydantic_fields_set__", fields_set)
+    object.__setattr__(model, "__pydantic_extra__", None)
+    object.__setattr__(model, "__pydantic_private__", None)
+    return model
+
+
+def _spec(cls: type[_S], raw: Mapping[str, Any]) -> _S:
+    """An ExecuteSpec/ServerSpec from its checked JSON object: defaults for the keys not given."""
+    values = {
+        "command": tuple(raw["command"]),
+        "timeout_s": float(raw["timeout_s"]) if "timeout_s" in raw else None,  # strict float: an int becomes a float
+        "network": raw.get("network", False),
+        "env": tuple(raw["env"]) if "env" in raw else (),
+    }
+    return _built(cls, values, raw)
 
 
 def manifest_from_checked(data: Mapping[str, Any]) -> Manifest:
@@ -305,20 +325,30 @@ def manifest_from_checked(data: Mapping[str, Any]) -> Manifest:
 
     The schema is generated from the model and enforces every one of its constraints, custom
     validators included (tests/unit/validate/test_model_construct.py feeds each violation through
-    the scan path and compares with the model); so a cold load never builds the pydantic
-    validators (``defer_build``). Anything else must go through ``model_validate``."""
-    values = _common_values(data)
-    values["input_schema"] = data["input_schema"]
-    values["execute"] = ExecuteSpec.model_construct(**_spec_values(data["execute"]))
-    return Manifest.model_construct(**values)
+    the scan path and compares with the model); so a load never builds the pydantic validators
+    (``defer_build``). Anything else must go through ``model_validate``."""
+    values = {
+        "name": data["name"],
+        "description": data["description"],
+        "input_schema": data["input_schema"],
+        "risk": Risk(data["risk"]),
+        "keywords": tuple(data["keywords"]) if "keywords" in data else (),
+        "execute": _spec(ExecuteSpec, data["execute"]),
+    }
+    return _built(Manifest, values, data)
 
 
 def server_manifest_from_checked(data: Mapping[str, Any]) -> ServerManifest:
     """:func:`manifest_from_checked` for server.json: ``ServerManifest.model_validate(data)`` of a
     ``data`` the published server schema (``tooldir/server.schema.json``) already accepted."""
-    values = _common_values(data)
-    values["server"] = ServerSpec.model_construct(**_spec_values(data["server"]))
-    return ServerManifest.model_construct(**values)
+    values = {
+        "name": data["name"],
+        "description": data["description"],
+        "risk": Risk(data["risk"]),
+        "keywords": tuple(data["keywords"]) if "keywords" in data else (),
+        "server": _spec(ServerSpec, data["server"]),
+    }
+    return _built(ServerManifest, values, data)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,12 +33,12 @@ from ._internal.strictjson import (
     FrozenDict,
     StrictJSONError,
     escape_pointer,
+    freeze_arrays_in_place,
     loads,
 )
 from .discover import MANIFEST, SERVER_MANIFEST, PackageScan
 from .model import (
     Diagnostic,
-    ExecuteSpec,
     Manifest,
     ServerManifest,
     Severity,
@@ -199,7 +199,7 @@ class _Validation:
             self.fail("invalid-name", f"folder name {scan.name!r}: {explain_invalid(scan.name)}")
         raw = scan.contents[self.manifest_file]
         try:
-            data = loads(raw, max_depth=self.policy.limits.max_json_depth)  # deep-frozen as it is parsed
+            data = loads(raw, max_depth=self.policy.limits.max_json_depth, freeze_arrays=False)
         except StrictJSONError as exc:
             self.fail(exc.code, exc.message, exc.pointer)
             return None
@@ -230,6 +230,7 @@ class _Validation:
         self._check_command(data["execute"]["command"])
         if any(d.severity is Severity.ERROR for d in self.diags):
             return None
+        freeze_arrays_in_place(data["input_schema"])  # the only part kept as parsed (the rest becomes tuples)
         return self._to_model(data)
 
     def _to_model(self, data: dict[str, Any]) -> Manifest | None:
@@ -240,8 +241,6 @@ class _Validation:
         except (KeyError, TypeError, ValueError) as exc:  # the schema rules it out; never a crash
             self.fail("schema-invalid", f"the manifest model cannot hold what the schema accepted: {exc}", "")
             return None
-        _share_fields_set(manifest)
-        _share_fields_set(manifest.execute)
         return manifest
 
     def _report_schema_errors(self, data: dict[str, Any], validator: Any = None) -> None:
@@ -435,19 +434,6 @@ class _ServerValidation(_Validation):
         except (KeyError, TypeError, ValueError) as exc:  # pragma: no cover - the schema rules it out
             self.fail("schema-invalid", f"the manifest model cannot hold what the schema accepted: {exc}", "")
             return None
-
-
-#: One ``model_fields_set`` object per distinct set of given keys (at most 2**6 for a manifest, 2**4
-#: for its execute spec), shared by every frozen model that has it: a pydantic model keeps its own
-#: set (~0.9 KB a tool, 9 MB at 10k) and a frozen one never changes it.
-_FIELDS_SETS: dict[frozenset[str], set[str]] = {}
-
-
-def _share_fields_set(model: Manifest | ExecuteSpec) -> None:
-    given = model.__pydantic_fields_set__
-    shared = _FIELDS_SETS.setdefault(frozenset(given), given)
-    if shared is not given:
-        object.__setattr__(model, "__pydantic_fields_set__", shared)
 
 
 def _unsafe_arg(arg: str) -> str | None:

@@ -358,6 +358,31 @@ def test_the_scan_path_accepts_only_what_the_model_accepts_and_builds_the_same_m
         _same_model(built, expected)
 
 
+@pytest.mark.parametrize("model", [Manifest, ExecuteSpec, ServerManifest, ServerSpec])
+def test_the_models_built_directly_have_no_extra_private_or_post_init_state_to_set(model: type[BaseModel]) -> None:
+    # what tooldir.model._built relies on to equal model_construct
+    assert model.model_config.get("extra") == "forbid"
+    assert model.__private_attributes__ == {}
+    assert model.__pydantic_post_init__ is None
+    assert not model.__pydantic_root_model__
+
+
+def test_a_directly_built_model_is_what_model_construct_and_model_validate_make() -> None:
+    for kind, build in (("tool", manifest_from_checked), ("server", server_manifest_from_checked)):
+        model, spec, _, base, _ = _KINDS[kind]
+        for data in (base, {k: v for k, v in base.items() if k != "keywords"}, {**base, spec: {"command": ["a"]}}):
+            checked = loads(json.dumps(data).encode())
+            built = build(checked)
+            _same_model(built, model.model_validate(checked))
+            assert list(built.__dict__) == list(model.model_fields)
+            assert built.__pydantic_extra__ is None and built.__pydantic_private__ is None
+            assert built.model_dump() == model.model_validate(checked).model_dump()
+            assert repr(built) == repr(model.model_validate(checked))
+    one, two = (manifest_from_checked(loads(json.dumps(manifest(NAME)).encode())) for _ in range(2))
+    assert one.model_fields_set is two.model_fields_set  # shared: equal given keys, one set
+    assert one.execute.model_fields_set is two.execute.model_fields_set
+
+
 def test_the_input_schema_a_load_keeps_is_the_parsed_frozen_object_itself() -> None:
     raw = json.dumps(manifest(NAME)).encode()
     checked = loads(raw)
