@@ -133,7 +133,19 @@ def test_scan_json_of_unsigned_tools_loads_no_signature_crypto(tmp_path: Path, r
     modules, done = loaded_by(tmp_path, *args)
     assert done.returncode == 0, done.stderr
     assert [t["status"] for t in json.loads(done.stdout)["tools"]] == ["active"]
-    assert modules & {"cryptography", "bcrypt", "_cffi_backend"} == set()
+    assert modules & {"cryptography", "bcrypt", "_cffi_backend", "jsonschema"} == set()
+
+
+def test_scan_json_loads_no_tooldir_module_it_does_not_run(tmp_path: Path, root: Path) -> None:
+    make_tool(root, "good_tool")
+    args = ("scan", "--json", "--user-dir", str(root), "--project", str(tmp_path), "--state-dir", str(tmp_path / "s"))
+    modules, done = loaded_by(tmp_path, *args, full=True)
+    assert done.returncode == 0, done.stderr
+    unneeded = {
+        "tooldir.keys", "tooldir.manage", "tooldir.upstream", "tooldir.sarif", "tooldir.semantic",
+        "tooldir.evaluate", "tooldir.scaffold", "tooldir.watch", "tooldir.mcp_server", "tooldir.drill",
+    }  # fmt: skip
+    assert modules & unneeded == set()
 
 
 def test_a_clean_manifest_is_validated_without_compiling_the_python_injection_patterns(
