@@ -625,11 +625,20 @@ class Registry:
 
 
 def _default_audit(state_dir: Path, policy: Policy) -> AuditSink:
-    """The hash-chained log in the state dir, synced per the policy's ``audit.durability``."""
-    durable = policy.audit.durability == "fsync"
-    if not durable:
+    """The hash-chained log in the state dir, synced per the policy's ``audit.durability`` (a
+    weakened mode is logged here and written into each of its lines)."""
+    mode = policy.audit.durability
+    if mode == "interval":
+        interval = policy.audit.sync_interval_ms
+        log.warning(
+            "audit lines are synced to disk up to %d ms after their call returns, not before (policy "
+            "audit.durability = 'interval'): a power cut or OS crash can lose the lines of that last interval",
+            interval,
+        )
+        return JsonlAudit.in_state_dir(state_dir, sync_interval_s=interval / 1000)
+    if mode != "fsync":
         log.warning("audit lines are not synced to disk before calls return (policy audit.durability = 'buffered')")
-    return JsonlAudit.in_state_dir(state_dir, durable=durable)
+    return JsonlAudit.in_state_dir(state_dir, durable=mode == "fsync")
 
 
 def _unknown_name_message(name: str) -> str:
