@@ -549,14 +549,21 @@ class Registry:
         it, after permission and hooks). A no-op for upstream tools and sandboxes without it."""
         if record.upstream is not None or record.manifest is None:
             return
-        box = self.sandbox()
-        ahead = getattr(box, "prepare_ahead", None)
-        if ahead is None:
-            return
+        request = self._run_request(record, b"")
+        if self._sandbox is None and self._sandbox_problem is None:
+            # not probed yet (a process's first call): probe on a thread of its own too, so the
+            # probe also overlaps the call (whose run waits for it on the sandbox lock)
+            threading.Thread(target=self._ahead, args=(request,), name="tooldir-sandbox-ahead", daemon=True).start()
+        else:
+            self._ahead(request)
+
+    def _ahead(self, request: RunRequest) -> None:
         try:
-            ahead(self._run_request(record, b""))
+            ahead = getattr(self.sandbox(), "prepare_ahead", None)
+            if ahead is not None:
+                ahead(request)  # made on the sandbox's long-lived spare thread
         except Exception as exc:  # an optimisation only: the run sets its sandbox up itself
-            log.debug("could not prepare %s ahead: %s", record.name, exc)
+            log.debug("could not prepare %s ahead: %s", request.record.name, exc)
 
     def prepare_sandboxes(self, names: Iterable[str] | None = None) -> int:
         """Set up, in the background, the sandboxes of the first runs of directory tools of the

@@ -640,8 +640,24 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+_PROBE_LOCK = threading.Lock()  # one probe at a time: a second caller waits for the first's (cached) answer
+
+
+def prestart_probe(policy: SandboxPolicy) -> threading.Thread:
+    """Run :func:`probe` for ``policy`` on a thread of its own now (e.g. while the roots load), so
+    the first run's own probe finds the answer ready (it waits for this one if still running)."""
+    thread = threading.Thread(target=probe, args=(policy,), name="tooldir-sandbox-probe", daemon=True)
+    thread.start()
+    return thread
+
+
 def probe(policy: SandboxPolicy) -> str | None:
     """None if a sandboxed process can run here with this policy's settings, else why not."""
+    with _PROBE_LOCK:
+        return _probe_policy(policy)
+
+
+def _probe_policy(policy: SandboxPolicy) -> str | None:
     if build_filter() is None and not policy.unsafe_allow_no_seccomp:
         return no_seccomp_problem()
     if policy.memory_bound == "cgroup":
