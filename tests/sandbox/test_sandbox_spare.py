@@ -345,3 +345,25 @@ def test_prepare_sandboxes_holds_at_most_max_spares_and_a_prepared_first_call_se
     assert len(box._spares.held()) <= bubblewrap.MAX_SPARES
     box._spares.close()
     assert all(gone(s.launched.proc.pid) for s in held)
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_tooldir_serve_prepares_the_sandboxes_of_its_first_tools_when_it_opens(tmp_path: Path) -> None:
+    from tooldir.mcp_server import ToolServer
+
+    user = tmp_path / "user"
+    make_tool(user, "probe_tool", script=STARTED.replace("NAME", "probe_tool"))
+    config = make_config(project=None, user_dirs=[user], policy=Policy(), state_dir=tmp_path / "state")
+    front = ToolServer.open(config, watch=False)
+    try:
+        box = box_of(front.registry)
+        spare = wait_for_spare(box)
+        assert next(iter(box._spares._ready)).record.name == "probe_tool"
+        assert spare.usable() and not children(spare)  # held: nothing of the tool runs before a call
+        called_at = time.time()
+        result = front.registry.call("probe_tool", {"text": "x"})
+        assert result.ok and result.content["started"] >= called_at
+        assert gone(spare.launched.proc.pid)  # the first call was served by it
+    finally:
+        front.close()
+        box_of(front.registry)._spares.close()
