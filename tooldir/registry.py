@@ -543,7 +543,7 @@ class Registry:
         env = {k: os.environ[k] for k in manifest.execute.env if k in allowed and k in os.environ}
         return RunRequest(record, stdin, timeout, env, manifest.execute.network and sp.network)
 
-    def _prepare_ahead(self, record: ToolRecord) -> None:
+    def _prepare_ahead(self, record: ToolRecord, *, create_copy: bool = False) -> None:
         """Ask the sandbox to set up ``record``'s run in the background now (bubblewrap started,
         held at its ``--block-fd``: no tool code runs until :meth:`_run_directory_tool` releases
         it, after permission and hooks). A no-op for upstream tools and sandboxes without it."""
@@ -553,15 +553,17 @@ class Registry:
         if self._sandbox is None and self._sandbox_problem is None:
             # not probed yet (a process's first call): probe on a thread of its own too, so the
             # probe also overlaps the call (whose run waits for it on the sandbox lock)
-            threading.Thread(target=self._ahead, args=(request,), name="tooldir-sandbox-ahead", daemon=True).start()
+            threading.Thread(
+                target=self._ahead, args=(request, create_copy), name="tooldir-sandbox-ahead", daemon=True
+            ).start()
         else:
-            self._ahead(request)
+            self._ahead(request, create_copy)
 
-    def _ahead(self, request: RunRequest) -> None:
+    def _ahead(self, request: RunRequest, create_copy: bool) -> None:
         try:
             ahead = getattr(self.sandbox(), "prepare_ahead", None)
             if ahead is not None:
-                ahead(request)  # made on the sandbox's long-lived spare thread
+                ahead(request, create_copy=create_copy)  # made on the sandbox's long-lived spare thread
         except Exception as exc:  # an optimisation only: the run sets its sandbox up itself
             log.debug("could not prepare %s ahead: %s", request.record.name, exc)
 
@@ -584,7 +586,7 @@ class Registry:
         records = [r for r in records if r.manifest is not None and not (r.manifest.execute.network and network)]
         records = records[:MAX_SPARES]
         for record in records:
-            self._prepare_ahead(record)
+            self._prepare_ahead(record, create_copy=True)
         return len(records)
 
     # ----------------------------------------------------------------------------- audit

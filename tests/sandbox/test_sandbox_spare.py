@@ -23,6 +23,7 @@ from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy
 from tooldir.registry import Registry
 from tooldir.sandbox import BubblewrapSandbox, bubblewrap
+from tooldir.sandbox.store import verified_files
 from tooldir.snapshot import SnapshotStore
 
 STARTED = """\
@@ -65,9 +66,9 @@ def count_prepares(box: BubblewrapSandbox, monkeypatch: pytest.MonkeyPatch) -> l
     threads: list[str] = []
     real = box._prepare
 
-    def prepare(request: Any) -> Any:
+    def prepare(request: Any, **how: Any) -> Any:
         threads.append(threading.current_thread().name)
-        return real(request)
+        return real(request, **how)
 
     monkeypatch.setattr(box, "_prepare", prepare)
     return threads
@@ -78,6 +79,14 @@ def children(spare: Any) -> list[str]:
     pid = spare.launched.proc.pid
     kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     return [k for k in kids for _ in [0] if Path(f"/proc/{k}/task/{k}/children").read_text().split()]
+
+
+def seed_copy(registry: Registry, name: str) -> None:
+    """The package's verified copy in the state, as an earlier run leaves it (work done ahead, in
+    the background, never writes the state itself)."""
+    record = registry.store.current.get(name)
+    assert record is not None
+    verified_files(record, box_of(registry).store_dir)
 
 
 def gone(pid: int) -> bool:
@@ -94,6 +103,7 @@ def test_a_tool_run_again_is_served_by_a_spare_made_ahead_that_had_not_started_t
 ) -> None:
     registry = registry_for(tmp_path, "probe_tool")
     box = box_of(registry)
+    seed_copy(registry, "probe_tool")
     prepares = count_prepares(box, monkeypatch)
     for n in (1, 2):
         assert registry.call("probe_tool", {"text": str(n)}).ok
@@ -265,6 +275,7 @@ def test_a_first_call_finds_its_sandbox_set_up_ahead_at_its_start_and_the_tool_s
 ) -> None:
     registry = registry_for(tmp_path, "probe_tool")
     box = box_of(registry)
+    seed_copy(registry, "probe_tool")
     prepares = count_prepares(box, monkeypatch)
     called_at = time.time()
     result = registry.call("probe_tool", {"text": "1"})
@@ -272,6 +283,24 @@ def test_a_first_call_finds_its_sandbox_set_up_ahead_at_its_start_and_the_tool_s
     assert result.content["started"] >= called_at
     assert prepares == ["tooldir-spare-sandbox"]  # set up ahead, on the maker, while the input was checked
     box._spares.close()
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_work_done_ahead_for_a_refused_call_writes_nothing_to_the_state_directory(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    make_tool(user, "probe_tool", script=STARTED.replace("NAME", "probe_tool"))
+    policy = Policy.model_validate({"permissions": {"deny": ["probe_tool"]}})
+    config = make_config(project=None, user_dirs=[user], policy=policy, state_dir=tmp_path / "state")
+    registry = Registry(SnapshotStore(Loader(config).load()), policy=policy, state_dir=tmp_path / "state")
+    store = box_of(registry).store_dir
+    before = sorted(p.name for p in (tmp_path / "state").rglob("*"))
+    result = registry.call("probe_tool", {"text": "x"})
+    assert result.error is not None and result.error.code == "permission-denied"
+    time.sleep(0.5)  # what the background set-up would have written by now
+    assert not store.exists() or not any(store.iterdir())  # no verified copy made for a refused call
+    after = sorted(p.name for p in (tmp_path / "state").rglob("*"))
+    assert set(after) - set(before) <= {"audit.jsonl", "audit.head"}  # only the call's audit line
+    box_of(registry)._spares.close()
 
 
 @pytest.mark.usefixtures("sandbox_ready")
@@ -296,6 +325,7 @@ def test_a_refused_call_leaves_the_sandbox_prepared_for_it_held_and_the_tool_nev
         registry.add_pre_hook(lambda *, call, input: None if allowed else Deny("not now"), name="gate")
     allowed = False
     box = box_of(registry)
+    seed_copy(registry, "probe_tool")
     prepares = count_prepares(box, monkeypatch)
     released: list[object] = []
     real_collect = bubblewrap.collect

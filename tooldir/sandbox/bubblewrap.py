@@ -272,17 +272,20 @@ class BubblewrapSandbox:
         else:
             result = self._finish(self._prepare(request), request, from_now=False)
         if self._spares_allowed(request):
-            self._spares.ask(_spare_key(request), lambda: self._prepare(request))
+            self._spares.ask(_spare_key(request), lambda: self._prepare(request, create=False))
         return result
 
-    def prepare_ahead(self, request: RunRequest) -> None:
+    def prepare_ahead(self, request: RunRequest, *, create_copy: bool = False) -> None:
         """Start setting up the sandbox of ``request`` now, in the background, for a :meth:`run`
         of the same record, network and environment that follows (its ``stdin`` is not used):
         the registry calls this at the start of a call, so the set-up overlaps the call's input
         validation, permission and hooks. It never starts the tool; only :meth:`run` releases it.
-        Nothing is made where spares are not allowed (:meth:`_spares_allowed`)."""
+        Nothing is made where spares are not allowed (:meth:`_spares_allowed`). The background
+        set-up writes nothing to the state directory (a call may be refused, and its caller gone,
+        before it ends): it uses the package's verified copy only if one exists, unless
+        ``create_copy`` (a host preparing its first calls, :meth:`Registry.prepare_sandboxes`)."""
         if self._spares_allowed(request):
-            self._spares.ahead(_spare_key(request), lambda: self._prepare(request))
+            self._spares.ahead(_spare_key(request), lambda: self._prepare(request, create=create_copy))
 
     def _spares_allowed(self, request: RunRequest) -> bool:
         """A spare sandbox is made ahead only for tools without network (a tooldir killed while a
@@ -301,17 +304,17 @@ class BubblewrapSandbox:
         thread.start()
         return thread
 
-    def _prepare(self, request: RunRequest) -> _Prepared:
+    def _prepare(self, request: RunRequest, *, create: bool = True) -> _Prepared:
         """Everything of a run but the tool itself: the run's cgroup, the verified bytes in memfds,
         bubblewrap started, its sandbox set up (mounts, namespaces, seccomp filter loaded) and, with
         a cgroup, moved in -- held at ``--block-fd`` until :meth:`_finish` releases it."""
+        _, contents = verified_files(request.record, self.store_dir, create=create)  # first: nothing to undo
         group = self._cgroup()
         warm = self._warm_moves(group)
         fds: list[int] = []
         release: int | None = None
         info_read: int | None = None
         try:
-            _, contents = verified_files(request.record, self.store_dir)
             argv = tool_argv(request.record)
             args = base_args(self.policy, network=request.network)
             bounded = self.bound.kind != "rlimit+seccomp"
