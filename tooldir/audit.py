@@ -32,19 +32,29 @@ only after the lines it names are synced. Calls that arrive while a sync is in f
 and synced together as one batch (group commit: one sync for all of them, see :class:`JsonlAudit`).
 A new log gets a genesis head (seq 0) before its first line, so a crash at any point leaves either
 a matching head or one that is merely behind (``head-behind``, a warning), never a torn chain.
+The opt-in, reported weakenings (policy ``audit.durability``): ``interval`` -- lines are written
+before their call returns and synced (then the head recorded) by a background thread within
+``sync_interval_ms`` (50-200 ms) and at exit, so a power cut loses at most that last interval's
+lines and the head never names an unsynced line; ``buffered`` -- never synced by tooldir. Their
+lines carry ``durability`` (and ``sync_interval_ms``), and ``verify`` names it when lines follow
+the head.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import math
 import os
 import re
 import threading
+import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -67,6 +77,7 @@ _MAX_LAST_LINE = 1 << 24  # a head-less log whose last line is longer than 16 Mi
 _MAX_INT = 1 << 53
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+log = logging.getLogger("tooldir")
 _HEAD_TEXT = re.compile(r"^(?:(\d{1,18}):)?([0-9a-f]{64})$")
 
 
@@ -183,6 +194,10 @@ class _Pending:
     error: BaseException | None = None
 
 
+#: Bounds of ``sync_interval_s`` (policy ``audit.sync_interval_ms``: 50 to 200 ms).
+SYNC_INTERVAL_RANGE_S = (0.05, 0.2)
+
+
 class JsonlAudit:
     """The hash-chained JSONL sink at ``<state_dir>/audit.jsonl``, head in ``audit.head``.
 
@@ -191,20 +206,135 @@ class JsonlAudit:
     the whole queue at once and syncs once for all of it. Every caller returns only once its own
     line is durable (``durable``) -- a single caller still pays one sync per line, concurrent ones
     share it. ``durable=False`` (policy ``audit.durability = "buffered"``, reported as weakening)
-    leaves the sync to the kernel: a line survives a crash of tooldir but not of the machine."""
+    leaves the sync to the kernel: a line survives a crash of tooldir but not of the machine.
 
-    def __init__(self, path: Path, head_path: Path | None = None, *, durable: bool = True) -> None:
+    **Interval** (``sync_interval_s``, policy ``audit.durability = "interval"``, reported as
+    weakening): every line is written (handed to the kernel) before its call returns, so it
+    survives a crash of tooldir, and a background thread syncs the log at most ``sync_interval_s``
+    after the first line not yet synced, then records the head -- the head only ever names synced
+    lines. A power cut or OS crash loses at most the lines of that last interval and leaves the
+    chain up to the head intact; ``verify`` reports lines after the head (``head-behind``, a
+    warning, saying they were written under an interval). :meth:`flush` (also at exit and on
+    :meth:`close`) syncs at once. Lines of the weakened modes carry ``durability`` (and
+    ``sync_interval_ms``), so the log itself says how its lines were kept."""
+
+    def __init__(
+        self,
+        path: Path,
+        head_path: Path | None = None,
+        *,
+        durable: bool = True,
+        sync_interval_s: float | None = None,
+    ) -> None:
         self.path = Path(path)
         self.head_path = Path(head_path) if head_path is not None else audit_head_path(self.path)
-        self.durable = durable
-        self._known: _Known | None = None  # the head this sink last wrote
+        low, high = SYNC_INTERVAL_RANGE_S
+        if sync_interval_s is not None and not low <= sync_interval_s <= high:
+            raise ValueError(f"sync_interval_s must be between {low} and {high} s, not {sync_interval_s!r}")
+        self.sync_interval_s = sync_interval_s
+        self.durable = durable and sync_interval_s is None
+        self._mode: dict[str, Any] = {}
+        if sync_interval_s is not None:
+            self._mode = {"durability": "interval", "sync_interval_ms": round(sync_interval_s * 1000)}
+        elif not durable:
+            self._mode = {"durability": "buffered"}
+        self._known: _Known | None = None  # the log's end as this sink last wrote it (and the head file's id)
         self._queue: list[_Pending] = []
         self._committing = False  # a caller is writing (and syncing) a batch
         self._turn = threading.Condition(threading.Lock())
+        self._unsynced_since: float | None = None  # interval: when the oldest unsynced line was written
+        self._unsynced_ino: int | None = None  # ... and the log file it went to
+        self._flusher: threading.Thread | None = None
+        self._flush_lock = threading.Lock()
+        self._closed = False
 
     @classmethod
-    def in_state_dir(cls, state_dir: Path, *, durable: bool = True) -> JsonlAudit:
-        return cls(Path(state_dir) / AUDIT_FILE, durable=durable)
+    def in_state_dir(cls, state_dir: Path, *, durable: bool = True, sync_interval_s: float | None = None) -> JsonlAudit:
+        return cls(Path(state_dir) / AUDIT_FILE, durable=durable, sync_interval_s=sync_interval_s)
+
+    # -- interval mode ---------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Sync every line this sink wrote and record the head naming them (interval mode; a
+        no-op otherwise, or when nothing is unsynced). The sync itself runs outside the log's lock,
+        so calls go on appending meanwhile; the head is then recorded under the lock, only if it
+        advances the recorded one. Raises OSError when the log cannot be synced."""
+        if self.sync_interval_s is None:
+            return
+        with self._flush_lock:
+            with self._turn:
+                if self._unsynced_since is None:
+                    return
+                ino = self._unsynced_ino
+            try:
+                fd, _ = self._open_locked(create=False)
+            except FileNotFoundError:  # the log was moved away: never re-created for a sync
+                with self._turn:
+                    self._unsynced_since = None
+                return
+            try:
+                with self._turn:
+                    known, self._unsynced_since = self._known, None
+                if os.fstat(fd).st_ino != ino or known is None:
+                    return  # the log was replaced (a new one started): its lines are not this one's
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.fdatasync(fd)  # every line up to known.head is now on disk
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    same = os.stat(self.path, follow_symlinks=False).st_ino == ino
+                except FileNotFoundError:
+                    same = False
+                try:
+                    recorded = load_chain_head(self.head_path)
+                except StateError:
+                    recorded = None
+                if not same or (recorded is not None and recorded.seq >= known.head.seq):
+                    return  # replaced meanwhile, or another writer recorded a later head
+                # a log now shorter than we wrote (lines removed): this head makes verify report them
+                save_chain_head(self.head_path, known.head, both=recorded is None)
+                with self._turn:
+                    if self._known is not None:  # the log's end as we wrote it is unchanged (we hold the lock)
+                        self._known = _Known(self._known.head, _file_id(self.head_path) or (0, 0, 0))
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        """Flush (interval mode) and stop the background syncing; later lines are synced at once."""
+        with self._turn:
+            self._closed = True
+            self._turn.notify_all()
+        self.flush()
+
+    def _dirty(self, ino: int) -> None:
+        """Interval mode, under ``_turn``: lines were written; have them synced within the interval."""
+        if self._unsynced_since is not None:
+            return  # the flusher already has a deadline for these lines
+        self._unsynced_since = time.monotonic()
+        self._unsynced_ino = ino
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_loop, name="tooldir-audit-sync", daemon=True)
+            self._flusher.start()
+            _INTERVAL_SINKS.add(self)
+        self._turn.notify_all()
+
+    def _flush_loop(self) -> None:
+        interval = self.sync_interval_s or SYNC_INTERVAL_RANGE_S[0]
+        while True:
+            with self._turn:
+                if self._unsynced_since is None and not self._closed:
+                    self._turn.wait(1.0)
+                if self._unsynced_since is None:  # closed or idle: end (the next line starts another)
+                    self._flusher = None
+                    return
+                delay = self._unsynced_since + interval - time.monotonic()
+                if delay > 0 and not self._closed:
+                    self._turn.wait(delay)
+                    continue
+            try:
+                self.flush()
+            except Exception as exc:  # the next line's commit tries again; never a dead flusher
+                log.error("could not sync the audit log %s: %s", self.path, exc)
+                time.sleep(interval)
 
     def record(self, event: AuditEvent) -> str:
         pending = _Pending(uuid.uuid4().hex, bounded_fields(event.fields()))
@@ -250,6 +380,7 @@ class JsonlAudit:
                         "id": pending.audit_id,
                         "time": datetime.now(UTC).isoformat(timespec="microseconds"),
                         **pending.fields,
+                        **self._mode,
                         "prev": prev,
                     }
                     prev = hashlib.sha256(canonical(line)).hexdigest()
@@ -257,13 +388,19 @@ class JsonlAudit:
                     data.append(canonical(line) + b"\n")
                 joined = b"".join(data)
                 _write_all(fd, joined)
-                if self.durable:
-                    os.fdatasync(fd)  # appended data and the new size reach the disk
                 head = ChainHead(seq, prev, size + len(joined))
-                # Both slots when the head does not simply advance (none yet, or a chain restarted
-                # after damage), so an older slot with a higher seq cannot outrank it.
-                save_chain_head(self.head_path, head, both=recorded is None or head.seq <= recorded)
-                self._known = _Known(head, _file_id(self.head_path) or (0, 0, 0))
+                if self.sync_interval_s is not None and not self._closed:
+                    # synced, and the head recorded, by the flusher within the interval
+                    with self._turn:
+                        self._known = _Known(head, _file_id(self.head_path) or (0, 0, 0))
+                        self._dirty(os.fstat(fd).st_ino)
+                else:
+                    if self.durable or self.sync_interval_s is not None:
+                        os.fdatasync(fd)  # appended data and the new size reach the disk
+                    # Both slots when the head does not simply advance (none yet, or a chain restarted
+                    # after damage), so an older slot with a higher seq cannot outrank it.
+                    save_chain_head(self.head_path, head, both=recorded is None or head.seq <= recorded)
+                    self._known = _Known(head, _file_id(self.head_path) or (0, 0, 0))
             finally:
                 os.close(fd)  # also releases the flock
             written = True
@@ -276,14 +413,16 @@ class JsonlAudit:
                     pending.error = OSError("the audit write was interrupted")
                 pending.done = True
 
-    def _open_locked(self) -> tuple[int, int]:
+    def _open_locked(self, *, create: bool = True) -> tuple[int, int]:
         """The log, opened for append and locked (reopened if it was replaced while we waited),
-        and its size."""
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        and its size. ``create=False``: FileNotFoundError when there is no log."""
+        flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_CREAT if create else 0)
         for _ in range(8):
             try:
                 fd = os.open(self.path, flags, 0o600)
             except FileNotFoundError:  # no state directory yet
+                if not create:
+                    raise
                 self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
                 fd = os.open(self.path, flags, 0o600)
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -327,6 +466,19 @@ class JsonlAudit:
             seq, prev = (head.seq, head.hash) if head is not None else (0, GENESIS)
             return seq, prev, _separator(fd, size), recorded
         return found[0], found[1], _separator(fd, size), recorded
+
+
+_INTERVAL_SINKS: weakref.WeakSet[JsonlAudit] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    """Interval-mode sinks sync what they wrote before the process ends."""
+    for sink in list(_INTERVAL_SINKS):
+        try:
+            sink.close()
+        except Exception as exc:
+            log.error("could not sync the audit log %s at exit: %s", sink.path, exc)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -493,6 +645,7 @@ def verify(
         marks: dict[int, str] = {}  # seq -> hash of the lines the heads point at
         points = {s for s in (want_seq, recorded.seq if recorded else None) if s}
         prev, count, broken = GENESIS, 0, False
+        last_raw = b""
         if fh is None:
             if recorded is not None and recorded.seq > 0:
                 problems.append(
@@ -522,13 +675,13 @@ def verify(
                     problems.append(problem)
                     broken = True
                     break
-                prev, count = digest, number
+                prev, count, last_raw = digest, number, raw
                 if number in points:
                     marks[number] = digest
                 if digest == want_hash:
                     seen_expected = True
     if not broken:
-        problems.extend(_head_problems(count, prev, recorded, marks, require_head))
+        problems.extend(_head_problems(count, prev, recorded, marks, require_head, kept_as=_kept_as(last_raw)))
         if expect_head is not None:
             problems.extend(_expected_problems(count, marks, want_seq, str(want_hash), seen_expected))
     ok = not any(p.severity == "error" for p in problems)
@@ -542,8 +695,28 @@ def _recorded_head(path: Path, head_path: Path | None) -> tuple[ChainHead | None
         return None, Problem("head-invalid", f"the chain head {exc.path} is damaged: {exc.message}")
 
 
+def _kept_as(raw: bytes) -> str:
+    """How the line ``raw`` (a verified line, or empty) says it was kept: "" when synced before its
+    call returned, else a phrase naming its (weakened) ``durability``."""
+    if not raw:
+        return ""
+    line = json.loads(raw)
+    mode = line.get("durability")
+    if mode == "interval":
+        return f"audit.durability = 'interval', synced within {line.get('sync_interval_ms')} ms of its call"
+    if mode == "buffered":
+        return "audit.durability = 'buffered', never synced by tooldir"
+    return ""
+
+
 def _head_problems(
-    count: int, last: str, recorded: ChainHead | None, marks: Mapping[int, str], require_head: bool
+    count: int,
+    last: str,
+    recorded: ChainHead | None,
+    marks: Mapping[int, str],
+    require_head: bool,
+    *,
+    kept_as: str = "",
 ) -> list[Problem]:
     if recorded is None:
         if count == 0:
@@ -578,15 +751,16 @@ def _head_problems(
         ]
     if recorded.seq < count:
         extra = count - recorded.seq
-        return [
-            Problem(
-                "head-behind",
-                f"{extra} line{'s' if extra != 1 else ''} after the recorded head {recorded.text} (an append "
-                f"interrupted before its head update, or a head restored from an older copy)",
-                recorded.seq + 1,
-                "warning",
+        lines = f"{extra} line{'s' if extra != 1 else ''} after the recorded head {recorded.text}"
+        if kept_as:
+            why = (
+                f"{lines}, not yet synced when the head was recorded: the newest line was written under "
+                f"{kept_as}; a writer still running syncs them and moves the head, and after a power cut or "
+                "OS crash the lines written after the last sync can be missing without a trace"
             )
-        ]
+        else:
+            why = f"{lines} (an append interrupted before its head update, or a head restored from an older copy)"
+        return [Problem("head-behind", why, recorded.seq + 1, "warning")]
     return []
 
 

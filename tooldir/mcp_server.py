@@ -299,6 +299,8 @@ class ToolServer:
         problem = registry.sandbox_problem()
         if problem is not None:
             log.warning("no working sandbox (%s): directory tools will be refused with sandbox-unavailable", problem)
+        else:  # the first calls of the first tools then only release a sandbox set up meanwhile (bounded)
+            registry.prepare_sandboxes()
         upstream = None
         if any(t.server is not None for t in store.current.tools):  # MCP server packages (DESIGN §10)
             from .upstream import open_upstream

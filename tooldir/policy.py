@@ -238,11 +238,15 @@ class ExecPolicy(_Frozen):
 
 
 class AuditPolicy(_Frozen):
-    durability: Literal["fsync", "buffered"] = "fsync"
+    durability: Literal["fsync", "interval", "buffered"] = "fsync"
     """``fsync``: every call returns only once its audit line is on disk (``fdatasync``; lines of
-    concurrent calls share one sync). ``buffered``: the line is handed to the kernel before the call
-    returns (it survives a crash of tooldir) but not synced, so a power cut or OS crash can lose the
-    newest lines -- weaker, reported as ``policy-weakened``."""
+    concurrent calls share one sync). ``interval``: the line is handed to the kernel before the call
+    returns (it survives a crash of tooldir) and synced at most ``sync_interval_ms`` later (and at
+    exit), so a power cut or OS crash can lose the lines of that last interval -- weaker, reported
+    as ``policy-weakened``, logged at start and written into every line. ``buffered``: handed to the
+    kernel, never synced by tooldir, so a power cut can lose the newest lines -- weaker still."""
+    sync_interval_ms: int = Field(default=100, ge=50, le=200)
+    """With ``durability = "interval"``: the longest an audit line stays unsynced (50 to 200 ms)."""
 
 
 class Limits(_Frozen):
@@ -567,6 +571,11 @@ def _memory_bound(value: Any, default: Any) -> str | None:
 def _audit_durability(value: Any, default: Any) -> str | None:
     if value == "buffered" and default != "buffered":
         return "audit lines are not synced to disk before a call returns: a power cut or OS crash can lose the newest"
+    if value == "interval" and default == "fsync":
+        return (
+            "audit lines are synced to disk up to audit.sync_interval_ms after their call returns: a power cut or "
+            "OS crash can lose the lines of that last interval"
+        )
     return None
 
 
@@ -614,7 +623,10 @@ WEAKENING_RULES: Mapping[str, _Rule] = MappingProxyType(
 #: granted, and it is always explicit), deferral budgets, and the sandbox uid (another unused uid
 #: is as good or better).
 NEUTRAL_KEYS: frozenset[str] = frozenset(
+    # audit.sync_interval_ms is bounded (50-200 ms) and matters only under durability = "interval",
+    # which is itself reported
     {"keys.minisign", "keys.allowed_signers", "pins", "sandbox.run_as_uid", "sandbox.cgroup_parent"}
+    | {"audit.sync_interval_ms"}
     | {f"defer.{key}" for key in DeferPolicy.model_fields}
 )
 

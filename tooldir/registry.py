@@ -46,7 +46,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -325,6 +325,8 @@ class Registry:
                     raise _Stop("session-refused", f"the session gate refused with {type(refusal).__name__}")
                 code, message = refusal
                 raise _Stop(str(code) or "session-refused", str(message))
+        if builtin is None:
+            self._prepare_ahead(record)  # set-up overlaps validation, permission and hooks; runs nothing
         validator = builtin.validator if builtin is not None else self._validator_for(record)
         data = self._check_input(raw_input, validator)
         trace.input = data
@@ -520,11 +522,9 @@ class Registry:
                 "sandbox.unsafe_allow_unsandboxed = true in the policy",
             )
         sp = self._policy.sandbox
-        timeout = min(manifest.execute.timeout_s or sp.timeout_s, sp.timeout_s)
-        allowed = set(sp.env_allow)
-        env = {k: os.environ[k] for k in manifest.execute.env if k in allowed and k in os.environ}
         envelope = json.dumps({"version": 1, "input": data, "context": ctx}, ensure_ascii=False, allow_nan=False)
-        request = RunRequest(record, envelope.encode(), timeout, env, manifest.execute.network and sp.network)
+        request = self._run_request(record, envelope.encode())
+        timeout = request.timeout_s
         try:
             result = box.run(request)
         except ExecutionError as exc:
@@ -532,6 +532,62 @@ class Registry:
         except OSError as exc:  # the backend failed at the OS level: never a traceback to the caller
             raise _Stop("sandbox-failed", f"the sandbox could not run the tool: {exc}") from None
         return _interpret(result, timeout, sp.max_output_bytes)
+
+    def _run_request(self, record: ToolRecord, stdin: bytes) -> RunRequest:
+        """The sandbox run of ``record`` as the policy and the environment say now."""
+        manifest = record.manifest
+        assert manifest is not None  # noqa: S101 - only active directory tools reach here
+        sp = self._policy.sandbox
+        timeout = min(manifest.execute.timeout_s or sp.timeout_s, sp.timeout_s)
+        allowed = set(sp.env_allow)
+        env = {k: os.environ[k] for k in manifest.execute.env if k in allowed and k in os.environ}
+        return RunRequest(record, stdin, timeout, env, manifest.execute.network and sp.network)
+
+    def _prepare_ahead(self, record: ToolRecord, *, create_copy: bool = False) -> None:
+        """Ask the sandbox to set up ``record``'s run in the background now (bubblewrap started,
+        held at its ``--block-fd``: no tool code runs until :meth:`_run_directory_tool` releases
+        it, after permission and hooks). A no-op for upstream tools and sandboxes without it."""
+        if record.upstream is not None or record.manifest is None:
+            return
+        request = self._run_request(record, b"")
+        if self._sandbox is None and self._sandbox_problem is None:
+            # not probed yet (a process's first call): probe on a thread of its own too, so the
+            # probe also overlaps the call (whose run waits for it on the sandbox lock)
+            threading.Thread(
+                target=self._ahead, args=(request, create_copy), name="tooldir-sandbox-ahead", daemon=True
+            ).start()
+        else:
+            self._ahead(request, create_copy)
+
+    def _ahead(self, request: RunRequest, create_copy: bool) -> None:
+        try:
+            ahead = getattr(self.sandbox(), "prepare_ahead", None)
+            if ahead is not None:
+                ahead(request, create_copy=create_copy)  # made on the sandbox's long-lived spare thread
+        except Exception as exc:  # an optimisation only: the run sets its sandbox up itself
+            log.debug("could not prepare %s ahead: %s", request.record.name, exc)
+
+    def prepare_sandboxes(self, names: Iterable[str] | None = None) -> int:
+        """Set up, in the background, the sandboxes of the first runs of directory tools of the
+        current snapshot (``names``, or the active ones, eager before deferred), so such a first call only releases a
+        sandbox that waits ready. At most ``tooldir.sandbox.bubblewrap.MAX_SPARES`` are held
+        (the newest asked win); none for tools with network, or without a working bubblewrap.
+        Nothing runs: a prepared sandbox starts its tool only when a call of it passed
+        validation, permission and hooks. Returns how many were asked for."""
+        from .sandbox.bubblewrap import MAX_SPARES
+
+        snapshot = self._store.current
+        if names is None:
+            wanted = sorted(snapshot.active(), key=lambda r: r.deferred)  # stable: snapshot order within each
+        else:
+            wanted = [r for n in names if (r := snapshot.get(n)) is not None]
+        records = [r for r in wanted if r.source is not Source.BUILTIN and is_runnable(r) and r.upstream is None]
+        network = self._policy.sandbox.network
+        records = [r for r in records if r.manifest is not None and not (r.manifest.execute.network and network)]
+        records = records[:MAX_SPARES]
+        for record in records:
+            self._prepare_ahead(record, create_copy=True)
+        return len(records)
 
     # ----------------------------------------------------------------------------- audit
 
@@ -578,11 +634,20 @@ class Registry:
 
 
 def _default_audit(state_dir: Path, policy: Policy) -> AuditSink:
-    """The hash-chained log in the state dir, synced per the policy's ``audit.durability``."""
-    durable = policy.audit.durability == "fsync"
-    if not durable:
+    """The hash-chained log in the state dir, synced per the policy's ``audit.durability`` (a
+    weakened mode is logged here and written into each of its lines)."""
+    mode = policy.audit.durability
+    if mode == "interval":
+        interval = policy.audit.sync_interval_ms
+        log.warning(
+            "audit lines are synced to disk up to %d ms after their call returns, not before (policy "
+            "audit.durability = 'interval'): a power cut or OS crash can lose the lines of that last interval",
+            interval,
+        )
+        return JsonlAudit.in_state_dir(state_dir, sync_interval_s=interval / 1000)
+    if mode != "fsync":
         log.warning("audit lines are not synced to disk before calls return (policy audit.durability = 'buffered')")
-    return JsonlAudit.in_state_dir(state_dir, durable=durable)
+    return JsonlAudit.in_state_dir(state_dir, durable=mode == "fsync")
 
 
 def _unknown_name_message(name: str) -> str:

@@ -70,9 +70,10 @@ def test_a_failed_move_of_the_launcher_or_of_the_init_fails_the_run_closed_befor
     assert result.error is not None and result.error.code == "sandbox-failed"
     assert "run-cgroup" in result.error.message
     assert not canary.exists()
-    [group] = groups
-    assert group.closed
-    assert len(group.added) == (1 if refuse == "first" else 2)
+    assert 1 <= len(groups) <= 2  # the set-up made ahead at the call's start, then the run's own
+    for group in groups:
+        assert group.closed
+        assert len(group.added) == (1 if refuse == "first" else 2)
 
 
 def own_memory_line() -> str:

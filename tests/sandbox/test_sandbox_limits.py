@@ -121,13 +121,12 @@ def test_bubblewrap_started_by_root_runs_as_run_as_uid_with_no_groups_and_no_cap
     for _ in range(2):
         assert registry.call("limits_tool", {"text": "x"}).ok
     deadline = time.monotonic() + 20
-    while box._spares._spare is None and time.monotonic() < deadline:
+    while not box._spares.held() and time.monotonic() < deadline:
         time.sleep(0.01)
-    spare = box._spares._spare
-    assert spare is not None
+    [spare] = box._spares.held()
     uid = str(Policy().sandbox.run_as_uid)
-    started = spare[1].launched.proc.args
-    status = host_status(spare[1].launched.proc.pid)  # the held launcher, as the host sees it
+    started = spare.launched.proc.args
+    status = host_status(spare.launched.proc.pid)  # the held launcher, as the host sees it
     box._spares.close()
     assert status["Uid"] == [uid] * 4 and status["Gid"] == [uid] * 4
     assert status["Groups"] == []

@@ -22,7 +22,8 @@ from toolkit import make_tool
 from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy
 from tooldir.registry import Registry
-from tooldir.sandbox import BubblewrapSandbox
+from tooldir.sandbox import BubblewrapSandbox, bubblewrap
+from tooldir.sandbox.store import verified_files
 from tooldir.snapshot import SnapshotStore
 
 STARTED = """\
@@ -50,11 +51,12 @@ def box_of(registry: Registry) -> BubblewrapSandbox:
 
 
 def wait_for_spare(box: BubblewrapSandbox) -> Any:
+    """The newest spare held (waiting until there is one)."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        spare = box._spares._spare
-        if spare is not None:
-            return spare[1]
+        held = box._spares.held()
+        if held:
+            return held[-1]
         time.sleep(0.01)
     pytest.fail("no spare sandbox was made")
 
@@ -64,12 +66,27 @@ def count_prepares(box: BubblewrapSandbox, monkeypatch: pytest.MonkeyPatch) -> l
     threads: list[str] = []
     real = box._prepare
 
-    def prepare(request: Any) -> Any:
+    def prepare(request: Any, **how: Any) -> Any:
         threads.append(threading.current_thread().name)
-        return real(request)
+        return real(request, **how)
 
     monkeypatch.setattr(box, "_prepare", prepare)
     return threads
+
+
+def children(spare: Any) -> list[str]:
+    """Processes the held sandbox's launcher has started beyond its init (none until released)."""
+    pid = spare.launched.proc.pid
+    kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [k for k in kids for _ in [0] if Path(f"/proc/{k}/task/{k}/children").read_text().split()]
+
+
+def seed_copy(registry: Registry, name: str) -> None:
+    """The package's verified copy in the state, as an earlier run leaves it (work done ahead, in
+    the background, never writes the state itself)."""
+    record = registry.store.current.get(name)
+    assert record is not None
+    verified_files(record, box_of(registry).store_dir)
 
 
 def gone(pid: int) -> bool:
@@ -86,11 +103,13 @@ def test_a_tool_run_again_is_served_by_a_spare_made_ahead_that_had_not_started_t
 ) -> None:
     registry = registry_for(tmp_path, "probe_tool")
     box = box_of(registry)
+    seed_copy(registry, "probe_tool")
     prepares = count_prepares(box, monkeypatch)
     for n in (1, 2):
         assert registry.call("probe_tool", {"text": str(n)}).ok
     spare = wait_for_spare(box)
-    assert prepares == ["MainThread", "MainThread", "tooldir-spare-sandbox"]  # none after the first run
+    # each call's own set-up was made ahead, at its start; a spare after the second run only
+    assert prepares == ["tooldir-spare-sandbox"] * 3
     group = spare.group
     time.sleep(0.2)  # a tool that had started early would show a start time before the call
     called_at = time.time()
@@ -98,36 +117,30 @@ def test_a_tool_run_again_is_served_by_a_spare_made_ahead_that_had_not_started_t
     assert result.ok, result.error
     assert result.content["input"] == {"text": "3"}
     assert result.content["started"] >= called_at
-    assert prepares.count("MainThread") == 2  # the third call set nothing up itself
+    assert gone(spare.launched.proc.pid) and spare not in box._spares.held()  # it served the call
+    assert all(thread == "tooldir-spare-sandbox" for thread in prepares)  # no call set anything up itself
     assert group is None or not group.path.exists()  # the spare's cgroup went with its run
     box._spares.close()
 
 
 @pytest.mark.usefixtures("sandbox_ready")
-def test_a_spare_never_serves_another_tool_and_is_replaced_by_that_tools(
+def test_a_spare_never_serves_another_tool_and_stays_held_unstarted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     registry = registry_for(tmp_path, "alpha_tool", "beta_tool")
     box = box_of(registry)
-    prepares = count_prepares(box, monkeypatch)
     for _ in range(2):
         assert registry.call("alpha_tool", {"text": "a"}).ok
     spare = wait_for_spare(box)
+    prepares = count_prepares(box, monkeypatch)
     for _ in range(2):
         result = registry.call("beta_tool", {"text": "b"})
         assert result.ok and result.content["tool"] == "beta_tool"
-    assert prepares.count("MainThread") == 4  # beta set up its own sandbox both times
-    deadline = time.monotonic() + 20
-    while wait_for_spare(box) is spare and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert wait_for_spare(box) is not spare  # beta's spare took the place
-    # the spare maker publishes beta's spare first and kills alpha's right after, on its own
-    # thread: on a loaded machine that kill may come a while later, so wait for it (bounded)
-    deadline = time.monotonic() + 20
-    while not gone(spare.launched.proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert gone(spare.launched.proc.pid)  # alpha's spare was killed, never run
+    assert len(prepares) >= 2  # beta got sandboxes of its own, set up for it
+    assert spare in box._spares.held()  # alpha's spare is still waiting, never released
+    assert spare.usable() and not children(spare)
     box._spares.close()
+    assert gone(spare.launched.proc.pid)
 
 
 @pytest.mark.usefixtures("sandbox_ready")
@@ -200,9 +213,9 @@ registry = Registry(SnapshotStore(Loader(config).load()), policy=policy, state_d
 for _ in range(2):
     assert registry.call("probe_tool", {"text": "x"}).ok
 box = registry.sandbox()
-while box._spares._spare is None:
+while not box._spares.held():
     time.sleep(0.01)
-spare = box._spares._spare[1]
+spare = box._spares.held()[-1]
 print(json.dumps({"launcher": spare.launched.proc.pid, "cgroup": str(spare.group.path) if spare.group else None}), flush=True)
 time.sleep(60)
 """
@@ -254,3 +267,133 @@ def test_a_spare_dies_when_its_registry_goes_away(tmp_path: Path) -> None:
     while not gone(pid) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert gone(pid)
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_a_first_call_finds_its_sandbox_set_up_ahead_at_its_start_and_the_tool_starts_only_with_the_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = registry_for(tmp_path, "probe_tool")
+    box = box_of(registry)
+    seed_copy(registry, "probe_tool")
+    prepares = count_prepares(box, monkeypatch)
+    called_at = time.time()
+    result = registry.call("probe_tool", {"text": "1"})
+    assert result.ok, result.error
+    assert result.content["started"] >= called_at
+    assert prepares == ["tooldir-spare-sandbox"]  # set up ahead, on the maker, while the input was checked
+    box._spares.close()
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_work_done_ahead_for_a_refused_call_writes_nothing_to_the_state_directory(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    make_tool(user, "probe_tool", script=STARTED.replace("NAME", "probe_tool"))
+    policy = Policy.model_validate({"permissions": {"deny": ["probe_tool"]}})
+    config = make_config(project=None, user_dirs=[user], policy=policy, state_dir=tmp_path / "state")
+    registry = Registry(SnapshotStore(Loader(config).load()), policy=policy, state_dir=tmp_path / "state")
+    store = box_of(registry).store_dir
+    before = sorted(p.name for p in (tmp_path / "state").rglob("*"))
+    result = registry.call("probe_tool", {"text": "x"})
+    assert result.error is not None and result.error.code == "permission-denied"
+    time.sleep(0.5)  # what the background set-up would have written by now
+    assert not store.exists() or not any(store.iterdir())  # no verified copy made for a refused call
+    after = sorted(p.name for p in (tmp_path / "state").rglob("*"))
+    assert set(after) - set(before) <= {"audit.jsonl", "audit.head"}  # only the call's audit line
+    box_of(registry)._spares.close()
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+@pytest.mark.parametrize("refusal", ["permission", "hook"])
+def test_a_refused_call_leaves_the_sandbox_prepared_for_it_held_and_the_tool_never_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refusal: str
+) -> None:
+    from tooldir.hooks import Deny
+
+    canary = tmp_path / "ran"
+    user = tmp_path / "user"
+    # the canary: only a tool run outside the sandbox could write it (inside, no host path exists)
+    plant = f"import contextlib\nwith contextlib.suppress(OSError):\n    open({str(canary)!r}, 'w')\n"
+    script = plant + STARTED.replace("NAME", "probe_tool")
+    make_tool(user, "probe_tool", script=script)
+    denied = Policy.model_validate({"permissions": {"deny": ["probe_tool"]}})
+    policy = denied if refusal == "permission" else Policy()
+    config = make_config(project=None, user_dirs=[user], policy=policy, state_dir=tmp_path / "state")
+    registry = Registry(SnapshotStore(Loader(config).load()), policy=policy, state_dir=tmp_path / "state")
+    allowed = True
+    if refusal == "hook":
+        registry.add_pre_hook(lambda *, call, input: None if allowed else Deny("not now"), name="gate")
+    allowed = False
+    box = box_of(registry)
+    seed_copy(registry, "probe_tool")
+    prepares = count_prepares(box, monkeypatch)
+    released: list[object] = []
+    real_collect = bubblewrap.collect
+    monkeypatch.setattr(bubblewrap, "collect", lambda *a, **k: (released.append(a), real_collect(*a, **k))[1])
+    result = registry.call("probe_tool", {"text": "x"})
+    assert result.error is not None
+    assert result.error.code == ("permission-denied" if refusal == "permission" else "hook-denied")
+    spare = wait_for_spare(box)
+    assert prepares == ["tooldir-spare-sandbox"]  # it was set up ahead, at the call's start ...
+    time.sleep(0.3)
+    assert released == []  # ... and never released
+    assert spare.usable() and not children(spare)  # bubblewrap still waits at --block-fd: no tool process
+    assert not canary.exists()
+    if refusal == "hook":  # allowed now: the held sandbox serves the call, the tool starts only then
+        allowed = True
+        called_at = time.time()
+        later = registry.call("probe_tool", {"text": "y"})
+        assert later.ok, later.error
+        assert later.content["started"] >= called_at
+        assert len(released) == 1 and gone(spare.launched.proc.pid)
+    box._spares.close()
+    assert gone(spare.launched.proc.pid)
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_prepare_sandboxes_holds_at_most_max_spares_and_a_prepared_first_call_sets_nothing_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = [f"tool_{n}" for n in range(bubblewrap.MAX_SPARES + 2)]
+    registry = registry_for(tmp_path, *names)
+    box = box_of(registry)
+    prepares = count_prepares(box, monkeypatch)
+    asked = registry.prepare_sandboxes()
+    assert asked == bubblewrap.MAX_SPARES
+    deadline = time.monotonic() + 30
+    while len(box._spares.held()) < bubblewrap.MAX_SPARES and time.monotonic() < deadline:
+        time.sleep(0.01)
+    held = box._spares.held()
+    assert len(held) == bubblewrap.MAX_SPARES and all(s.usable() and not children(s) for s in held)
+    made = len(prepares)
+    name = next(iter(box._spares._ready)).record.name  # the oldest prepared tool: never evicted
+    assert name in names[: bubblewrap.MAX_SPARES]
+    called_at = time.time()
+    result = registry.call(name, {"text": "x"})
+    assert result.ok and result.content["started"] >= called_at
+    assert len(prepares) == made  # served by its prepared sandbox: nothing set up for this call
+    assert len(box._spares.held()) <= bubblewrap.MAX_SPARES
+    box._spares.close()
+    assert all(gone(s.launched.proc.pid) for s in held)
+
+
+@pytest.mark.usefixtures("sandbox_ready")
+def test_tooldir_serve_prepares_the_sandboxes_of_its_first_tools_when_it_opens(tmp_path: Path) -> None:
+    from tooldir.mcp_server import ToolServer
+
+    user = tmp_path / "user"
+    make_tool(user, "probe_tool", script=STARTED.replace("NAME", "probe_tool"))
+    config = make_config(project=None, user_dirs=[user], policy=Policy(), state_dir=tmp_path / "state")
+    front = ToolServer.open(config, watch=False)
+    try:
+        box = box_of(front.registry)
+        spare = wait_for_spare(box)
+        assert next(iter(box._spares._ready)).record.name == "probe_tool"
+        assert spare.usable() and not children(spare)  # held: nothing of the tool runs before a call
+        called_at = time.time()
+        result = front.registry.call("probe_tool", {"text": "x"})
+        assert result.ok and result.content["started"] >= called_at
+        assert gone(spare.launched.proc.pid)  # the first call was served by it
+    finally:
+        front.close()
+        box_of(front.registry)._spares.close()

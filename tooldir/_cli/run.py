@@ -138,6 +138,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .._internal.schema_worker import POOL
 
     POOL.prestart()  # a directory tool's input is checked in a worker: start it while the roots load
+    from ..sandbox.bubblewrap import prestart_probe
+
+    prestart_probe(config.policy.sandbox)  # and find out whether bubblewrap works here meanwhile
     snapshot = load_roots(config)
     registry = Registry(SnapshotStore(snapshot), policy=config.policy, state_dir=config.state_dir)
     hub = None

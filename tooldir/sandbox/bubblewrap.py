@@ -31,12 +31,16 @@ What a tool gets (see README "Sandbox guarantees"):
 
 Every run is set up first and *held* at bubblewrap's ``--block-fd`` -- namespaces and mounts made,
 the seccomp filter ready, moved into its cgroup -- and only then released to start the tool. A tool
-run again (its second run on, without network) finds a **spare** set up in the background right
-after its previous run: exactly what its run would set up itself, for the very same snapshot
-record and environment, so the call only re-reads and re-hashes the verified bytes (as every run
-does) and releases it. No tool code runs before its call; a spare that does not fit or died is
-killed, and spares die with the sandbox object and with tooldir (``--die-with-parent``; spares are
-made by one long-lived thread, since bubblewrap ends with the thread that started it).
+run without network finds it set up ahead, on a long-lived thread, by one of two requests: right
+after its previous run (a **spare**, from its second run on), or at the start of its call
+(:meth:`BubblewrapSandbox.prepare_ahead`: the registry asks before it validates the input and checks
+permission and hooks, so the set-up overlaps them). Either is exactly what the run would set up
+itself, for the very same snapshot record and environment, so the run only re-reads and re-hashes
+the verified bytes (as every run does) and releases it. No tool code runs before its run releases
+it: a call refused by permission or a hook leaves it held. At most :data:`MAX_SPARES` are kept; one
+that does not fit or died is killed, and they die with the sandbox object and with tooldir
+(``--die-with-parent``; made by one long-lived thread, since bubblewrap ends with the thread that
+started it).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import shutil
 import subprocess
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
@@ -256,7 +261,7 @@ class BubblewrapSandbox:
             raise SandboxError(f"cannot create the run's cgroup under {where}: {exc}", code="sandbox-failed") from None
 
     def run(self, request: RunRequest) -> RunResult:
-        spare = self._spares.take(_spare_key(request))
+        spare = self._spares.take(_spare_key(request)) if self._spares_allowed(request) else None
         if spare is not None:
             try:  # execution still re-reads and re-hashes the verified bytes, as every run does
                 verified_files(request.record, self.store_dir)
@@ -267,8 +272,20 @@ class BubblewrapSandbox:
         else:
             result = self._finish(self._prepare(request), request, from_now=False)
         if self._spares_allowed(request):
-            self._spares.ask(_spare_key(request), lambda: self._prepare(request))
+            self._spares.ask(_spare_key(request), lambda: self._prepare(request, create=False))
         return result
+
+    def prepare_ahead(self, request: RunRequest, *, create_copy: bool = False) -> None:
+        """Start setting up the sandbox of ``request`` now, in the background, for a :meth:`run`
+        of the same record, network and environment that follows (its ``stdin`` is not used):
+        the registry calls this at the start of a call, so the set-up overlaps the call's input
+        validation, permission and hooks. It never starts the tool; only :meth:`run` releases it.
+        Nothing is made where spares are not allowed (:meth:`_spares_allowed`). The background
+        set-up writes nothing to the state directory (a call may be refused, and its caller gone,
+        before it ends): it uses the package's verified copy only if one exists, unless
+        ``create_copy`` (a host preparing its first calls, :meth:`Registry.prepare_sandboxes`)."""
+        if self._spares_allowed(request):
+            self._spares.ahead(_spare_key(request), lambda: self._prepare(request, create=create_copy))
 
     def _spares_allowed(self, request: RunRequest) -> bool:
         """A spare sandbox is made ahead only for tools without network (a tooldir killed while a
@@ -287,17 +304,17 @@ class BubblewrapSandbox:
         thread.start()
         return thread
 
-    def _prepare(self, request: RunRequest) -> _Prepared:
+    def _prepare(self, request: RunRequest, *, create: bool = True) -> _Prepared:
         """Everything of a run but the tool itself: the run's cgroup, the verified bytes in memfds,
         bubblewrap started, its sandbox set up (mounts, namespaces, seccomp filter loaded) and, with
         a cgroup, moved in -- held at ``--block-fd`` until :meth:`_finish` releases it."""
+        _, contents = verified_files(request.record, self.store_dir, create=create)  # first: nothing to undo
         group = self._cgroup()
         warm = self._warm_moves(group)
         fds: list[int] = []
         release: int | None = None
         info_read: int | None = None
         try:
-            _, contents = verified_files(request.record, self.store_dir)
             argv = tool_argv(request.record)
             args = base_args(self.policy, network=request.network)
             bounded = self.bound.kind != "rlimit+seccomp"
@@ -428,36 +445,65 @@ def _spare_key(request: RunRequest) -> _SpareKey:
     return _SpareKey(request.record, request.network, tuple(sorted(request.env.items())))
 
 
+MAX_SPARES = 4
+"""Held sandboxes one :class:`BubblewrapSandbox` keeps at most (ready or queued to be made): each is
+bubblewrap's two processes, a run cgroup where the memory bound has one, and its package's bytes in
+its private tmpfs (at most ``limits.max_package_bytes``). The oldest goes first."""
+
+
 class _Spares:
-    """At most one spare sandbox, made in the background for the tool that was just run (from its
-    second run on: a tool run once, as by ``tooldir run``, gets none), so the next run of the same
-    tool only releases it. A spare is exactly what that run would have set up itself; one that does
-    not fit (another tool, a new snapshot, another environment) or died is discarded, and every
-    spare left is killed when the sandbox object goes away or the process exits.
+    """Spare sandboxes, each made in the background for one (record, network, environment) key
+    and held at its ``--block-fd`` until a run of exactly that key releases it:
+
+    - **after** a run (:meth:`ask`), for the next run of the same tool (from its second run on: a
+      tool run once, as by ``tooldir run``, gets none);
+    - **ahead** of a run (:meth:`ahead`): the registry asks at the start of a call, so the set-up
+      overlaps input validation, permission and hooks; the call then waits for it in
+      :meth:`take`. It releases nothing: a call that is refused leaves it held (and bounded).
+
+    At most :data:`MAX_SPARES` are kept (ready or queued); one that does not fit (another tool, a
+    new snapshot, another environment) is never used, and a dead one is discarded. Every spare left
+    is killed when the sandbox object goes away or the process exits.
 
     Spares are made by one long-lived thread: bubblewrap's ``--die-with-parent`` ends a sandbox
     when the *thread* that started it ends, which must be the process's end, never a helper's."""
 
     def __init__(self) -> None:
         self._lock = threading.Condition(threading.Lock())
-        self._spare: tuple[_SpareKey, _Prepared] | None = None
+        self._ready: OrderedDict[_SpareKey, _Prepared] = OrderedDict()
         self._seen: set[_SpareKey] = set()
-        self._wanted: tuple[_SpareKey, Callable[[], _Prepared]] | None = None
+        self._wanted: OrderedDict[_SpareKey, Callable[[], _Prepared]] = OrderedDict()
+        self._making: _SpareKey | None = None
         self._worker: threading.Thread | None = None
         self._closed = False
 
-    def take(self, key: _SpareKey) -> _Prepared | None:
+    def held(self) -> list[_Prepared]:
+        """The spares ready now, oldest first."""
         with self._lock:
-            if self._spare is None or self._spare[0] != key:
-                return None
-            _, spare = self._spare
-            self._spare = None
+            return list(self._ready.values())
+
+    def take(self, key: _SpareKey) -> _Prepared | None:
+        """The spare made for ``key``, waiting for it while it is being made or next to be made;
+        None when there is none (one queued behind another is dropped: the caller sets its own
+        up now, on its own thread)."""
+        with self._lock:
+            while key not in self._ready and not self._closed and (self._making == key or self._next(key)):
+                self._lock.wait()
+            self._wanted.pop(key, None)
+            spare = self._ready.pop(key, None)
+        if spare is None:
+            return None
         if spare.usable():
             return spare
         spare.discard()
         return None
 
+    def _next(self, key: _SpareKey) -> bool:
+        """``key`` is the one the idle maker takes up next."""
+        return self._making is None and next(iter(self._wanted), None) == key
+
     def ask(self, key: _SpareKey, make: Callable[[], _Prepared]) -> None:
+        """After a run of ``key``: make a spare for its next run (from the second run on)."""
         with self._lock:
             if self._closed:
                 return
@@ -466,45 +512,67 @@ class _Spares:
                     self._seen.clear()
                 self._seen.add(key)
                 return
-            self._wanted = (key, make)
-            if self._worker is None:
-                self._worker = threading.Thread(target=self._work, name="tooldir-spare-sandbox", daemon=True)
-                self._worker.start()
-            self._lock.notify()
+            self._want(key, make)
+
+    def ahead(self, key: _SpareKey, make: Callable[[], _Prepared]) -> None:
+        """Before a run of ``key`` (a call just started): make its sandbox now, unless one is
+        ready or being made."""
+        with self._lock:
+            if not self._closed:
+                self._want(key, make)
+
+    def _want(self, key: _SpareKey, make: Callable[[], _Prepared]) -> None:
+        if key in self._ready or key == self._making:
+            return
+        self._wanted[key] = make
+        self._wanted.move_to_end(key)
+        while len(self._wanted) > MAX_SPARES:
+            self._wanted.popitem(last=False)
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._work, name="tooldir-spare-sandbox", daemon=True)
+            self._worker.start()
+        self._lock.notify_all()
 
     def _work(self) -> None:
         while True:
             with self._lock:
-                while self._wanted is None and not self._closed:
+                while not self._wanted and not self._closed:
                     self._lock.wait()
                 if self._closed:
                     return
-                assert self._wanted is not None  # noqa: S101 - the loop above
-                (key, make), self._wanted = self._wanted, None
+                key, make = self._wanted.popitem(last=False)
+                self._making = key
             try:
                 spare: _Prepared | None = make()
-            except Exception as exc:  # a spare is an optimisation: the next run sets up its own
+            except Exception as exc:  # a spare is an optimisation: the run sets up its own
                 log.debug("no spare sandbox: %s", exc)
                 spare = None
-            old = None
+            leftovers: list[_Prepared] = []
             with self._lock:
+                self._making = None
                 if spare is not None and spare.usable() and not self._closed:
-                    old, self._spare = self._spare, (key, spare)
+                    old = self._ready.pop(key, None)
+                    self._ready[key] = spare
+                    leftovers += [old] if old is not None else []
+                    while len(self._ready) > MAX_SPARES:
+                        leftovers.append(self._ready.popitem(last=False)[1])
                     spare = None
-            for leftover in (old[1] if old else None, spare):
-                if leftover is not None:
-                    leftover.discard()
+                self._lock.notify_all()
+            for leftover in [*leftovers, *([spare] if spare is not None else [])]:
+                leftover.discard()
             # nothing of this request stays referenced while waiting (it holds its sandbox object,
-            # which must be free to go away and take its spare along)
-            del key, make, spare, old
+            # which must be free to go away and take its spares along)
+            del key, make, spare, leftovers
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            old, self._spare = self._spare, None
+            old = list(self._ready.values())
+            self._ready.clear()
+            self._wanted.clear()
             self._lock.notify_all()
-        if old is not None:
-            old[1].discard()
+        for spare in old:
+            spare.discard()
 
 
 def _memfd(data: bytes, fds: list[int]) -> int:
@@ -575,8 +643,24 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+_PROBE_LOCK = threading.Lock()  # one probe at a time: a second caller waits for the first's (cached) answer
+
+
+def prestart_probe(policy: SandboxPolicy) -> threading.Thread:
+    """Run :func:`probe` for ``policy`` on a thread of its own now (e.g. while the roots load), so
+    the first run's own probe finds the answer ready (it waits for this one if still running)."""
+    thread = threading.Thread(target=probe, args=(policy,), name="tooldir-sandbox-probe", daemon=True)
+    thread.start()
+    return thread
+
+
 def probe(policy: SandboxPolicy) -> str | None:
     """None if a sandboxed process can run here with this policy's settings, else why not."""
+    with _PROBE_LOCK:
+        return _probe_policy(policy)
+
+
+def _probe_policy(policy: SandboxPolicy) -> str | None:
     if build_filter() is None and not policy.unsafe_allow_no_seccomp:
         return no_seccomp_problem()
     if policy.memory_bound == "cgroup":

@@ -104,9 +104,11 @@ def _read_copy(target: Path, record: ToolRecord) -> list[bytes] | None:
     return found
 
 
-def verified_files(record: ToolRecord, base: Path) -> tuple[Path, list[bytes]]:
+def verified_files(record: ToolRecord, base: Path, *, create: bool = True) -> tuple[Path, list[bytes]]:
     """The verified copy of ``record``'s package under ``base`` (created if needed) and the bytes
     of each of ``record.files``, in order, each checked against its sha256 as it was read.
+    ``create=False`` (work done ahead, in the background): never write the store; a missing or
+    damaged copy is ``sandbox-failed``.
 
     Raises:
         SandboxError: ``changed-since-verification`` if the package no longer matches;
@@ -119,6 +121,8 @@ def verified_files(record: ToolRecord, base: Path) -> tuple[Path, list[bytes]]:
         found = _read_copy(target, record)
         if found is not None:
             return target, found
+    if not create:
+        raise SandboxError(f"no verified copy of {record.name} in {base} yet", code="sandbox-failed")
     try:
         base.mkdir(parents=True, exist_ok=True, mode=0o700)
         staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=base))

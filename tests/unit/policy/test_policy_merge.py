@@ -72,6 +72,7 @@ OTHER: dict[str, Any] = {
     "sandbox.runtime_roots": ["/opt/venv/lib"],
     "exec.interpreters": ["python3"],
     "audit.durability": "buffered",
+    "audit.sync_interval_ms": 50,
     "limits.max_manifest_bytes": 4096,
     "limits.max_file_bytes": 4096,
     "limits.max_package_bytes": 8192,
@@ -287,6 +288,8 @@ def weakened_keys(text: str) -> set[str]:
         ("[sandbox]\nunsafe_allow_no_seccomp = true\n", "sandbox.unsafe_allow_no_seccomp"),
         ("[sandbox]\naddress_space_slack_mb = 4096\n", "sandbox.address_space_slack_mb"),
         ('[audit]\ndurability = "buffered"\n', "audit.durability"),
+        ('[audit]\ndurability = "interval"\n', "audit.durability"),
+        ('[audit]\ndurability = "interval"\nsync_interval_ms = 200\n', "audit.durability"),
     ],
 )
 def test_a_value_looser_than_its_default_is_reported_as_weakening_that_key(text: str, key: str | None) -> None:
@@ -304,6 +307,7 @@ def test_a_value_looser_than_its_default_is_reported_as_weakening_that_key(text:
         '[keys]\nminisign = ["' + MINISIGN + '"]\n',
         '[defer]\nmode = "off"\nmax_working_set = 500\n',
         '[audit]\ndurability = "fsync"\n',
+        "[audit]\nsync_interval_ms = 200\n",  # a partial [audit]: durability keeps "fsync"
         "",
     ],
 )
