@@ -357,10 +357,14 @@ def test_a_signature_the_helper_library_refuses_but_cryptography_accepts_gets_th
     assert verify_worker.verify_frame(_minisign_frame(0, sig, weak.public, b"any lock")) == bytes(4) + b"\3"
 
 
-def test_without_pynacl_the_helper_verifies_with_cryptography_and_names_the_failed_step() -> None:
+def test_without_pynacl_the_helper_verifies_with_cryptography_and_names_the_failed_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from tooldir._internal import verify_worker
 
-    verify = verify_worker._openssl_verifier()
+    monkeypatch.setitem(sys.modules, "nacl.bindings", None)  # import nacl.bindings raises ImportError
+    monkeypatch.setattr(verify_worker, "_verifier", [])
+    verify = verify_worker._minisign_verifier()
     key, _secret, public = keys.generate_minisign_key()
     pub = signatures.parse_minisign_public_key(public).public
     lock = b'{"a lock": 1}\n'
