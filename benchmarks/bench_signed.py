@@ -22,8 +22,9 @@ fresh state folder every round (a real first load: nothing remembered), signed a
 min/median/max of wall time and CPU (the process and its helper). Target: signed <= 1.3x unsigned.
 
 On a machine whose cores are busy with other work, wall time follows CPU time: the Ed25519 work
-alone (printed, measured in the same run) is about as much CPU as a whole unsigned load, so there
-the wall ratio cannot go below about 1 + that / unsigned CPU, wherever the verification runs.
+alone (printed, measured in the same run, with libsodium as the helper verifies: about half of a
+whole unsigned load's CPU; OpenSSL's, printed beside it, about as much as the whole load) sets a
+floor of about 1 + that / unsigned CPU under the wall ratio, wherever the verification runs.
 
 Helper crossover: in-process signed-cold loads with the signature helper process
 (:mod:`tooldir._internal.verify_pool`) forced on and forced off, at a few small sizes: where the
@@ -34,6 +35,7 @@ helper starts to pay is ``MIN_PACKAGES``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import statistics
@@ -51,7 +53,7 @@ from benchmarks.generate import generate
 from benchmarks.sizes import parse_args
 from benchmarks.sizes import workdir as workdir_for
 from tooldir import keys, signatures
-from tooldir._internal import verify_pool
+from tooldir._internal import verify_pool, verify_worker
 from tooldir.discover import RootSpec, open_root, scan_package
 from tooldir.loader import Loader, make_config, remember_load
 from tooldir.lockfile import LOCK, MINISIG, render_lock
@@ -215,6 +217,7 @@ def bench_cli(n: int, runs: int, workdir: Path) -> dict[str, Any]:
     floor = verification_floor(n, workdir)
     return {
         "ed25519_cpu_s": floor,
+        "ed25519_openssl_cpu_s": openssl_floor(n, workdir),
         # the signed first load's extra CPU beyond the Ed25519 work: what this process adds
         "extra_cpu_beyond_ed25519_s": cpu["signed"]["median"] - cpu["unsigned"]["median"] - floor,
         "n": n,
@@ -229,17 +232,28 @@ def bench_cli(n: int, runs: int, workdir: Path) -> dict[str, Any]:
 
 def verification_floor(n: int, workdir: Path) -> float:
     """CPU seconds of the Ed25519 work of N minisign signatures alone (2 verifications each, in
-    this process): what any signed first load pays on top of an unsigned one, on some core."""
+    this process, with the library the verification helper uses: libsodium through PyNaCl):
+    what any signed first load pays on top of an unsigned one, on some core."""
+    return _floor(n, workdir, verify_worker._minisign_verifier())
+
+
+def openssl_floor(n: int, workdir: Path) -> float:
+    """The same with ``cryptography`` (OpenSSL), what in-process verification uses."""
+    return _floor(n, workdir, verify_worker._openssl_verifier())
+
+
+def _floor(n: int, workdir: Path, verify: Callable[[bytes, bytes, bytes, bytes, bytes], int]) -> float:
     _unsigned, signed, public = prepare(n, workdir)
-    key = signatures.parse_minisign_public_key(public)
+    key = signatures.parse_minisign_public_key(public).public
     root = signed / ".tooldir" / "tools"
     jobs = []
     for name in sorted(os.listdir(root)):
-        lock = (root / name / LOCK).read_bytes()
-        jobs.append((signatures.parse_minisig((root / name / MINISIG).read_bytes()), lock))
+        prehash = hashlib.blake2b((root / name / LOCK).read_bytes(), digest_size=64).digest()
+        sig = signatures.parse_minisig((root / name / MINISIG).read_bytes())
+        jobs.append((key, sig.signature, prehash, sig.global_signature, sig.trusted_comment))
     t0 = time.process_time()
-    for sig, lock in jobs:
-        if signatures.verify_minisign(sig, key, lock) is not None:
+    for job in jobs:
+        if verify(*job) != 0:
             raise SystemExit("benchmark invalid: a signature does not verify")
     return time.process_time() - t0
 
@@ -306,8 +320,9 @@ def _print_cli(cli: list[dict[str, Any]], cross: list[dict[str, Any]]) -> None:
             )
         print(f"{'':>7} ratio {r['ratio']:.2f}x wall, {r['ratio_cpu']:.2f}x cpu (process + helper)")
         print(
-            f"{'':>7} Ed25519 alone {r['ed25519_cpu_s']:.3f} s cpu (2 per package, one core);"
-            f" signed extra cpu beyond it {r['extra_cpu_beyond_ed25519_s']:.3f} s"
+            f"{'':>7} Ed25519 alone {r['ed25519_cpu_s']:.3f} s cpu (2 per package, one core, libsodium as the"
+            f" helper; OpenSSL {r['ed25519_openssl_cpu_s']:.3f} s); signed extra cpu beyond it"
+            f" {r['extra_cpu_beyond_ed25519_s']:.3f} s"
         )
     print(f"helper crossover (in-process signed-cold, median; MIN_PACKAGES = {verify_pool.MIN_PACKAGES})")
     for r in cross:

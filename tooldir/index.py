@@ -47,13 +47,15 @@ import logging
 import os
 import stat
 import sys
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
+from itertools import chain
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, BinaryIO
 
 from ._internal.atomic import write_atomic
 from ._internal.strictjson import FrozenDict, freeze_arrays_in_place
@@ -293,46 +295,54 @@ def encode(header: Header, entries: Mapping[str, Entry]) -> bytes:
     return b"".join(encode_chunks(header, entries))
 
 
+_ROW = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def encode_row(e: Entry, offset: int) -> tuple[bytes, list[bytes]]:
+    """One entry's table row (its kept files at ``offset`` in the blob, by file name) and those
+    bytes, in blob order: the table is these rows, comma-separated in a JSON array."""
+    kept = []
+    data = []
+    for fname in sorted(e.kept):
+        value = e.kept[fname]
+        kept.append([fname, offset, len(value)])
+        data.append(value)
+        offset += len(value)
+    row = [
+        e.name,
+        e.scanned_ns,
+        e.digest,
+        e.has_manifest,
+        [[rel, *key] for rel, key in e.stats],
+        [[f.path, f.sha256, f.size, f.executable] for f in e.files],
+        kept,
+        [
+            [str(d.severity), d.code, d.message, d.tool, None if d.source is None else str(d.source), d.path, d.pointer]
+            for d in e.diagnostics
+        ],
+    ]
+    return _ROW(row).encode("utf-8", "surrogateescape"), data
+
+
+def header_line(header: Header, table: int, blob: int) -> bytes:
+    """``MAGIC``, the JSON header with the table's and the blob's lengths, and the newline."""
+    head = {**header.to_json(), "table": table, "blob": blob}
+    return MAGIC + json.dumps(head, separators=(",", ":")).encode() + b"\n"
+
+
 def encode_chunks(header: Header, entries: Mapping[str, Entry]) -> list[bytes]:
-    """The index file as chunks, in order (:meth:`RootIndex.save` writes them without joining
-    them: at 10k packages the file is about 32 MB, most of it the kept bytes already in memory)."""
+    """The index file of ``entries`` (in name order) as chunks, in order. A load does not build
+    this: :class:`RootIndex` streams the same rows and bytes to temporary files as it goes."""
+    rows: list[bytes] = []
     chunks: list[bytes] = []  # the blob
     offset = 0
-    table = []
     for name in sorted(entries):
-        e = entries[name]
-        kept = []
-        for fname in sorted(e.kept):
-            data = e.kept[fname]
-            kept.append([fname, offset, len(data)])
-            chunks.append(data)
-            offset += len(data)
-        table.append(
-            [
-                e.name,
-                e.scanned_ns,
-                e.digest,
-                e.has_manifest,
-                [[rel, *key] for rel, key in e.stats],
-                [[f.path, f.sha256, f.size, f.executable] for f in e.files],
-                kept,
-                [
-                    [
-                        str(d.severity),
-                        d.code,
-                        d.message,
-                        d.tool,
-                        None if d.source is None else str(d.source),
-                        d.path,
-                        d.pointer,
-                    ]
-                    for d in e.diagnostics
-                ],
-            ]
-        )
-    body = json.dumps(table, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogateescape")
-    head = {**header.to_json(), "table": len(body), "blob": offset}
-    return [MAGIC, json.dumps(head, separators=(",", ":")).encode(), b"\n", body, *chunks]
+        row, data = encode_row(entries[name], offset)
+        rows.append(row)
+        chunks.extend(data)
+        offset += sum(map(len, data))
+    body = b"[" + b",".join(rows) + b"]"
+    return [header_line(header, len(body), offset), body, *chunks]
 
 
 def decode(data: bytes, header: Header) -> Decoded:
@@ -467,10 +477,38 @@ def read_index(path: Path, header: Header) -> tuple[dict[str, Entry], str | None
     return decoded.entries, None
 
 
+class _Spool:
+    """An unnamed temporary file (0600, in the index's own folder) that rows or kept bytes are
+    appended to as a load goes, and read back in pieces when the index is written."""
+
+    __slots__ = ("file", "size")
+
+    def __init__(self, folder: Path) -> None:
+        self.file: BinaryIO = tempfile.TemporaryFile(dir=folder)  # noqa: SIM115 - closed by RootIndex
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        self.file.write(data)
+        self.size += len(data)
+
+    def chunks(self) -> Iterator[bytes]:
+        self.file.flush()
+        self.file.seek(0)
+        while chunk := self.file.read(1 << 20):
+            yield chunk
+
+
 @dataclass(slots=True)
 class RootIndex:
     """The index of one root during one load: :meth:`candidate` answers from it when it can and
-    records what was read; :meth:`save` writes it back when anything changed."""
+    records what was read; :meth:`save` writes it back when anything changed.
+
+    The new index is not kept in memory: from the first package that changed on, every entry's
+    table row and kept bytes are appended to two unnamed temporary files in the index's folder
+    (entries reused before that are only remembered, and written then), and :meth:`save` writes
+    the file atomically from them. A cold 10k load so never holds the 26 MB of manifest bytes
+    (validation has dropped them from the candidates) nor the table. ``record=False`` (a
+    ``read_only`` load, which writes nothing to user state) keeps and writes nothing."""
 
     path: Path
     header: Header
@@ -478,56 +516,138 @@ class RootIndex:
     policy: Policy
     scanned_ns: int
     granularity_ns: int = RACY_NS
+    #: entries of the index file read at the start; each is taken out when its package is looked up
     old: dict[str, Entry] = field(default_factory=dict)
-    new: dict[str, Entry] = field(default_factory=dict)
     problem: str | None = None
     reused: int = 0  # packages answered from the index
     read: int = 0  # packages read and validated
+    record: bool = True
+    names: set[str] = field(default_factory=set)  # the packages of the new index
+    _changed: bool = False
+    _pending: list[Entry] = field(default_factory=list)  # reused, not yet written (nothing changed so far)
+    _table: _Spool | None = None
+    _blob: _Spool | None = None
+    _unwritable: str | None = None  # why the new index cannot be written
+    _oversize: bool = False  # the new index would be larger than MAX_INDEX_BYTES
 
     @classmethod
-    def open(cls, state_dir: Path, root: RootSpec, policy: Policy) -> RootIndex:
+    def open(cls, state_dir: Path, root: RootSpec, policy: Policy, *, record: bool = True) -> RootIndex:
         path = index_path(state_dir, root)
         header = header_for(root, policy)
         old, problem = read_index(path, header)
-        return cls(path, header, policy.limits, policy, time.time_ns(), RACY_NS, old, {}, problem)
+        return cls(path, header, policy.limits, policy, time.time_ns(), RACY_NS, old, problem, record=record)
 
     def candidate(self, root_fd: int, root: RootSpec, name: str) -> Candidate:
         """The candidate of package ``name``: from the index when its entry is clean (every
         recorded stat unchanged, not racily clean), else read and validated (and recorded)."""
-        entry = self.old.get(name)
+        entry = self.old.pop(name, None)
         if entry is not None and not entry.racy(self.granularity_ns) and unchanged(entry, root_fd):
             found = candidate_from_entry(entry, root)
             if found is not None:
                 self.reused += 1
-                self.new[name] = entry
+                self._add(entry)
                 return found
+        self._changed = self._changed or entry is not None  # an entry that no longer holds
         scan = scan_package(root_fd, root, name, self.limits)
         candidate = validate_package(scan, self.policy)
         self.read += 1
         fresh = entry_from_candidate(candidate, scan, self.scanned_ns, self.header.euid)
         if fresh is not None:
-            self.new[name] = fresh
+            self._changed = True
+            self._add(fresh)
         return candidate
 
     @property
     def changed(self) -> bool:
-        return self.new.keys() != self.old.keys() or any(self.old[k] is not v for k, v in self.new.items())
+        """The new index differs from the file read at the start."""
+        return self._changed or bool(self.old)  # what is left of ``old`` is gone from the root
+
+    def _add(self, entry: Entry) -> None:
+        if not self.record or entry.name in self.names:
+            return
+        self.names.add(entry.name)
+        if not self._changed:
+            self._pending.append(entry)  # a load that changes nothing writes nothing
+            return
+        if self._pending:
+            pending, self._pending = self._pending, []
+            for e in pending:
+                self._write(e)
+        self._write(entry)
+
+    def _spools(self) -> tuple[_Spool, _Spool] | None:
+        """The table and blob spools, made at the first entry written; None once writing failed."""
+        if self._unwritable is not None or self._oversize:
+            return None
+        if self._table is None or self._blob is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                self._table, self._blob = _Spool(self.path.parent), _Spool(self.path.parent)
+            except OSError as exc:
+                self._fail(str(exc.strerror or exc))
+                return None
+        return self._table, self._blob
+
+    def _write(self, entry: Entry) -> None:
+        spools = self._spools()
+        if spools is None:
+            return
+        table, blob = spools
+        row, data = encode_row(entry, blob.size)
+        if table.size + blob.size + len(row) + sum(map(len, data)) > MAX_INDEX_BYTES:
+            self._oversize = True  # the file is not written (and the old one removed)
+            self._close()
+            return
+        try:
+            table.write(b"," + row if table.size else row)
+            for value in data:
+                blob.write(value)
+        except OSError as exc:
+            self._fail(str(exc.strerror or exc))
+
+    def _fail(self, why: str) -> None:
+        self._unwritable = why
+        self._close()
+
+    def _close(self) -> None:
+        for spool in (self._table, self._blob):
+            if spool is not None:
+                spool.file.close()
+        self._table = self._blob = None
 
     def save(self) -> None:
         """Write the index if anything changed (or the old file was unusable). A failure is a
         logged warning, never an error of the load: the next load reads those packages again."""
         log.debug("content index %s: %d packages reused, %d read", self.path, self.reused, self.read)
-        if not self.changed and self.problem is None:
-            return
         try:
-            chunks = encode_chunks(self.header, self.new)
-            if sum(map(len, chunks)) > MAX_INDEX_BYTES:
-                self.path.unlink(missing_ok=True)
-                return
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            write_atomic(self.path, chunks)
+            self._save()
         except OSError as exc:
             log.warning("cannot write the content index %s: %s", self.path, exc.strerror or exc)
+        finally:
+            self._close()
+            self._pending = []
+
+    def _save(self) -> None:
+        """Raises OSError."""
+        if not self.record or (not self.changed and self.problem is None):
+            return
+        # nothing was read, yet the file is rewritten (packages removed, or the old file unusable)
+        pending, self._pending = self._pending, []
+        for e in pending:
+            self._write(e)
+        spools = self._spools()
+        if spools is None:
+            if self._oversize:
+                self.path.unlink(missing_ok=True)
+            else:
+                log.warning("cannot write the content index %s: %s", self.path, self._unwritable)
+            return
+        table, blob = spools
+        head = header_line(self.header, table.size + 2, blob.size)
+        if len(head) + table.size + 2 + blob.size > MAX_INDEX_BYTES:
+            self.path.unlink(missing_ok=True)
+            return
+        write_atomic(self.path, chain((head, b"["), table.chunks(), (b"]",), blob.chunks()))
 
     def diagnostic(self, root: RootSpec) -> Diagnostic | None:
         if self.problem is None:

@@ -426,7 +426,7 @@ class Loader:
                     prefetch.offer(scan.contents)
                 yield name, validate_package(scan, policy)
             return
-        index = RootIndex.open(cfg.state_dir, root, policy)
+        index = RootIndex.open(cfg.state_dir, root, policy, record=not cfg.read_only)
         for name in names:
             yield name, index.candidate(fd, root, name)
         problem = index.diagnostic(root)

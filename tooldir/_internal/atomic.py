@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 
-def write_atomic(path: Path, data: bytes | Sequence[bytes], *, mode: int = 0o600, sync_dir: bool = False) -> None:
+def write_atomic(path: Path, data: bytes | Iterable[bytes], *, mode: int = 0o600, sync_dir: bool = False) -> None:
     """Replace ``path`` with ``data`` (bytes, or chunks written in order: a large file need not be
-    joined in memory first) atomically. ``sync_dir`` also fsyncs the folder, so the rename itself
+    joined, or even held, in memory first) atomically. ``sync_dir`` also fsyncs the folder, so the rename itself
     survives a power loss. Raises OSError; the temp file never outlives a failure."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # O_EXCL | O_NOFOLLOW, 0600
     try:

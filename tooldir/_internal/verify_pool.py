@@ -2,7 +2,9 @@
 
 ``cryptography`` holds the GIL through Ed25519 verification (about 110 us each on this machine,
 two per minisign-signed package: as long as reading, parsing and validating the package), so
-threads cannot overlap it with discovery. For a root of at least :data:`MIN_PACKAGES` packages
+threads cannot overlap it with discovery. The helper verifies with libsodium (PyNaCl, about 60 us
+each) and leaves what libsodium refuses to this process (:mod:`.verify_worker`), so it keeps ahead
+of the reading of a 10k root and this process seldom verifies anything itself. For a root of at least :data:`MIN_PACKAGES` packages
 (the crossover measured by benchmarks/bench_signed.py on 2 cores) the loader offers every
 package's signature files to a :class:`SignaturePrefetch` as it reads them; one helper process
 (:mod:`.verify_worker`), started as the root's reading starts, verifies minisign and SSHSIG

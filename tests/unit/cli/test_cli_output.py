@@ -71,3 +71,21 @@ def test_scan_json_piped_into_head_prints_no_traceback(tmp_path: Path, root: Pat
     assert done.stdout == b"{"
     assert b"Traceback" not in done.stderr and b"BrokenPipe" not in done.stderr
     assert done.stderr == b""
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"tools": [{"name": f"t{i}", "path": "/tmp/ü", "n": [i, None, 1.5]} for i in range(700)], "empty": [], "n": 1},
+        {"tools": [{"x": i} for i in range(256)], "more": [{"y": "é"}] * 257},
+        [{"a": 1}] * 600,
+        {"a": 1},
+        {},
+        "text",
+    ],
+    ids=["long-list", "batch-edges", "top-level-list", "small", "empty", "scalar"],
+)
+def test_compact_json_is_written_in_pieces_with_exactly_the_text_of_one_dumps(doc: object) -> None:
+    from tooldir._cli.common import compact_json_chunks
+
+    assert "".join(compact_json_chunks(doc)) == json.dumps(doc, ensure_ascii=False)

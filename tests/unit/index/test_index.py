@@ -548,3 +548,66 @@ def test_the_index_file_is_byte_for_byte_what_the_previous_encoder_wrote(root: P
     assert len(entries) >= 4
     assert encode(header, entries) == _encode_before_issue14_pipeline(header, entries) == data
     assert encode(header, {}) == _encode_before_issue14_pipeline(header, {})
+
+
+# -- writing: streamed, only when something changed, bounded ---------------------------------------
+
+
+def test_an_unchanged_root_does_not_rewrite_its_index(root: Path, tmp_path: Path, counter: Counter) -> None:
+    _tools(root)
+    state = tmp_path / "state"
+    _load(state, users=[root])
+    path = index_path(state, user_root(root))
+    before = path.stat()
+    _load(state, users=[root])
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_a_removed_package_is_dropped_from_the_index_without_reading_the_others(
+    root: Path, tmp_path: Path, counter: Counter
+) -> None:
+    _tools(root)
+    state = tmp_path / "state"
+    _load(state, users=[root])
+    for f in (root / "tool_1").iterdir():
+        f.unlink()
+    (root / "tool_1").rmdir()
+    counter.reset()
+    _load(state, users=[root])
+    assert counter.scans == 0
+    header = header_for(user_root(root), Policy())
+    assert sorted(decode(index_path(state, user_root(root)).read_bytes(), header).entries) == ["tool_0", "tool_2"]
+
+
+def test_a_changed_package_rewrites_the_index_with_every_entry_and_leaves_no_temporary_file(
+    root: Path, tmp_path: Path, counter: Counter
+) -> None:
+    _tools(root)
+    state = tmp_path / "state"
+    _load(state, users=[root])
+    (root / "tool_2" / "run.py").write_text("print('changed')\n")
+    _load(state, users=[root])
+    path = index_path(state, user_root(root))
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+    header = header_for(user_root(root), Policy())
+    decoded = decode(path.read_bytes(), header)
+    assert (sorted(decoded.entries), decoded.dropped) == (["tool_0", "tool_1", "tool_2"], 0)
+    counter.reset()
+    _load(state, users=[root])
+    assert counter.scans == 0
+
+
+def test_an_index_that_would_exceed_its_size_bound_is_not_written_and_the_old_one_is_removed(
+    root: Path, tmp_path: Path, counter: Counter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _tools(root)
+    state = tmp_path / "state"
+    _load(state, users=[root])
+    path = index_path(state, user_root(root))
+    assert path.exists()
+    monkeypatch.setattr(index_mod, "MAX_INDEX_BYTES", path.stat().st_size + 100)  # the old file fits
+    make_tool(root, "tool_2", description="A much longer description. " * 80)  # the new one does not
+    snap = _load(state, users=[root])
+    assert not path.exists() and snap.diagnostics == ()
+    assert [p.name for p in path.parent.iterdir()] == []

@@ -4,6 +4,7 @@ refused, and a helper that fails leaves everything to the in-process path."""
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
@@ -93,7 +94,8 @@ def test_a_tampered_lock_or_comment_is_still_refused_when_the_helper_verifies(
     lock.write_bytes(lock.read_bytes() + b"\n")  # the lock no longer matches its signature
     monkeypatch.setattr(verify_pool, "MIN_PACKAGES", N)
     snap = load(project, public, tmp_path / "s")
-    assert in_process[0] == 0
+    # the helper refuses both; only those two are verified here again, for the exact reason
+    assert in_process[0] == 2
     status = {t.name: (t.status, {d.code for d in t.diagnostics}) for t in snap.tools}
     assert status.pop("signed_tool_1")[1] >= {"bad-signature"}
     assert status.pop("signed_tool_2")[1] >= {"bad-signature"}
@@ -317,3 +319,97 @@ def test_the_helper_answers_a_garbled_ssh_frame_not_valid_and_refuses_an_unknown
     assert verify_worker.verify_frame((5).to_bytes(4, "big") + garbled) == (5).to_bytes(4, "big") + b"\x03"
     with pytest.raises(ValueError, match="malformed"):
         verify_worker.verify_frame((5).to_bytes(4, "big") + b"X" + bytes(300))
+
+
+def _minisign_frame(index: int, sig: signatures.MinisignSignature, public: bytes, lock: bytes) -> bytes:
+    """The helper's frame for one minisign check, as the prefetch builds it."""
+    prehash = hashlib.blake2b(lock, digest_size=64).digest()
+    body = b"M" + public + sig.signature + prehash + sig.global_signature + sig.trusted_comment
+    return index.to_bytes(4, "big") + body
+
+
+def test_the_helper_answers_valid_only_for_what_in_process_verification_accepts_and_defers_the_rest() -> None:
+    from tooldir._internal import verify_worker
+
+    key, _secret, public = keys.generate_minisign_key()
+    pub = signatures.parse_minisign_public_key(public)
+    lock = b'{"a lock": 1}\n'
+    good = signatures.parse_minisig(keys.minisign_sign(key, lock, "tool:x\tversion:1"))
+    assert verify_worker.verify_frame(_minisign_frame(4, good, pub.public, lock)) == b"\0\0\0\4\0"
+    # tampered lock, tampered trusted comment: not valid (1, 2 or 3: the parent verifies it for the reason)
+    assert verify_worker.verify_frame(_minisign_frame(4, good, pub.public, lock + b" "))[4] != 0
+    forged_comment = signatures.MinisignSignature(
+        good.algorithm, good.key_id, good.signature, b"tool:x\tversion:9", good.global_signature
+    )
+    assert verify_worker.verify_frame(_minisign_frame(4, forged_comment, pub.public, lock))[4] != 0
+
+
+def test_a_signature_the_helper_library_refuses_but_cryptography_accepts_gets_the_in_process_verdict() -> None:
+    """libsodium also refuses small-order keys (here the identity point, for which any message
+    "verifies" under OpenSSL's check): the helper answers 3, so the parent's own verification with
+    ``cryptography`` decides, and the verdict never depends on which process verified."""
+    from tooldir._internal import verify_worker
+
+    identity = b"\x01" + bytes(31)
+    weak = signatures.MinisignPublicKey(b"\x11" * 8, identity)
+    sig = signatures.MinisignSignature(b"ED", weak.key_id, identity + bytes(32), b"tool:x", identity + bytes(32))
+    assert signatures.verify_minisign(sig, weak, b"any lock") is None
+    assert verify_worker.verify_frame(_minisign_frame(0, sig, weak.public, b"any lock")) == bytes(4) + b"\3"
+
+
+def test_without_pynacl_the_helper_verifies_with_cryptography_and_names_the_failed_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tooldir._internal import verify_worker
+
+    monkeypatch.setitem(sys.modules, "nacl.bindings", None)  # import nacl.bindings raises ImportError
+    monkeypatch.setattr(verify_worker, "_verifier", [])
+    verify = verify_worker._minisign_verifier()
+    key, _secret, public = keys.generate_minisign_key()
+    pub = signatures.parse_minisign_public_key(public).public
+    lock = b'{"a lock": 1}\n'
+    sig = signatures.parse_minisig(keys.minisign_sign(key, lock, "tool:x\tversion:1"))
+    prehash = hashlib.blake2b(lock, digest_size=64).digest()
+    assert verify(pub, sig.signature, prehash, sig.global_signature, sig.trusted_comment) == 0
+    assert verify(pub, sig.signature, prehash[::-1], sig.global_signature, sig.trusted_comment) == 1
+    assert verify(pub, sig.signature, prehash, sig.global_signature, b"tool:x\tversion:9") == 2
+
+
+_LIAR = (
+    "import sys, struct\n"
+    "data = sys.stdin.buffer.read(); pos = 0; out = []\n"
+    "while pos < len(data):\n"
+    " (n,) = struct.unpack_from('>I', data, pos); (i,) = struct.unpack_from('>I', data, pos + 4)\n"
+    " out.append(struct.pack('>IB', i, {code})); pos += 4 + n\n"
+    "sys.stdout.buffer.write(b''.join(out))"
+)
+
+
+def test_a_helper_that_answers_valid_to_everything_cannot_make_a_changed_or_replayed_package_trusted(
+    signed_project: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer only says "this signature verifies": the key must still be trusted and not
+    revoked, the lock must name the tool, list exactly its files, not be expired or rolled back."""
+    project, public = signed_project
+    root = project / ".tooldir" / "tools"
+    (root / "signed_tool_1" / "run.py").write_text("print('changed after signing')\n")
+    for name in (LOCK, MINISIG):  # tool 3 carries tool 2's signed lock
+        (root / "signed_tool_3" / name).write_bytes((root / "signed_tool_2" / name).read_bytes())
+    monkeypatch.setattr(verify_pool, "MIN_PACKAGES", N)
+    monkeypatch.setattr(verify_pool, "_BOOT", _LIAR.format(code=0))
+    snap = load(project, public, tmp_path / "s")
+    status = {t.name: (t.status, {d.code for d in t.diagnostics}) for t in snap.tools}
+    assert status.pop("signed_tool_1") == (Status.REJECTED, {"hash-mismatch"})
+    assert status.pop("signed_tool_3") == (Status.REJECTED, {"bad-signature"})  # the lock names signed_tool_2
+    assert {s for s, _ in status.values()} == {Status.ACTIVE}
+
+
+def test_a_helper_answer_with_a_code_it_never_gives_discards_every_answer(
+    signed_project: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_process: list[int]
+) -> None:
+    project, public = signed_project
+    monkeypatch.setattr(verify_pool, "MIN_PACKAGES", N)
+    monkeypatch.setattr(verify_pool, "_BOOT", _LIAR.format(code=7))
+    snap = load(project, public, tmp_path / "s")
+    assert in_process[0] == N
+    assert {t.status for t in snap.tools} == {Status.ACTIVE}
