@@ -494,6 +494,16 @@ class RootIndex:
     def candidate(self, root_fd: int, root: RootSpec, name: str) -> Candidate:
         """The candidate of package ``name``: from the index when its entry is clean (every
         recorded stat unchanged, not racily clean), else read and validated (and recorded)."""
+        found = self.reuse(root_fd, root, name)
+        if found is not None:
+            return found
+        candidate, fresh = self.read_package(root_fd, root, name)
+        self.record(name, fresh)
+        return candidate
+
+    def reuse(self, root_fd: int, root: RootSpec, name: str) -> Candidate | None:
+        """The candidate of package ``name`` from its clean entry (recorded as kept), or None:
+        the package must be read (:meth:`read_package`, then :meth:`record`)."""
         entry = self.old.get(name)
         if entry is not None and not entry.racy(self.granularity_ns) and unchanged(entry, root_fd):
             found = candidate_from_entry(entry, root)
@@ -501,13 +511,20 @@ class RootIndex:
                 self.reused += 1
                 self.new[name] = entry
                 return found
+        return None
+
+    def read_package(self, root_fd: int, root: RootSpec, name: str) -> tuple[Candidate, Entry | None]:
+        """Read and validate package ``name``: its candidate and the entry to record for it (None:
+        not indexable). Pure with respect to this index (a forked worker may run it)."""
         scan = scan_package(root_fd, root, name, self.limits)
         candidate = validate_package(scan, self.policy)
+        return candidate, entry_from_candidate(candidate, scan, self.scanned_ns, self.header.euid)
+
+    def record(self, name: str, entry: Entry | None) -> None:
+        """Note that package ``name`` was read, with the entry :meth:`read_package` made of it."""
         self.read += 1
-        fresh = entry_from_candidate(candidate, scan, self.scanned_ns, self.header.euid)
-        if fresh is not None:
-            self.new[name] = fresh
-        return candidate
+        if entry is not None:
+            self.new[name] = entry
 
     @property
     def changed(self) -> bool:

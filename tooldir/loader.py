@@ -16,16 +16,16 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from itertools import chain
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
-from ._internal import verify_pool
+from ._internal import forkpool, verify_pool
 from ._internal.verify_pool import SignaturePrefetch, prefetch_for
 from .discover import (
     EntryKind,
@@ -39,7 +39,7 @@ from .discover import (
     scan_package,
 )
 from .errors import StateError
-from .index import RootIndex
+from .index import Entry, RootIndex
 from .index import enabled as index_enabled
 from .lockfile import UNLISTED
 from .model import BuiltinSpec, Diagnostic, Source, ToolRecord, warning
@@ -77,7 +77,12 @@ from .trust import (
 from .validate import Candidate, validate_package
 
 PROJECT_PARTS = (".tooldir", "tools")
+#: Fewest packages to read in one root for which forked workers pay for themselves on 2 cores
+#: (``LoadConfig.parallel_min`` 0 means this): measured with benchmarks/bench_scan.py.
+PARALLEL_MIN = 1000
 log = logging.getLogger("tooldir.loader")
+
+R = TypeVar("R")
 
 Marks = Mapping[tuple[str, str], int]  # (signer, tool) -> highest signed version
 
@@ -185,6 +190,15 @@ class LoadConfig:
     #: Use the persistent content index in ``state_dir`` (:mod:`tooldir.index`): a new process
     #: stats unchanged packages instead of reading and validating them. Off: every package is read.
     index: bool = True
+    #: Processes that may share the reading of a root's packages (this one included). 1, the
+    #: default, never forks: a library host is never forked by surprise. Above 1 (the CLI's one-shot
+    #: commands set the CPU count), a root with at least ``parallel_min`` packages to read is
+    #: shared with forked workers (:mod:`tooldir._internal.forkpool`), only on Linux and only while
+    #: this process has one thread; the snapshot is the same as a sequential load's.
+    workers: int = 1
+    #: Fewest packages to read in one root for which forking workers pays (measured, see
+    #: :data:`PARALLEL_MIN`).
+    parallel_min: int = 0
 
 
 PkgKey = tuple[str, str]  # (root path, folder name)
@@ -413,27 +427,55 @@ class Loader:
     ) -> Iterable[tuple[str, Candidate]]:
         """The validated candidate of every package folder of a listed root: through the content
         index (:mod:`tooldir.index`) when it is enabled and the source needs no trust, which
-        reads only what changed and is written back afterwards (never by a ``read_only`` load)."""
+        reads only what changed and is written back afterwards (never by a ``read_only`` load).
+        The packages to read are shared with forked workers when the config allows it
+        (:meth:`_map`)."""
         cfg = self.config
         policy = cfg.policy
         # a source whose tools need trust (approval, pin, signature) is never taken from the index:
         # its digest decides trust, so its files are read and hashed on every load, and with them
         # read, validating again costs no more than rebuilding the indexed record (measured)
         if not cfg.index or policy.sources.for_source(root.source).require:
-            for name in names:
-                scan = scan_package(fd, root, name, policy.limits)
+            limits = policy.limits
+
+            def read(name: str) -> Candidate:
+                return validate_package(scan_package(fd, root, name, limits), policy)
+
+            def offer(_: int, candidate: Candidate) -> None:
                 if prefetch is not None:  # signatures verified by the helper while reading goes on
-                    prefetch.offer(scan.contents)
-                yield name, validate_package(scan, policy)
+                    prefetch.offer(candidate.scan.contents)
+
+            yield from zip(names, self._map(names, read, _is_candidate, offer), strict=True)
             return
         index = RootIndex.open(cfg.state_dir, root, policy)
-        for name in names:
-            yield name, index.candidate(fd, root, name)
+        kept = [index.reuse(fd, root, name) for name in names]
+        todo = [name for name, found in zip(names, kept, strict=True) if found is None]
+        fresh = iter(self._map(todo, partial(index.read_package, fd, root), _is_read, None))
+        for name, reused in zip(names, kept, strict=True):
+            if reused is not None:
+                yield name, reused
+                continue
+            candidate, entry = next(fresh)
+            index.record(name, entry)
+            yield name, candidate
         problem = index.diagnostic(root)
         if problem is not None:
             state.diags += (diag_entry(problem),)
         if not cfg.read_only:
             index.save()
+
+    def _map(
+        self,
+        names: list[str],
+        read: Callable[[str], R],
+        accept: Callable[[object], bool],
+        on_result: Callable[[int, R], None] | None,
+    ) -> list[R]:
+        """``[read(name) for name in names]``, shared with forked workers for a large root when
+        :attr:`LoadConfig.workers` allows (:func:`tooldir._internal.forkpool.fork_map`)."""
+        cfg = self.config
+        processes = forkpool.processes_for(len(names), cfg.workers, cfg.parallel_min or PARALLEL_MIN)
+        return forkpool.fork_map(names, read, processes=processes, accept=accept, on_result=on_result)
 
     def _refresh_entry(self, fd: int, root: RootSpec, state: _Root, name: str, work: _Work) -> None:
         """Re-read one entry directly under an open root, classified as ``list_packages`` does
@@ -621,6 +663,20 @@ class Loader:
         self._groups[group] = tuple(record_entry(r) for r in records if r.source is not Source.BUILTIN)
 
 
+def _is_candidate(value: object) -> bool:
+    return type(value) is Candidate
+
+
+def _is_read(value: object) -> bool:
+    """The shape of :meth:`RootIndex.read_package`'s result (checked on what a worker sent)."""
+    return (
+        type(value) is tuple
+        and len(value) == 2
+        and type(value[0]) is Candidate
+        and (value[1] is None or type(value[1]) is Entry)
+    )
+
+
 def _package(candidate: Candidate) -> _Package:
     contents = candidate.scan.contents
     return _Package(candidate, skeleton(candidate.name), not UNLISTED.isdisjoint(contents))
@@ -636,11 +692,14 @@ def make_config(
     policy_file: str | None = None,
     read_only: bool = False,
     index: bool | None = None,
+    workers: int = 1,
 ) -> LoadConfig:
     """Roots from the arguments (``user_dirs=None`` means the user's config dir; ``project=None``
     means no project source). ``policy_file``: where ``policy`` was read from (for diagnostics).
     ``read_only``: inspection only, see :attr:`LoadConfig.read_only`. ``index``: use the content
     index (:attr:`LoadConfig.index`); None means yes unless ``$TOOLDIR_NO_INDEX`` is ``1``.
+    ``workers``: processes that may share the reading of a large root (:attr:`LoadConfig.workers`;
+    1, the default, never forks).
 
     Raises:
         StateDirError: ``state_dir`` or ``$TOOLDIR_STATE_DIR`` is a relative path.
@@ -661,6 +720,7 @@ def make_config(
         policy_file=policy_file,
         read_only=read_only,
         index=index_enabled() if index is None else index,
+        workers=workers,
     )
 
 

@@ -8,10 +8,11 @@ only when something is actually drawn.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from .common import clean, console_err, stderr_is_terminal
+from .common import CommandError, clean, console_err, stderr_is_terminal
 
 if TYPE_CHECKING:
     from ..loader import LoadConfig
@@ -58,9 +59,35 @@ def progress(description: str, total: int | None = None) -> Iterator[Tracker]:
         yield _Drawn(bar, bar.add_task(description, total=total), description)
 
 
+#: Set to a number to cap the processes a one-shot command's load may use (1: never fork).
+ENV_WORKERS = "TOOLDIR_WORKERS"
+
+
+def workers_from_env() -> int:
+    """``$TOOLDIR_WORKERS`` (a positive number), else the CPUs this process may use.
+
+    Raises:
+        CommandError: the variable is set to anything but a positive number (exit 2).
+    """
+    from .._internal.forkpool import cpu_count
+
+    value = os.environ.get(ENV_WORKERS, "").strip()
+    if not value:
+        return cpu_count()
+    if not value.isdigit() or int(value) < 1:
+        raise CommandError(f"${ENV_WORKERS}={value!r}: expected a positive number of processes (1: no workers)")
+    return int(value)
+
+
 def load_roots(config: LoadConfig) -> Snapshot:
-    """``Loader(config).load()`` with a spinner on a terminal (large roots take a while)."""
+    """``Loader(config).load()`` with a spinner on a terminal (large roots take a while). A
+    one-shot command's load: a large root is read by every CPU (``LoadConfig.workers``), which
+    forks only while this process has one thread (so not while the spinner's thread draws)."""
+    from dataclasses import replace
+
     from ..loader import Loader
 
+    if config.workers == 1:
+        config = replace(config, workers=workers_from_env())
     with progress(f"loading {len(config.roots)} tool root(s)"):
         return Loader(config).load()
