@@ -29,6 +29,7 @@ from ._internal import forkpool, verify_pool
 from ._internal.verify_pool import SignaturePrefetch, prefetch_for
 from .discover import (
     EntryKind,
+    PackageScan,
     RootSpec,
     is_hidden,
     list_packages,
@@ -42,7 +43,7 @@ from .errors import StateError
 from .index import Entry, RootIndex
 from .index import enabled as index_enabled
 from .lockfile import UNLISTED
-from .model import BuiltinSpec, Diagnostic, Source, ToolRecord, warning
+from .model import BuiltinSpec, Diagnostic, PackageFile, Source, ToolRecord, warning
 from .names import skeleton
 from .policy import Policy, config_home, policy_diagnostics
 from .resolve import Assessed, resolve
@@ -475,7 +476,7 @@ class Loader:
         :attr:`LoadConfig.workers` allows (:func:`tooldir._internal.forkpool.fork_map`)."""
         cfg = self.config
         processes = forkpool.processes_for(len(names), cfg.workers, cfg.parallel_min or PARALLEL_MIN)
-        return forkpool.fork_map(names, read, processes=processes, accept=accept, on_result=on_result)
+        return forkpool.fork_map(names, read, processes=processes, accept=accept, on_result=on_result, plain=_PLAIN)
 
     def _refresh_entry(self, fd: int, root: RootSpec, state: _Root, name: str, work: _Work) -> None:
         """Re-read one entry directly under an open root, classified as ``list_packages`` does
@@ -661,6 +662,10 @@ class Loader:
         cfg = self.config
         records = resolve(self._assessed(self._ordered(members)), cfg.builtins, cfg.policy)
         self._groups[group] = tuple(record_entry(r) for r in records if r.source is not Source.BUILTIN)
+
+
+#: what a worker's results are made of, sent field by field (tooldir._internal.forkpool.dispatch_table)
+_PLAIN = (Candidate, PackageScan, Entry, PackageFile, Diagnostic)
 
 
 def _is_candidate(value: object) -> bool:

@@ -24,17 +24,19 @@ from __future__ import annotations
 
 import contextlib
 import copyreg
+import dataclasses
 import fcntl
 import gc
 import io
 import logging
+import operator
 import os
 import pickle
 import signal
 import struct
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
@@ -59,11 +61,39 @@ def _reduce_proxy(proxy: MappingProxyType[Any, Any]) -> tuple[Any, ...]:
     return (_mapping_proxy, (dict(proxy),))
 
 
-def dumps(value: object) -> bytes:
-    """Pickle ``value`` (read-only mappings included, as a copy of their mapping)."""
+_Reducer = Callable[[Any], Any]  # pickle's reduce: an object -> (callable, args)
+
+
+def dispatch_table(plain: Iterable[type] = ()) -> dict[type, _Reducer]:
+    """How :func:`dumps` reduces what plain pickling cannot (read-only mappings, as a copy of their
+    mapping) or does slowly: each dataclass of ``plain`` (every field an ``__init__`` argument)
+    becomes its class and field values, rebuilt by calling the class (about half the time of the
+    generic dataclass state, measured at 10k packages)."""
+    table: dict[type, _Reducer] = {**copyreg.dispatch_table, MappingProxyType: _reduce_proxy}
+    for cls in plain:
+        fields = dataclasses.fields(cls)
+        if not fields or not all(f.init for f in fields):
+            raise TypeError(f"{cls.__name__}: only dataclasses whose every field is an __init__ argument")
+        table[cls] = _fields_reducer(cls, [f.name for f in fields])
+    return table
+
+
+def _fields_reducer(cls: type, names: list[str]) -> _Reducer:
+    if len(names) == 1:
+        (name,) = names
+        return lambda obj: (cls, (getattr(obj, name),))
+    get = operator.attrgetter(*names)
+    return lambda obj: (cls, get(obj))
+
+
+_DEFAULT_TABLE = dispatch_table()
+
+
+def dumps(value: object, table: Mapping[type, _Reducer] | None = None) -> bytes:
+    """Pickle ``value`` with ``table`` (:func:`dispatch_table`)."""
     buf = io.BytesIO()
     pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
-    pickler.dispatch_table = {**copyreg.dispatch_table, MappingProxyType: _reduce_proxy}
+    pickler.dispatch_table = _DEFAULT_TABLE if table is None else table
     pickler.dump(value)
     return buf.getvalue()
 
@@ -126,6 +156,7 @@ def fork_map(
     accept: Callable[[object], bool],
     on_result: Callable[[int, R], None] | None = None,
     chunk: int | None = None,
+    plain: Iterable[type] = (),
 ) -> list[R]:
     """``[work(x) for x in items]``, shared between this process and ``processes - 1`` forked
     workers (see the module docstring); sequential when ``processes`` is 1, when there are
@@ -135,7 +166,8 @@ def fork_map(
     garbage. ``on_result(i, r)`` is called once per item, in this process, as soon as its result
     is here (not in item order). ``work`` must not depend on state it changes in this process:
     in a worker it runs on the copy made at the fork. ``chunk``: items per frame (default: up to
-    32, smaller for few items).
+    32, smaller for few items). ``plain``: dataclasses in the results sent field by field
+    (:func:`dispatch_table`).
     """
     n = len(items)
     why = None if processes > 1 and n > 1 else "one process"
@@ -149,6 +181,7 @@ def fork_map(
         return pool.results
     size = chunk or max(1, min(32, n // (processes * 8)))
     pool = _Pool(items, work, accept, on_result, [range(i, min(i + size, n)) for i in range(0, n, size)])
+    pool.table = dispatch_table(plain)
     try:
         pool.run(processes - 1)
     finally:
@@ -191,6 +224,7 @@ class _Pool(Generic[X, R]):
         self.chunks = chunks
         self.results: list[R] = [_MISSING] * len(items)
         self.workers: list[_Worker] = []
+        self.table = _DEFAULT_TABLE
 
     def run(self, nworkers: int) -> None:
         bounds = _segments(len(self.chunks), min(nworkers, len(self.chunks)))
@@ -256,7 +290,7 @@ class _Pool(Generic[X, R]):
             items, work = self.items, self.work
             for c in range(first, end):
                 span = self.chunks[c]
-                payload = dumps([work(items[i]) for i in span])
+                payload = dumps([work(items[i]) for i in span], self.table)
                 view = memoryview(_HEAD.pack(_MAGIC, c, len(span), len(payload)) + payload)
                 while view:
                     view = view[os.write(w, view) :]

@@ -113,7 +113,9 @@ def test_a_worker_sending_a_corrupt_frame_is_ignored_and_its_share_read_here(
     forks: Forks, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, garbage: Callable[[Any], bytes]
 ) -> None:
     real = forkpool.dumps
-    monkeypatch.setattr(forkpool, "dumps", lambda value: garbage(value) if os.getpid() != PARENT else real(value))
+    monkeypatch.setattr(
+        forkpool, "dumps", lambda value, *a: garbage(value) if os.getpid() != PARENT else real(value, *a)
+    )
     caplog.set_level(logging.WARNING, logger="tooldir.parallel")
     out = _map(_slow_square)
     assert out == [(x * x, PARENT) for x in range(60)]  # nothing of the worker's was taken
@@ -126,7 +128,9 @@ def test_a_malformed_frame_header_is_ignored_and_its_share_read_here(
 ) -> None:
     real = forkpool.dumps
     # a payload that claims to be longer than it is: the next frame's header is read as garbage
-    monkeypatch.setattr(forkpool, "dumps", lambda value: real(value)[:-3] if os.getpid() != PARENT else real(value))
+    monkeypatch.setattr(
+        forkpool, "dumps", lambda value, *a: real(value, *a)[:-3] if os.getpid() != PARENT else real(value, *a)
+    )
     caplog.set_level(logging.WARNING, logger="tooldir.parallel")
     out = _map(_slow_square)
     assert [r[0] for r in out] == [x * x for x in range(60)]
@@ -277,10 +281,10 @@ def test_a_worker_dying_during_a_load_changes_nothing_in_the_snapshot(
     alone = _load(mixed_root, tmp_path / "s1", workers=1)
     real = forkpool.dumps
 
-    def dies(value: Any) -> bytes:
+    def dies(value: Any, *args: Any) -> bytes:
         if os.getpid() != PARENT:
             os.kill(os.getpid(), signal.SIGKILL)
-        return real(value)
+        return real(value, *args)
 
     monkeypatch.setattr(forkpool, "dumps", dies)
     put = forkpool._Pool.put
