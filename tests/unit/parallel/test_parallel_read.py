@@ -324,3 +324,17 @@ def test_one_shot_cli_loads_may_use_every_cpu(monkeypatch: pytest.MonkeyPatch, t
     monkeypatch.setenv("TOOLDIR_WORKERS", "1")
     progress.load_roots(config)
     assert seen == [forkpool.cpu_count(), 1]
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-1", "1.5"])
+def test_a_bad_worker_count_in_the_environment_is_a_usage_error_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    from tooldir._cli import main
+
+    monkeypatch.setenv("TOOLDIR_WORKERS", value)
+    code = main(
+        ["scan", "--json", "--project", str(tmp_path), "--user-dir", str(tmp_path), "--state-dir", str(tmp_path / "s")]
+    )
+    assert code == 2
+    assert "TOOLDIR_WORKERS" in capsys.readouterr().err
