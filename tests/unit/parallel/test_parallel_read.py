@@ -338,3 +338,25 @@ def test_a_bad_worker_count_in_the_environment_is_a_usage_error_naming_the_varia
     )
     assert code == 2
     assert "TOOLDIR_WORKERS" in capsys.readouterr().err
+
+
+def test_the_loading_line_on_a_terminal_leaves_this_process_one_thread_when_the_load_may_fork(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from tooldir._cli import progress
+
+    threads: list[int] = []
+
+    class Spy:
+        def __init__(self, config: Any) -> None:
+            self.workers = config.workers
+
+        def load(self) -> None:
+            threads.append(threading.active_count())
+
+    monkeypatch.setattr("tooldir.loader.Loader", Spy)
+    monkeypatch.setattr(progress, "stderr_is_terminal", lambda: True)
+    config = make_config(project=None, user_dirs=[tmp_path], state_dir=tmp_path / "s")
+    monkeypatch.setenv("TOOLDIR_WORKERS", "2")
+    progress.load_roots(config)
+    assert threads == [1]
