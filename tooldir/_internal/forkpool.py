@@ -197,6 +197,8 @@ _MISSING: Any = _Missing()
 
 
 def _segments(nchunks: int, nworkers: int) -> list[tuple[int, int]]:
+    if nworkers <= 0:
+        return []
     base, extra = divmod(nchunks, nworkers)
     out, start = [], 0
     for j in range(nworkers):
@@ -227,12 +229,20 @@ class _Pool(Generic[X, R]):
         self.table = _DEFAULT_TABLE
 
     def run(self, nworkers: int) -> None:
-        bounds = _segments(len(self.chunks), min(nworkers, len(self.chunks)))
+        # the first chunk here, before forking: what the work sets up on first use (compiled
+        # validators, ~10 ms) is then set up once, and every worker inherits it. Its on_result
+        # calls wait until the workers run: nothing they start (a helper process) is inherited.
+        on_result, self.on_result = self.on_result, None
+        self.run_chunk(0)
+        rest = len(self.chunks) - 1
+        bounds = [(1 + a, 1 + b) for a, b in _segments(rest, min(nworkers, rest))]
         for first, end in bounds:
-            worker = self.start(first, end)
-            if worker is None:
+            if self.start(first, end) is None:
                 break
-            self.workers.append(worker)
+        self.on_result = on_result
+        if on_result is not None:
+            for i in self.chunks[0]:
+                on_result(i, self.results[i])
         for first, end in bounds[len(self.workers) :]:  # workers that could not be started: ours
             for c in range(first, end):
                 self.run_chunk(c)
@@ -273,9 +283,11 @@ class _Pool(Generic[X, R]):
             return None
         if pid == 0:  # pragma: no cover - the child (coverage does not follow it)
             self.child(r, w, first, end)
+        worker = _Worker(pid, r, first, end, received=first, hi=end)
+        self.workers.append(worker)  # from here on, stop() kills and reaps it whatever happens
         os.close(w)
         os.set_blocking(r, False)
-        return _Worker(pid, r, first, end, received=first, hi=end)
+        return worker
 
     def child(self, r: int, w: int, first: int, end: int) -> None:  # pragma: no cover - in the worker
         """A worker's life: its segment from the front, one frame per chunk; never returns."""
