@@ -79,7 +79,7 @@ from .validate import Candidate, validate_package
 
 PROJECT_PARTS = (".tooldir", "tools")
 #: Fewest packages to read in one root for which forked workers pay for themselves on 2 cores
-#: (``LoadConfig.parallel_min`` 0 means this): measured with benchmarks/bench_scan.py.
+#: (the default of ``LoadConfig.parallel_min``): measured with benchmarks/bench_scan.py.
 PARALLEL_MIN = 1000
 log = logging.getLogger("tooldir.loader")
 
@@ -199,7 +199,7 @@ class LoadConfig:
     workers: int = 1
     #: Fewest packages to read in one root for which forking workers pays (measured, see
     #: :data:`PARALLEL_MIN`).
-    parallel_min: int = 0
+    parallel_min: int = PARALLEL_MIN
 
 
 PkgKey = tuple[str, str]  # (root path, folder name)
@@ -475,7 +475,7 @@ class Loader:
         """``[read(name) for name in names]``, shared with forked workers for a large root when
         :attr:`LoadConfig.workers` allows (:func:`tooldir._internal.forkpool.fork_map`)."""
         cfg = self.config
-        processes = forkpool.processes_for(len(names), cfg.workers, cfg.parallel_min or PARALLEL_MIN)
+        processes = forkpool.processes_for(len(names), cfg.workers, cfg.parallel_min)
         return forkpool.fork_map(names, read, processes=processes, accept=accept, on_result=on_result, plain=_PLAIN)
 
     def _refresh_entry(self, fd: int, root: RootSpec, state: _Root, name: str, work: _Work) -> None:
@@ -708,7 +708,10 @@ def make_config(
 
     Raises:
         StateDirError: ``state_dir`` or ``$TOOLDIR_STATE_DIR`` is a relative path.
+        ValueError: ``workers`` is not a positive number.
     """
+    if type(workers) is not int or workers < 1:
+        raise ValueError(f"make_config(workers={workers!r}): expected a positive number of processes (1: no workers)")
     roots: list[RootSpec] = []
     if user_dirs is None:
         roots.append(user_root_default())

@@ -360,3 +360,9 @@ def test_the_loading_line_on_a_terminal_leaves_this_process_one_thread_when_the_
     monkeypatch.setenv("TOOLDIR_WORKERS", "2")
     progress.load_roots(config)
     assert threads == [1]
+
+
+@pytest.mark.parametrize("workers", [0, -2, 1.5, True])
+def test_a_worker_count_that_is_not_a_positive_number_is_refused_by_make_config(tmp_path: Path, workers: Any) -> None:
+    with pytest.raises(ValueError, match="workers"):
+        make_config(project=None, user_dirs=[tmp_path], state_dir=tmp_path / "s", workers=workers)
