@@ -5,9 +5,7 @@ refused, and a helper that fails leaves everything to the in-process path."""
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from toolkit import make_tool, project_tools
@@ -15,7 +13,7 @@ from toolkit import scan as scan_package_folder
 from trustkit import ssh_keypair, ssh_sign, write_lock
 
 from tooldir import keys, signatures
-from tooldir._internal import forkpool, verify_pool
+from tooldir._internal import verify_pool
 from tooldir.loader import Loader, make_config
 from tooldir.lockfile import LOCK, MINISIG, render_lock
 from tooldir.model import Status
@@ -39,13 +37,12 @@ def signed_project(tmp_path: Path) -> tuple[Path, str]:
     return project, public.splitlines()[1]
 
 
-def load(project: Path, public: str, state: Path, revoked: tuple[str, ...] = (), workers: int = 1) -> Snapshot:
+def load(project: Path, public: str, state: Path, revoked: tuple[str, ...] = ()) -> Snapshot:
     policy = Policy(
         sources=SourcesPolicy(project=ProjectSourcePolicy(require=("signature",))),
         keys=KeysPolicy(minisign=(public,), revoked=revoked),
     )
-    config = make_config(project=project, user_dirs=[], policy=policy, state_dir=state, read_only=True, workers=workers)
-    return Loader(replace(config, parallel_min=2)).load()
+    return Loader(make_config(project=project, user_dirs=[], policy=policy, state_dir=state, read_only=True)).load()
 
 
 def verdicts(snap: Snapshot) -> list[tuple[str, Status, str, tuple[str, ...]]]:
@@ -80,30 +77,6 @@ def test_a_large_signed_root_is_verified_by_the_helper_with_the_in_process_verdi
     assert in_process[0] == 0
     assert verdicts(helped) == verdicts(alone)
     assert {t.status for t in helped.tools} == {Status.ACTIVE}
-
-
-@pytest.mark.usefixtures("patient")
-def test_a_large_signed_root_read_with_forked_workers_is_verified_by_the_helper_with_the_same_verdicts(
-    signed_project: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_process: list[int]
-) -> None:
-    project, public = signed_project
-    monkeypatch.setattr(verify_pool, "MIN_PACKAGES", N)
-    alone = load(project, public, tmp_path / "s1")
-    forked: list[int] = []
-    start = forkpool._Pool.start
-
-    def started(self: Any, first: int, end: int) -> Any:
-        worker = start(self, first, end)
-        forked.append(worker.pid)
-        return worker
-
-    monkeypatch.setattr(forkpool._Pool, "start", started)
-    in_process[0] = 0
-    shared = load(project, public, tmp_path / "s2", workers=2)
-    assert len(forked) == 1
-    assert in_process[0] == 0  # the packages the worker read were offered to the helper too
-    assert verdicts(shared) == verdicts(alone)
-    assert {t.status for t in shared.tools} == {Status.ACTIVE}
 
 
 @pytest.mark.usefixtures("patient")
