@@ -4,7 +4,10 @@ floor    one process (the same interpreter) that walks root -> package -> files,
          ``json.loads`` every schema.json and sha256s every file, keeping nothing.
 tooldir  one process ``python -m tooldir scan --json --user-dir ROOT`` (no project tools, a fresh
          state directory per run, stdout to /dev/null), everything real: imports, discovery,
-         validation, trust, resolution, the deferral plan and the JSON output.
+         validation, trust, resolution, the deferral plan and the JSON output. A root of at least
+         ``tooldir.loader.PARALLEL_MIN`` packages is read by every CPU (forked workers).
+seq      the same with ``TOOLDIR_WORKERS=1``: one process reads everything (the baseline of the
+         parallel read; the target is on ``tooldir``, whole-process wall time).
 
 Warm page cache (one untimed pass of each first), interleaved rounds, min/median/max of wall time
 and of the child's CPU time (user + sys, from ``wait4``: robust to a busy machine), and the peak RSS
@@ -52,10 +55,17 @@ def tree(workdir: Path, n: int) -> Path:
     return root
 
 
-def run(argv: list[str]) -> tuple[float, float, float]:
-    """(wall s, CPU s of the child, peak RSS MB of the child) of one whole process."""
+VARIANTS = ("floor", "tooldir", "seq")
+SEQUENTIAL = {"TOOLDIR_WORKERS": "1"}
+
+
+def run(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float]:
+    """(wall s, CPU s of the child and the workers it waited for, peak RSS MB of the largest) of
+    one whole process."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/")
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/", env={**os.environ, **(env or {})}
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -70,13 +80,15 @@ def run(argv: list[str]) -> tuple[float, float, float]:
 def commands(root: Path, state: Path) -> dict[str, list[str]]:
     empty = state.parent / "no-project"
     empty.mkdir(exist_ok=True)
-    return {
-        "floor": [sys.executable, FLOOR_SCRIPT, str(root)],
-        "tooldir": [
-            sys.executable, "-m", "tooldir", "scan", "--json",
-            "--project", str(empty), "--user-dir", str(root), "--state-dir", str(state),
-        ],
-    }  # fmt: skip
+    scan = [
+        sys.executable, "-m", "tooldir", "scan", "--json",
+        "--project", str(empty), "--user-dir", str(root), "--state-dir", str(state),
+    ]  # fmt: skip
+    return {"floor": [sys.executable, FLOOR_SCRIPT, str(root)], "tooldir": scan, "seq": scan}
+
+
+def env_of(variant: str) -> dict[str, str] | None:
+    return SEQUENTIAL if variant == "seq" else None
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -99,13 +111,14 @@ def bench(n: int, runs: int, workdir: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tooldir-bench-scan-") as tmp:
         state = Path(tmp) / "state"
         check_loaded(root, state, n)
-        for argv in commands(root, Path(tmp) / "warm").values():
-            run(argv)  # warm the page cache
-        samples: dict[str, list[tuple[float, float, float]]] = {"floor": [], "tooldir": []}
+        for key, argv in commands(root, Path(tmp) / "warm").items():
+            run(argv, env_of(key))  # warm the page cache
+        samples: dict[str, list[tuple[float, float, float]]] = {k: [] for k in VARIANTS}
         for i in range(runs):
-            # a fresh state directory per round: a cold scan (the content index is written, not read)
-            for key, argv in commands(root, Path(tmp) / f"state-{i}").items():
-                samples[key].append(run(argv))
+            # a fresh state directory per round and variant: a cold scan (the index is written, not read)
+            for key in VARIANTS:
+                argv = commands(root, Path(tmp) / f"state-{i}-{key}")[key]
+                samples[key].append(run(argv, env_of(key)))
     wall = {k: summary([s[0] for s in v]) for k, v in samples.items()}
     cpu = {k: summary([s[1] for s in v]) for k, v in samples.items()}
     rss = {k: max(s[2] for s in v) for k, v in samples.items()}
@@ -117,6 +130,8 @@ def bench(n: int, runs: int, workdir: Path) -> dict[str, Any]:
         "peak_rss_mb": rss,
         "ratio": wall["tooldir"]["median"] / wall["floor"]["median"],
         "ratio_cpu": cpu["tooldir"]["median"] / cpu["floor"]["median"],
+        "ratio_seq": wall["seq"]["median"] / wall["floor"]["median"],
+        "speedup": wall["seq"]["median"] / wall["tooldir"]["median"],
         "target": TARGETS.get(n),
     }
 
@@ -178,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"{'n':>7} {'variant':>8} {'wall min/med/max s':>22} {'cpu min/med/max s':>22} {'peak MB':>8}")
     for r in rows:
-        for key in ("floor", "tooldir"):
+        for key in VARIANTS:
             w, c = r["wall_s"][key], r["cpu_s"][key]
             print(
                 f"{r['n']:>7} {key:>8} {w['min']:>6.3f}/{w['median']:>6.3f}/{w['max']:>6.3f}"
@@ -186,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         target = f"target <= {r['target']:.1f}x" if r["target"] else "no target at this size"
         print(f"{'':>7} ratio {r['ratio']:.2f}x wall, {r['ratio_cpu']:.2f}x cpu ({target})")
+        print(
+            f"{'':>7} sequential (TOOLDIR_WORKERS=1) {r['ratio_seq']:.2f}x wall; parallel read {r['speedup']:.2f}x faster"
+        )
     print("scaling (one round each, after a warm-up): tooldir scan --json, whole process")
     print(f"{'n':>7} {'wall s':>8} {'cpu s':>8} {'peak MB':>8} {'floor s':>8} {'cpu ms/pkg':>11} {'KB/pkg':>7}")
     for r in table:

@@ -507,7 +507,7 @@ class RootIndex:
     table row and kept bytes are appended to two unnamed temporary files in the index's folder
     (entries reused before that are only remembered, and written then), and :meth:`save` writes
     the file atomically from them. A cold 10k load so never holds the 26 MB of manifest bytes
-    (validation has dropped them from the candidates) nor the table. ``record=False`` (a
+    (validation has dropped them from the candidates) nor the table. ``keep=False`` (a
     ``read_only`` load, which writes nothing to user state) keeps and writes nothing."""
 
     path: Path
@@ -521,7 +521,7 @@ class RootIndex:
     problem: str | None = None
     reused: int = 0  # packages answered from the index
     read: int = 0  # packages read and validated
-    record: bool = True
+    keep: bool = True  # False: a read-only load, nothing kept or written
     names: set[str] = field(default_factory=set)  # the packages of the new index
     _changed: bool = False
     _pending: list[Entry] = field(default_factory=list)  # reused, not yet written (nothing changed so far)
@@ -531,15 +531,25 @@ class RootIndex:
     _oversize: bool = False  # the new index would be larger than MAX_INDEX_BYTES
 
     @classmethod
-    def open(cls, state_dir: Path, root: RootSpec, policy: Policy, *, record: bool = True) -> RootIndex:
+    def open(cls, state_dir: Path, root: RootSpec, policy: Policy, *, keep: bool = True) -> RootIndex:
         path = index_path(state_dir, root)
         header = header_for(root, policy)
         old, problem = read_index(path, header)
-        return cls(path, header, policy.limits, policy, time.time_ns(), RACY_NS, old, problem, record=record)
+        return cls(path, header, policy.limits, policy, time.time_ns(), RACY_NS, old, problem, keep=keep)
 
     def candidate(self, root_fd: int, root: RootSpec, name: str) -> Candidate:
         """The candidate of package ``name``: from the index when its entry is clean (every
         recorded stat unchanged, not racily clean), else read and validated (and recorded)."""
+        found = self.reuse(root_fd, root, name)
+        if found is not None:
+            return found
+        candidate, fresh = self.read_package(root_fd, root, name)
+        self.record(name, fresh)
+        return candidate
+
+    def reuse(self, root_fd: int, root: RootSpec, name: str) -> Candidate | None:
+        """The candidate of package ``name`` from its clean entry (recorded as kept), or None:
+        the package must be read (:meth:`read_package`, then :meth:`record`)."""
         entry = self.old.pop(name, None)
         if entry is not None and not entry.racy(self.granularity_ns) and unchanged(entry, root_fd):
             found = candidate_from_entry(entry, root)
@@ -548,14 +558,22 @@ class RootIndex:
                 self._add(entry)
                 return found
         self._changed = self._changed or entry is not None  # an entry that no longer holds
+        return None
+
+    def read_package(self, root_fd: int, root: RootSpec, name: str) -> tuple[Candidate, Entry | None]:
+        """Read and validate package ``name``: its candidate and the entry to record for it (None:
+        not indexable). Pure with respect to this index (a forked worker may run it)."""
         scan = scan_package(root_fd, root, name, self.limits)
         candidate = validate_package(scan, self.policy)
+        return candidate, entry_from_candidate(candidate, scan, self.scanned_ns, self.header.euid)
+
+    def record(self, name: str, entry: Entry | None) -> None:
+        """Note that package ``name`` was read, with the entry :meth:`read_package` made of it
+        (written to the new index from here on, see :meth:`_add`)."""
         self.read += 1
-        fresh = entry_from_candidate(candidate, scan, self.scanned_ns, self.header.euid)
-        if fresh is not None:
+        if entry is not None:
             self._changed = True
-            self._add(fresh)
-        return candidate
+            self._add(entry)
 
     @property
     def changed(self) -> bool:
@@ -563,7 +581,7 @@ class RootIndex:
         return self._changed or bool(self.old)  # what is left of ``old`` is gone from the root
 
     def _add(self, entry: Entry) -> None:
-        if not self.record or entry.name in self.names:
+        if not self.keep or entry.name in self.names:
             return
         self.names.add(entry.name)
         if not self._changed:
@@ -629,7 +647,7 @@ class RootIndex:
 
     def _save(self) -> None:
         """Raises OSError."""
-        if not self.record or (not self.changed and self.problem is None):
+        if not self.keep or (not self.changed and self.problem is None):
             return
         # nothing was read, yet the file is rewritten (packages removed, or the old file unusable)
         pending, self._pending = self._pending, []
