@@ -121,15 +121,22 @@ def stderr_is_terminal() -> bool:
     return sys.stderr.isatty()
 
 
+def stdout_is_terminal() -> bool:
+    """Whether stdout is a terminal (``--json`` is then indented, tables as wide as it is)."""
+    return _isatty(sys.stdout)
+
+
 def print_json(value: Any) -> None:
     """One JSON document on stdout: indented for a person at a terminal, compact (one line, the
     same content) for a pipe or a file, where the indenting encoder would cost ~4x the time."""
-    if _isatty(sys.stdout):
-        text = json.dumps(value, indent=2, ensure_ascii=False)
-    else:
-        text = json.dumps(value, ensure_ascii=False)  # no indent: the C encoder, on one line
-    sys.stdout.write(text + "\n")
+    text = json.dumps(value, indent=2, ensure_ascii=False) + "\n" if _isatty(sys.stdout) else render_json(value)
+    sys.stdout.write(text)
     sys.stdout.flush()
+
+
+def render_json(value: Any) -> str:
+    """What :func:`print_json` prints into a pipe or a file: one compact line (the C encoder)."""
+    return json.dumps(value, ensure_ascii=False) + "\n"
 
 
 def _isatty(stream: Any) -> bool:
