@@ -154,6 +154,27 @@ def _memo_lookup(args: argparse.Namespace, fmt: str) -> int | scanmemo.Pending |
     problem is a miss."""
     from .. import scanmemo
 
+    keyed = memo_request(args, fmt)
+    if keyed is None:
+        return None
+    req, key, dist_paths = keyed
+    try:
+        hit = scanmemo.lookup(req, key)
+    except (OSError, ValueError):
+        return None
+    if hit is not None:
+        sys.stdout.write(hit.text)
+        sys.stdout.flush()
+        return hit.status
+    return scanmemo.prepare(req, key, dist_paths)
+
+
+def memo_request(args: argparse.Namespace, fmt: str) -> tuple[scanmemo.Request, str, list[str]] | None:
+    """The memo request of this scan, its key and the installed distributions' paths; None when
+    this scan has no memo (``--no-index``, ``TOOLDIR_NO_INDEX=1``, stdout is a terminal) or the
+    normal path must say what is wrong with the options."""
+    from .. import scanmemo
+
     if not scanmemo.enabled(no_index=bool(getattr(args, "no_index", False))) or stdout_is_terminal():
         return None
     options = {k: getattr(args, k, None) for k in _MEMO_OPTIONS}
@@ -167,20 +188,12 @@ def _memo_lookup(args: argparse.Namespace, fmt: str) -> int | scanmemo.Pending |
             state=args.state_dir,
             options=options,
         )
-        if req is None:
-            return None
-        keyed = scanmemo.key(req)
-        if keyed is None:
-            return None
-        key, dist_paths = keyed
-        hit = scanmemo.lookup(req, key)
+        keyed = None if req is None else scanmemo.key(req)
     except (OSError, ValueError):
         return None
-    if hit is not None:
-        sys.stdout.write(hit.text)
-        sys.stdout.flush()
-        return hit.status
-    return scanmemo.prepare(req, key, dist_paths)
+    if req is None or keyed is None:
+        return None
+    return req, keyed[0], keyed[1]
 
 
 _MEMO_OPTIONS = ("command", "format", "json", "strict", "project", "user_dir", "policy", "state_dir", "no_index")
