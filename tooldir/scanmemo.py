@@ -95,6 +95,8 @@ STATE_IGNORED = frozenset({"audit.jsonl", "audit.head"})
 #: Diagnostics after which the next load behaves differently: never memoized.
 UNSTABLE_CODES = frozenset({"index-ignored", "state-unwritable"})
 PROJECT_PARTS = (".tooldir", "tools")  # = tooldir.loader.PROJECT_PARTS
+#: They decide whether a group-writable file is safe (tooldir.discover.shared_group).
+ACCOUNTS = ("/etc/passwd", "/etc/group")
 ABSENT = "-"
 
 _SHARED = stat.S_IWGRP | stat.S_IWOTH
@@ -424,7 +426,7 @@ def record_state(req: Request, dist_paths: Iterable[str]) -> Table:
         table.add("L", path, _stat(path, follow=False))
     _record_folder(table, req.config)
     table.add("S", req.policy, _stat(req.policy, follow=True))
-    for path in ("/etc/passwd", "/etc/group"):
+    for path in ACCOUNTS:
         table.add("S", path, _stat(path, follow=True))
     for path in dist_paths:
         table.add("L", path, _stat(path, follow=False))

@@ -154,6 +154,7 @@ def test_the_table_records_every_file_and_the_absence_of_the_project_root(tmp_pa
     assert paths[f"{user}/pkg/schema.json"] != scanmemo.ABSENT
     assert paths[str(tmp_path / "project" / ".tooldir")] == scanmemo.ABSENT
     assert paths[str(tmp_path / "state")] == scanmemo.ABSENT
+    assert {"/etc/passwd", "/etc/group"} <= set(paths)  # who shares a group decides unsafe-permissions
     assert scanmemo.unchanged(table.text())
     os.chmod(f"{user}/pkg/schema.json", 0o600)
     assert not scanmemo.unchanged(table.text())
