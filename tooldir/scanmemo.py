@@ -624,38 +624,50 @@ def memoizable(
 
 @dataclass(slots=True)
 class Pending:
-    """A scan that missed: what :func:`save` needs, taken before the load read anything."""
+    """A scan that missed: what :func:`save` needs, taken before the load."""
 
     req: Request
     key: str
     dist_paths: list[str]
     started_ns: int
-    table: Table | None
+    state: Table | None  # the state, config and installation lines as the load found them
 
 
 def prepare(req: Request, key_: str, dist_paths: list[str]) -> Pending:
-    """Take the stat table *before* the load reads the roots (as discovery takes its stats
-    before it reads): a file changed later has another key, so the memo cannot match it."""
+    """Note when the load starts and the state it starts from (a few stats). The roots are
+    walked only after the load, by :func:`save`, and only if the state did not change meanwhile
+    (on a first scan the load writes the content index, so that memo could never be used)."""
     started = time.time_ns()
-    return Pending(req, key_, dist_paths, started, record(req, dist_paths))
+    try:
+        state = record_state(req, dist_paths)
+    except (OSError, TooLarge):
+        state = None
+    return Pending(req, key_, dist_paths, started, state)
 
 
 def save(pending: Pending, text: str, status: int) -> bool:
     """Write the memo of a scan that printed ``text`` and ends with ``status``; False when it may
-    not be written (racy, a project package, the state changed during the load, too large) or
-    cannot be. Never raises for I/O."""
-    table = pending.table
+    not be written or cannot be. Never raises for I/O.
+
+    The stat table is taken now, after the load: it is sound because no recorded time may be
+    newer than :data:`RACY_NS` before the load started. A file changed while the load ran (or
+    just before) has a newer ctime, so that scan writes no memo; a file changed earlier was read
+    by the load as it is now. It is not written either when the state, config or installation
+    changed during the load (the load wrote the content index: the next scan sees another
+    state), a project root holds a folder, or the table or memo is too large."""
     req = pending.req
-    if table is None or table.newest_ns >= pending.started_ns - RACY_NS:
-        return False
-    if not project_clean(table.lines, req.roots):
+    if pending.state is None:
         return False
     try:
         after = record_state(req, pending.dist_paths)
     except (OSError, TooLarge):
         return False
-    before = table.lines[len(table.lines) - len(after.lines) :]
-    if after.lines != before:  # the load wrote an index or state file: the next scan is another one
+    if after.lines != pending.state.lines:
+        return False
+    table = record(req, pending.dist_paths)
+    if table is None or table.newest_ns >= pending.started_ns - RACY_NS:
+        return False
+    if table.lines[len(table.lines) - len(after.lines) :] != after.lines or not project_clean(table.lines, req.roots):
         return False
     data = encode(pending.key, table, pending.started_ns, text=text, status=status, req=req)
     if len(data) > MAX_MEMO_BYTES:

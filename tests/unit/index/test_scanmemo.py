@@ -234,8 +234,11 @@ def test_a_memo_recorded_within_the_racy_granularity_is_never_used(tmp_path: Pat
         path.write_bytes(scanmemo.encode("k", table, table.newest_ns + after, text="x", status=0, req=req))
         os.chmod(path, 0o600)
         assert (scanmemo.lookup(req, "k") is not None) is usable
-    pending = scanmemo.Pending(req, "k", [], table.newest_ns + scanmemo.RACY_NS - 1, table)
-    assert scanmemo.save(pending, "x", 0) is False
+    state = scanmemo.record_state(req, [])
+    pending = scanmemo.Pending(req, "k", [], table.newest_ns + scanmemo.RACY_NS + 1, state)
+    assert scanmemo.save(pending, "x", 0) is True
+    pending = scanmemo.Pending(req, "k", [], table.newest_ns + scanmemo.RACY_NS - 1, state)
+    assert scanmemo.save(pending, "y", 0) is False
 
 
 def test_memoizable_refuses_trust_gated_server_signed_and_unstable_scans() -> None:
