@@ -64,8 +64,8 @@ the hit path checks the structural ones again):
   ``state-unwritable``): the next load behaves differently.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: typing.NamedTuple would then compile() every field's
+# annotation string on every import (about 1 ms of every hit).
 import hashlib
 import json
 import os
@@ -73,9 +73,8 @@ import stat
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 FORMAT = "tooldir-scanmemo-v1"
 MAGIC = b"tooldir-scanmemo-v1\n"
@@ -139,8 +138,7 @@ def index_file(state: str, source: str, root_path: str) -> str:
     return os.path.join(state, INDEX_DIR, f"{ident}.idx")
 
 
-@dataclass(frozen=True, slots=True)
-class Root:
+class Root(NamedTuple):
     """A tool root as the loader builds it (:class:`tooldir.discover.RootSpec`)."""
 
     source: str  # "user" | "project"
@@ -152,8 +150,7 @@ class Root:
         return os.path.join(self.anchor, *self.parts)
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(NamedTuple):
     """One ``tooldir scan`` as the memo sees it: what it resolves to, and where its memo lives."""
 
     fmt: str
@@ -330,13 +327,16 @@ class TooLarge(Exception):
     """The table would exceed :data:`MAX_LINES`."""
 
 
-@dataclass(slots=True)
 class Table:
     """The stat table as lines ``<kind><path>\\0<key>``: kind ``L`` (lstat), ``S`` (stat, links
-    followed) or ``A`` (an anchor: stat followed, identity, type and owner only)."""
+    followed) or ``A`` (an anchor: stat followed, identity, type and owner only). (Plain classes
+    and named tuples here, not dataclasses: their code generation is a cost of every hit.)"""
 
-    lines: list[str]
-    newest_ns: int = 0  # the newest mtime/ctime of any line
+    __slots__ = ("lines", "newest_ns")
+
+    def __init__(self, lines: list[str], newest_ns: int = 0) -> None:
+        self.lines = lines
+        self.newest_ns = newest_ns  # the newest mtime/ctime of any line
 
     def add(self, kind: str, path: str, st: os.stat_result | None) -> None:
         if st is None:
@@ -489,8 +489,7 @@ def unchanged(table_text: str) -> bool:
 # -- the file ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Hit:
+class Hit(NamedTuple):
     text: str
     status: int
 
@@ -513,8 +512,7 @@ def encode(key_: str, table: Table, recorded_ns: int, *, text: str, status: int,
     return b"".join([MAGIC, json.dumps(head, separators=(",", ":")).encode(), b"\n", output, table_bytes])
 
 
-@dataclass(frozen=True, slots=True)
-class Memo:
+class Memo(NamedTuple):
     key: str
     recorded_ns: int
     newest_ns: int
@@ -622,8 +620,7 @@ def memoizable(
     return not any(d.code in UNSTABLE_CODES for d in diagnostics)
 
 
-@dataclass(slots=True)
-class Pending:
+class Pending(NamedTuple):
     """A scan that missed: what :func:`save` needs, taken before the load."""
 
     req: Request
