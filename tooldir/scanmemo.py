@@ -323,10 +323,6 @@ def _anchor_key(st: os.stat_result) -> str:
     return f"{st.st_dev} {st.st_ino} {stat.S_IFMT(st.st_mode)} {st.st_uid}"
 
 
-class TooLarge(Exception):
-    """The table would exceed :data:`MAX_LINES`."""
-
-
 class Table:
     """The stat table as lines ``<kind><path>\\0<key>``: kind ``L`` (lstat), ``S`` (stat, links
     followed) or ``A`` (an anchor: stat followed, identity, type and owner only). (Plain classes
@@ -349,7 +345,7 @@ class Table:
         self.newest_ns = max(self.newest_ns, newest)
         self.lines.append(f"{kind}{path}\0{_key(st)}")
         if len(self.lines) > MAX_LINES:
-            raise TooLarge
+            raise OverflowError(f"more than {MAX_LINES} paths to record")
 
     def text(self) -> str:
         return "\n".join(self.lines)
@@ -441,7 +437,7 @@ def record(req: Request, dist_paths: Iterable[str]) -> Table | None:
         for root in req.roots:
             _record_root(table, root)
         rest = record_state(req, dist_paths)
-    except (OSError, TooLarge):
+    except (OSError, OverflowError):
         return None
     table.lines.extend(rest.lines)
     table.newest_ns = max(table.newest_ns, rest.newest_ns)
@@ -637,7 +633,7 @@ def prepare(req: Request, key_: str, dist_paths: list[str]) -> Pending:
     started = time.time_ns()
     try:
         state = record_state(req, dist_paths)
-    except (OSError, TooLarge):
+    except (OSError, OverflowError):
         state = None
     return Pending(req, key_, dist_paths, started, state)
 
@@ -657,7 +653,7 @@ def save(pending: Pending, text: str, status: int) -> bool:
         return False
     try:
         after = record_state(req, pending.dist_paths)
-    except (OSError, TooLarge):
+    except (OSError, OverflowError):
         return False
     if after.lines != pending.state.lines:
         return False
