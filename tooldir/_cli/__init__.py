@@ -108,8 +108,6 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
-    from ..errors import ConfigError, ToolDirError  # after parsing: --help and --version never need them
-
     try:
         # A one-shot command builds large, long-lived structures and exits: pausing the cyclic GC
         # is the CLI's process-wide choice (the library never makes it for its host).
@@ -119,17 +117,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as exc:
         console_err().print(f"tooldir {args.command}: {exc.message}", markup=False, highlight=False)
         return exc.exit_code
-    except ConfigError as exc:
-        console_err().print(f"tooldir {args.command}: {exc.diagnostics()}", markup=False, highlight=False)
-        return EXIT_USAGE
-    except ToolDirError as exc:
-        console_err().print(f"tooldir {args.command}: {exc.diagnostics()}", markup=False, highlight=False)
-        return 1
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # stdout's reader went away (``| head``): end quietly, like other Unix tools
-        _silence_stdout()
-        return EXIT_BROKEN_PIPE
+    except Exception as exc:
+        # tooldir.errors imports the model (pydantic): only once a command failed, so a command
+        # that never loads the library (a scan memo hit, --help, --version) never pays for it
+        from ..errors import ConfigError, ToolDirError
+
+        if isinstance(exc, ConfigError):
+            console_err().print(f"tooldir {args.command}: {exc.diagnostics()}", markup=False, highlight=False)
+            return EXIT_USAGE
+        if isinstance(exc, ToolDirError):
+            console_err().print(f"tooldir {args.command}: {exc.diagnostics()}", markup=False, highlight=False)
+            return 1
+        if isinstance(exc, BrokenPipeError):  # stdout's reader went away (``| head``): end quietly
+            _silence_stdout()
+            return EXIT_BROKEN_PIPE
+        raise
     return code if code is not None else EXIT_OK
 
 

@@ -122,6 +122,11 @@ def stderr_is_terminal() -> bool:
     return sys.stderr.isatty()
 
 
+def stdout_is_terminal() -> bool:
+    """Whether stdout is a terminal (``--json`` is then indented, tables as wide as it is)."""
+    return _isatty(sys.stdout)
+
+
 def print_json(value: Any) -> None:
     """One JSON document on stdout: indented for a person at a terminal, compact (one line, the
     same content) for a pipe or a file, where the indenting encoder would cost ~4x the time. The
@@ -159,6 +164,11 @@ def compact_json_chunks(value: Any) -> Iterator[str]:
             yield (", " if start else "") + dumps(item[start : start + _BATCH])[1:-1]
         yield "]"
     yield "}"
+
+
+def render_json(value: Any) -> str:
+    """What :func:`print_json` prints into a pipe or a file: one compact line (the C encoder)."""
+    return json.dumps(value, ensure_ascii=False) + "\n"
 
 
 def _isatty(stream: Any) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import TYPE_CHECKING, Any
 
 from .common import (
@@ -14,13 +15,17 @@ from .common import (
     config_from_args,
     console,
     print_json,
+    render_json,
     safe,
+    stdout_is_terminal,
 )
 from .progress import load_roots
 
 SCAN_FORMATS = ("table", "json", "sarif")
 if TYPE_CHECKING:
+    from .. import scanmemo
     from ..defer import DeferralPlan
+    from ..loader import LoadConfig
     from ..model import ToolRecord
     from ..snapshot import Snapshot
 
@@ -50,6 +55,11 @@ def register(sub: Any) -> None:
 def load_snapshot(args: argparse.Namespace) -> tuple[Snapshot, DeferralPlan]:
     """The snapshot and the static deferral plan a fresh session over it would start from (so
     ``deferred`` here is what ``catalog``, a session and ``tooldir serve`` do)."""
+    _, snap, plan = _load(args)
+    return snap, plan
+
+
+def _load(args: argparse.Namespace) -> tuple[LoadConfig, Snapshot, DeferralPlan]:
     from ..staticplan import initial_plan
 
     config = config_from_args(args)
@@ -60,7 +70,7 @@ def load_snapshot(args: argparse.Namespace) -> tuple[Snapshot, DeferralPlan]:
 
         snap = extend_snapshot(snap, load_upstream_state(config.state_dir), config.policy, config.builtins)
     # only the deferred set is shown: decided from token bounds when they suffice (no tokenizer load)
-    return snap, initial_plan(snap, policy=config.policy, builtins=config.builtins, by_bounds=True)
+    return config, snap, initial_plan(snap, policy=config.policy, builtins=config.builtins, by_bounds=True)
 
 
 def record_json(record: ToolRecord, plan: DeferralPlan) -> dict[str, Any]:
@@ -96,7 +106,23 @@ def scan_format(args: argparse.Namespace) -> str:
 
 def cmd_scan(args: argparse.Namespace) -> int:
     fmt = scan_format(args)
-    snap, plan = load_snapshot(args)
+    pending = _memo_lookup(args, fmt)
+    if isinstance(pending, int):  # a memo hit: its output is printed, this is its exit status
+        return pending
+    config, snap, plan = _load(args)
+    has_errors = any(d.severity == "error" for d in snap.diagnostics)
+    status = EXIT_FOUND_ERRORS if args.strict and has_errors else EXIT_OK
+    if pending is None:
+        print_scan(fmt, snap, plan, args)
+        return status
+    text = render_scan(fmt, snap, plan, args)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    _memo_save(pending, config, snap, text, status)
+    return status
+
+
+def print_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Namespace) -> None:
     if fmt == "json":
         print_json(scan_json(snap, plan))
     elif fmt == "sarif":
@@ -106,8 +132,82 @@ def cmd_scan(args: argparse.Namespace) -> int:
     else:
         print_tools(snap.tools, plan, title=f"tooldir scan — snapshot {snap.id} (generation {snap.generation})")
         print_diagnostics(snap)
-    has_errors = any(d.severity == "error" for d in snap.diagnostics)
-    return EXIT_FOUND_ERRORS if args.strict and has_errors else EXIT_OK
+
+
+def render_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Namespace) -> str:
+    """What :func:`print_scan` prints into a pipe or a file (never a terminal), as text."""
+    if fmt == "table":
+        with console().capture() as captured:
+            print_scan(fmt, snap, plan, args)
+        return captured.get()
+    if fmt == "json":
+        return render_json(scan_json(snap, plan))
+    from .sarif_out import scan_sarif
+
+    return render_json(scan_sarif(snap, project=args.project))
+
+
+def _memo_lookup(args: argparse.Namespace, fmt: str) -> int | scanmemo.Pending | None:
+    """Before the library is imported: the scan memo (:mod:`tooldir.scanmemo`). A hit prints the
+    stored output and gives its exit status; a miss gives what the memo's writer needs (None:
+    no memo for this scan, e.g. ``--no-index`` or stdout is a terminal). Never raises: any
+    problem is a miss."""
+    from .. import scanmemo
+
+    keyed = memo_request(args, fmt)
+    if keyed is None:
+        return None
+    req, key, dist_paths = keyed
+    try:
+        hit = scanmemo.lookup(req, key)
+    except (OSError, ValueError):
+        return None
+    if hit is not None:
+        sys.stdout.write(hit.text)
+        sys.stdout.flush()
+        return hit.status
+    return scanmemo.prepare(req, key, dist_paths)
+
+
+def memo_request(args: argparse.Namespace, fmt: str) -> tuple[scanmemo.Request, str, list[str]] | None:
+    """The memo request of this scan, its key and the installed distributions' paths; None when
+    this scan has no memo (``--no-index``, ``TOOLDIR_NO_INDEX=1``, stdout is a terminal) or the
+    normal path must say what is wrong with the options."""
+    from .. import scanmemo
+
+    if not scanmemo.enabled(no_index=bool(getattr(args, "no_index", False))) or stdout_is_terminal():
+        return None
+    options = {k: getattr(args, k, None) for k in _MEMO_OPTIONS}
+    try:
+        req = scanmemo.request(
+            fmt=fmt,
+            strict=bool(args.strict),
+            project=args.project,
+            user_dirs=args.user_dir,
+            policy=args.policy,
+            state=args.state_dir,
+            options=options,
+        )
+        keyed = None if req is None else scanmemo.key(req)
+    except (OSError, ValueError):
+        return None
+    if req is None or keyed is None:
+        return None
+    return req, keyed[0], keyed[1]
+
+
+_MEMO_OPTIONS = ("command", "format", "json", "strict", "project", "user_dir", "policy", "state_dir", "no_index")
+
+
+def _memo_save(pending: scanmemo.Pending, config: LoadConfig, snap: Snapshot, text: str, status: int) -> None:
+    from .. import scanmemo
+
+    sources = config.policy.sources
+    required = {str(root.source): bool(sources.for_source(root.source).require) for root in config.roots}
+    if config.index and scanmemo.memoizable(
+        tools=snap.tools, diagnostics=snap.diagnostics, trust_required=required, read_only=config.read_only
+    ):
+        scanmemo.save(pending, text, status)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -162,6 +162,7 @@ StepKind = Literal[
     "python-m-tooldir",
     "setenv",
     "forge-index",
+    "forge-scanmemo",
 ]
 
 _STEP_NEEDS: dict[str, tuple[str, ...]] = {
@@ -185,6 +186,7 @@ _STEP_NEEDS: dict[str, tuple[str, ...]] = {
     "python-m-tooldir": (),
     "setenv": ("text",),
     "forge-index": ("tool",),
+    "forge-scanmemo": (),
 }
 
 
@@ -208,6 +210,8 @@ class Step(_Frozen):
     how: Literal["whitespace", "reorder", "duplicate-key", "escape"] | None = None  # tamper-line: how
     namespace: str = "tooldir"  # sign-ssh: the SSHSIG namespace
     keep_times: bool = False  # write, replace: the file keeps its access and modification times
+    stdout_includes: tuple[str, ...] = ()  # tooldir, python-m-tooldir: text its stdout must hold
+    stdout_excludes: tuple[str, ...] = ()  # tooldir, python-m-tooldir: text its stdout must not hold
 
     @model_validator(mode="after")
     def _fields_for_kind(self) -> Step:
@@ -216,7 +220,7 @@ class Step(_Frozen):
             raise ValueError(f"a {self.do!r} step needs {', '.join(missing)}")
         if self.do == "write" and (self.text is None) == (self.hex is None):
             raise ValueError("a 'write' step needs exactly one of text, hex")
-        if self.do in ("tooldir", "python-m-tooldir") and not self.args:
+        if self.do in ("tooldir", "python-m-tooldir", "forge-scanmemo") and not self.args:
             raise ValueError(f'a {self.do!r} step needs args, e.g. ["scan", "--json"]')
         return self
 

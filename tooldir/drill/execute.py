@@ -197,7 +197,8 @@ def _apply_step(
     elif do == "policy":
         write_policy(arena, given(step.text))
     elif do == "tooldir":
-        run_cli(arena, [arena.substitute(a) for a in step.args], step.exit, where)
+        out = run_cli(arena, [arena.substitute(a) for a in step.args], step.exit, where)
+        check_stdout(step, out, arena, where)
     elif do == "sign-ssh":
         sign_ssh(arena, given(step.key), given(step.path), step.namespace, where)
     elif do == "add-key":
@@ -210,9 +211,12 @@ def _apply_step(
             )
         os.environ[name] = arena.substitute(value)
     elif do == "python-m-tooldir":
-        run_python_m(arena, [arena.substitute(a) for a in step.args], step.exit, where)
+        out = run_python_m(arena, [arena.substitute(a) for a in step.args], step.exit, where)
+        check_stdout(step, out, arena, where)
     elif do == "forge-index":
         forge_index(arena, arena.resolve(given(step.tool)), where)
+    elif do == "forge-scanmemo":
+        forge_scanmemo(arena, [arena.substitute(a) for a in step.args], where)
     else:
         apply_plant(given(step.plant), arena)
 
@@ -258,6 +262,52 @@ def forge_index(arena: Arena, package: Path, where: str) -> None:
     entries[package.name] = replace(entry, stats=tuple(now.items()), scanned_ns=newest + 3600 * 10**9)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     path.write_bytes(encode(header, entries))
+
+
+def check_stdout(step: Step, out: str, arena: Arena, where: str) -> None:
+    """A ``tooldir`` step's ``stdout_includes`` / ``stdout_excludes``: what the user was shown."""
+    for text in step.stdout_includes:
+        if arena.substitute(text) not in out:
+            raise ScenarioError(f"{where}: its output does not show {text!r}", path=arena.scenario)
+    for text in step.stdout_excludes:
+        if arena.substitute(text) in out:
+            raise ScenarioError(f"{where}: its output shows {text!r}", path=arena.scenario)
+
+
+def forge_scanmemo(arena: Arena, args: list[str], where: str) -> None:
+    """The attacker writes the user's scan memo (:mod:`tooldir.scanmemo`) for the scan ``args``:
+    its key and stat table as that scan computes them now, a recording time far enough in the
+    past that it is not racily clean, and the output (and exit status) the memo already held, or,
+    with no memo yet, what that scan prints now (an attacker who can write user state)."""
+    from .. import scanmemo
+    from .._cli import build_parser, main
+    from .._cli.inspect import memo_request, scan_format
+    from .._internal.atomic import write_atomic
+
+    parsed = build_parser(args).parse_args(args)
+    if parsed.command != "scan":
+        raise ScenarioError(f"{where}: forge-scanmemo takes a 'scan' command line", path=arena.scenario)
+    with contextlib.redirect_stdout(io.StringIO()):  # as run_cli runs the scan: stdout is no terminal
+        keyed = memo_request(parsed, scan_format(parsed))
+    if keyed is None:
+        raise ScenarioError(f"{where}: 'tooldir {' '.join(args)}' has no scan memo", path=arena.scenario)
+    req, key, dists = keyed
+    held = scanmemo.read(req.path)
+    memo = scanmemo.decode(held) if held is not None else None
+    if memo is not None:
+        text, status = memo.text, memo.status
+    else:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            status = main([*args, "--no-index"])
+        text = out.getvalue()
+    path = Path(req.path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # before the table: it records the state dir
+    table = scanmemo.record(req, dists)
+    if table is None:
+        raise ScenarioError(f"{where}: the roots of 'tooldir {' '.join(args)}' cannot be recorded", path=arena.scenario)
+    recorded = table.newest_ns + scanmemo.RACY_NS + 1
+    write_atomic(path, scanmemo.encode(key, table, recorded, text=text, status=status, req=req))
 
 
 def add_session_key(description: str, payload: str, where: str, arena: Arena) -> None:
