@@ -298,30 +298,62 @@ def encode(header: Header, entries: Mapping[str, Entry]) -> bytes:
 _ROW = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
-def encode_row(e: Entry, offset: int) -> tuple[bytes, list[bytes]]:
-    """One entry's table row (its kept files at ``offset`` in the blob, by file name) and those
-    bytes, in blob order: the table is these rows, comma-separated in a JSON array."""
-    kept = []
-    data = []
-    for fname in sorted(e.kept):
-        value = e.kept[fname]
-        kept.append([fname, offset, len(value)])
-        data.append(value)
-        offset += len(value)
-    row = [
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One entry's table row encoded but for its kept files' blob offsets (known only when it is
+    written), and those files' bytes: a forked worker encodes its packages' rows
+    (:meth:`RootIndex.read_package`), so this process only splices the offsets in (:meth:`at`),
+    and receives bytes instead of an :class:`Entry`'s objects."""
+
+    name: str
+    head: bytes  # ``[name,scanned_ns,digest,has_manifest,stats,files,`` (UTF-8)
+    fnames: tuple[bytes, ...]  # each kept file's name as a JSON string, in blob order
+    tail: bytes  # ``,diagnostics]``
+    data: tuple[bytes, ...]  # each kept file's bytes, in blob order
+
+    def at(self, offset: int) -> bytes:
+        """The table row with the kept files at ``offset`` in the blob (what :func:`encode_row`
+        gives)."""
+        kept = []
+        for fname, value in zip(self.fnames, self.data, strict=True):
+            kept.append(b"[%s,%d,%d]" % (fname, offset, len(value)))
+            offset += len(value)
+        return b"".join((self.head, b"[", b",".join(kept), b"]", self.tail))
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+def prepare_row(e: Entry) -> Row:
+    """``e``'s :class:`Row` (the JSON encoder's text, in three pieces around the kept files)."""
+    names = sorted(e.kept)
+    head = [
         e.name,
         e.scanned_ns,
         e.digest,
         e.has_manifest,
         [[rel, *key] for rel, key in e.stats],
         [[f.path, f.sha256, f.size, f.executable] for f in e.files],
-        kept,
-        [
-            [str(d.severity), d.code, d.message, d.tool, None if d.source is None else str(d.source), d.path, d.pointer]
-            for d in e.diagnostics
-        ],
     ]
-    return _ROW(row).encode("utf-8", "surrogateescape"), data
+    diags = [
+        [str(d.severity), d.code, d.message, d.tool, None if d.source is None else str(d.source), d.path, d.pointer]
+        for d in e.diagnostics
+    ]
+    return Row(
+        e.name,
+        _utf8(_ROW(head)[:-1] + ","),
+        tuple([_utf8(_ROW(n)) for n in names]),
+        _utf8("," + _ROW(diags) + "]"),
+        tuple([e.kept[n] for n in names]),
+    )
+
+
+def encode_row(e: Entry, offset: int) -> tuple[bytes, list[bytes]]:
+    """One entry's table row (its kept files at ``offset`` in the blob, by file name) and those
+    bytes, in blob order: the table is these rows, comma-separated in a JSON array."""
+    row = prepare_row(e)
+    return row.at(offset), list(row.data)
 
 
 def header_line(header: Header, table: int, blob: int) -> bytes:
@@ -524,7 +556,7 @@ class RootIndex:
     keep: bool = True  # False: a read-only load, nothing kept or written
     names: set[str] = field(default_factory=set)  # the packages of the new index
     _changed: bool = False
-    _pending: list[Entry] = field(default_factory=list)  # reused, not yet written (nothing changed so far)
+    _pending: list[Entry | Row] = field(default_factory=list)  # reused, not yet written (nothing changed so far)
     _table: _Spool | None = None
     _blob: _Spool | None = None
     _unwritable: str | None = None  # why the new index cannot be written
@@ -560,27 +592,28 @@ class RootIndex:
         self._changed = self._changed or entry is not None  # an entry that no longer holds
         return None
 
-    def read_package(self, root_fd: int, root: RootSpec, name: str) -> tuple[Candidate, Entry | None]:
-        """Read and validate package ``name``: its candidate and the entry to record for it (None:
-        not indexable). Pure with respect to this index (a forked worker may run it)."""
+    def read_package(self, root_fd: int, root: RootSpec, name: str) -> tuple[Candidate, Row | None]:
+        """Read and validate package ``name``: its candidate and the encoded row to record for it
+        (None: not indexable). Pure with respect to this index (a forked worker may run it)."""
         scan = scan_package(root_fd, root, name, self.limits)
         candidate = validate_package(scan, self.policy)
-        return candidate, entry_from_candidate(candidate, scan, self.scanned_ns, self.header.euid)
+        entry = entry_from_candidate(candidate, scan, self.scanned_ns, self.header.euid)
+        return candidate, None if entry is None else prepare_row(entry)
 
-    def record(self, name: str, entry: Entry | None) -> None:
-        """Note that package ``name`` was read, with the entry :meth:`read_package` made of it
+    def record(self, name: str, row: Row | None) -> None:
+        """Note that package ``name`` was read, with the row :meth:`read_package` made of it
         (written to the new index from here on, see :meth:`_add`)."""
         self.read += 1
-        if entry is not None:
+        if row is not None:
             self._changed = True
-            self._add(entry)
+            self._add(row)
 
     @property
     def changed(self) -> bool:
         """The new index differs from the file read at the start."""
         return self._changed or bool(self.old)  # what is left of ``old`` is gone from the root
 
-    def _add(self, entry: Entry) -> None:
+    def _add(self, entry: Entry | Row) -> None:
         if not self.keep or entry.name in self.names:
             return
         self.names.add(entry.name)
@@ -606,12 +639,13 @@ class RootIndex:
                 return None
         return self._table, self._blob
 
-    def _write(self, entry: Entry) -> None:
+    def _write(self, entry: Entry | Row) -> None:
         spools = self._spools()
         if spools is None:
             return
         table, blob = spools
-        row, data = encode_row(entry, blob.size)
+        prepared = entry if type(entry) is Row else prepare_row(entry)
+        row, data = prepared.at(blob.size), prepared.data
         if table.size + blob.size + len(row) + sum(map(len, data)) > MAX_INDEX_BYTES:
             self._oversize = True  # the file is not written (and the old one removed)
             self._close()

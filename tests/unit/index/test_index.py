@@ -550,6 +550,42 @@ def test_the_index_file_is_byte_for_byte_what_the_previous_encoder_wrote(root: P
     assert encode(header, {}) == _encode_before_issue14_pipeline(header, {})
 
 
+def test_a_row_encoded_apart_from_its_blob_offsets_is_the_row_the_json_encoder_writes_at_any_offset() -> None:
+    from tooldir.index import Entry, prepare_row
+    from tooldir.model import PackageFile, warning
+
+    diag = warning(
+        "suspicious-text", "é \u202e \udcff", tool="t\u00e9", source=Source.USER, path="/r/\udcff", pointer="/a"
+    )
+    entry = Entry(
+        name="t\u00e9\udcff",
+        scanned_ns=12,
+        digest="sha256:00",
+        has_manifest=True,
+        stats=(("", (1, 2, 3, 4, 5, 6, 7, 8, 9)), ("schéma.json", (9, 8, 7, 6, 5, 4, 3, 2, 1))),
+        files=(PackageFile("schéma.json", "ab", 3, False), PackageFile('z"q.lock', "cd", 0, True)),
+        kept={'z"q.lock': b"", "schema.json": b"{}\n", "a\\b": b"xyz"},
+        diagnostics=(diag,),
+    )
+    row = prepare_row(entry)
+    for offset in (0, 7, 1 << 40):
+        kept, at = [], offset
+        for fname in sorted(entry.kept):
+            kept.append([fname, at, len(entry.kept[fname])])
+            at += len(entry.kept[fname])
+        whole = [
+            entry.name, entry.scanned_ns, entry.digest, entry.has_manifest,
+            [[rel, *key] for rel, key in entry.stats],
+            [[f.path, f.sha256, f.size, f.executable] for f in entry.files],
+            kept, [_diagnostic_row(d) for d in entry.diagnostics],
+        ]  # fmt: skip
+        expected = json.dumps(whole, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogateescape")
+        assert row.at(offset) == expected
+        assert row.data == tuple(entry.kept[f] for f in sorted(entry.kept))
+    empty = replace(entry, kept={}, diagnostics=())
+    assert json.loads(prepare_row(empty).at(5).decode("utf-8", "surrogateescape"))[6:] == [[], []]
+
+
 # -- writing: streamed, only when something changed, bounded ---------------------------------------
 
 
