@@ -41,6 +41,7 @@ index is state another process may have left, so only plain data is ever decoded
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -515,8 +516,12 @@ class _Spool:
 
     __slots__ = ("file", "size")
 
+    #: write buffer: rows (~1 KB) and manifests (~3 KB) mostly exceed the default 8 KiB buffer's
+    #: room, so it made one write(2) per row; this makes one per MiB (10k rows: 63 -> 14 ms)
+    BUFFER = 1 << 20
+
     def __init__(self, folder: Path) -> None:
-        self.file: BinaryIO = tempfile.TemporaryFile(dir=folder)  # noqa: SIM115 - closed by RootIndex
+        self.file: BinaryIO = tempfile.TemporaryFile(dir=folder, buffering=self.BUFFER)  # noqa: SIM115 - closed by RootIndex
         self.size = 0
 
     def write(self, data: bytes) -> None:
@@ -664,7 +669,8 @@ class RootIndex:
     def _close(self) -> None:
         for spool in (self._table, self._blob):
             if spool is not None:
-                spool.file.close()
+                with contextlib.suppress(OSError):  # flushing its buffer failed: it is dropped anyway
+                    spool.file.close()
         self._table = self._blob = None
 
     def save(self) -> None:

@@ -502,6 +502,28 @@ def test_an_index_that_cannot_be_written_never_fails_the_load(
     assert any("cannot write the content index" in r.getMessage() for r in caplog.records)
 
 
+def test_a_spool_whose_buffered_bytes_cannot_be_written_never_fails_the_load(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import errno
+    import io
+
+    class Full(io.BytesIO):  # a disk that fills up: what the write buffer held fails when flushed
+        def flush(self) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def close(self) -> None:
+            self.flush()
+
+    monkeypatch.setattr(index_mod.tempfile, "TemporaryFile", lambda **_: Full())
+    _tools(root, 2)
+    state = tmp_path / "state"
+    snap = _load(state, users=[root])
+    assert [_status(snap, f"tool_{i}") for i in range(2)] == [("active", "none-required")] * 2
+    assert not index_path(state, user_root(root)).exists()
+    assert any("cannot write the content index" in r.getMessage() for r in caplog.records)
+
+
 def _diagnostic_row(d: Any) -> list[Any]:
     source = None if d.source is None else str(d.source)
     return [str(d.severity), d.code, d.message, d.tool, source, d.path, d.pointer]
