@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from toolkit import approve, make_tool, manifest, project_tools
 
 import tooldir.index as index_mod
@@ -606,6 +608,50 @@ def test_a_row_encoded_apart_from_its_blob_offsets_is_the_row_the_json_encoder_w
         assert row.data == tuple(entry.kept[f] for f in sorted(entry.kept))
     empty = replace(entry, kept={}, diagnostics=())
     assert json.loads(prepare_row(empty).at(5).decode("utf-8", "surrogateescape"))[6:] == [[], []]
+
+
+# file names come from the OS as surrogate-escaped text: lone surrogates only in U+DC80..U+DCFF
+_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=12) | st.sampled_from(
+    ["", "é", "\udcff", '"\\\n\x00', "\u2028"]
+)
+_INT = st.integers(min_value=0, max_value=1 << 70)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    name=_TEXT,
+    scanned_ns=_INT,
+    digest=_TEXT,
+    has_manifest=st.booleans(),
+    stats=st.lists(st.tuples(_TEXT, st.tuples(*[_INT] * 9)), max_size=4),
+    files=st.lists(st.tuples(_TEXT, _TEXT, _INT, st.booleans()), max_size=3),
+    kept=st.dictionaries(_TEXT, st.binary(max_size=8), max_size=3),
+    messages=st.lists(_TEXT, max_size=2),
+)
+def test_a_freshly_read_entry_s_formatted_row_is_the_row_the_json_encoder_writes(  # noqa: PLR0917
+    name: str,
+    scanned_ns: int,
+    digest: str,
+    has_manifest: bool,
+    stats: list[Any],
+    files: list[Any],
+    kept: dict[str, bytes],
+    messages: list[str],
+) -> None:
+    from tooldir.index import Entry, fresh_row, prepare_row
+    from tooldir.model import PackageFile, warning
+
+    entry = Entry(
+        name=name,
+        scanned_ns=scanned_ns,
+        digest=digest,
+        has_manifest=has_manifest,
+        stats=tuple(stats),
+        files=tuple(PackageFile(*f) for f in files),
+        kept=kept,
+        diagnostics=tuple(warning("suspicious-text", m, tool=name, path=m or None) for m in messages),
+    )
+    assert fresh_row(entry) == prepare_row(entry)
 
 
 # -- writing: streamed, only when something changed, bounded ---------------------------------------
