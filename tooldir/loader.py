@@ -40,7 +40,7 @@ from .discover import (
     scan_package,
 )
 from .errors import StateError
-from .index import Entry, RootIndex
+from .index import RootIndex, Row
 from .index import enabled as index_enabled
 from .lockfile import UNLISTED
 from .model import BuiltinSpec, Diagnostic, PackageFile, Source, ToolRecord, warning
@@ -668,7 +668,7 @@ class Loader:
 
 
 #: what a worker's results are made of, sent field by field (tooldir._internal.forkpool.dispatch_table)
-_PLAIN = (Candidate, PackageScan, Entry, PackageFile, Diagnostic)
+_PLAIN = (Candidate, PackageScan, Row, PackageFile, Diagnostic)
 
 
 def _is_candidate(value: object) -> bool:
@@ -681,7 +681,7 @@ def _is_read(value: object) -> bool:
         type(value) is tuple
         and len(value) == 2
         and type(value[0]) is Candidate
-        and (value[1] is None or type(value[1]) is Entry)
+        and (value[1] is None or type(value[1]) is Row)
     )
 
 

@@ -30,7 +30,24 @@ BOUNDED_ENCODINGS = frozenset({"o200k_base"})
 
 #: From a segment's first ASCII letter or digit to its end (linear: no backtracking). A segment
 #: never splits at an apostrophe or a non-ASCII character: merging pieces only lowers the count.
+#: The definition of a segment; :func:`segments` counts the same without matching it.
 _SEGMENT = re.compile(r"[A-Za-z0-9][^\x00-\x26\x28-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]*")
+
+_ALNUM = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+#: On UTF-8 bytes: every ASCII separator becomes a space, every ASCII letter or digit an ``a``;
+#: the apostrophe and every byte of a non-ASCII character (>= 0x80) are deleted.
+_CLASSES = bytes(0x61 if b in _ALNUM else 0x20 for b in range(256))
+_DELETE = b"'" + bytes(range(0x80, 0x100))
+
+
+def segments(text: str) -> int:
+    """``len(_SEGMENT.findall(text))``, ~5x faster: a segment is a maximal run of characters that
+    are not ASCII separators holding an ASCII letter or digit (the match starts at its first one and
+    runs to its end), so with the separators made spaces and the other characters that are not
+    letters or digits deleted (bytes.translate, in C), each segment is one run of ``a`` after a
+    space or at the start, and a run without a letter or digit vanishes."""
+    data = text.encode("utf-8", "surrogatepass").translate(_CLASSES, _DELETE)
+    return data.count(b" a") + data.startswith(b"a")
 
 
 def token_upper_bound(text: str) -> int:
@@ -43,5 +60,4 @@ def token_lower_bound(text: str) -> int:
     if not text:
         return 0
     estimate = max(1, round(len(text) / CHARS_PER_TOKEN))
-    # counting every segment in C (findall) is ~2.5x faster than stopping early in a Python loop
-    return min(len(_SEGMENT.findall(text)), estimate)
+    return min(segments(text), estimate)

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from toolkit import approve, make_tool, manifest, project_tools
 
 import tooldir.index as index_mod
@@ -502,6 +504,28 @@ def test_an_index_that_cannot_be_written_never_fails_the_load(
     assert any("cannot write the content index" in r.getMessage() for r in caplog.records)
 
 
+def test_a_spool_whose_buffered_bytes_cannot_be_written_never_fails_the_load(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import errno
+    import io
+
+    class Full(io.BytesIO):  # a disk that fills up: what the write buffer held fails when flushed
+        def flush(self) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def close(self) -> None:
+            self.flush()
+
+    monkeypatch.setattr(index_mod.tempfile, "TemporaryFile", lambda **_: Full())
+    _tools(root, 2)
+    state = tmp_path / "state"
+    snap = _load(state, users=[root])
+    assert [_status(snap, f"tool_{i}") for i in range(2)] == [("active", "none-required")] * 2
+    assert not index_path(state, user_root(root)).exists()
+    assert any("cannot write the content index" in r.getMessage() for r in caplog.records)
+
+
 def _diagnostic_row(d: Any) -> list[Any]:
     source = None if d.source is None else str(d.source)
     return [str(d.severity), d.code, d.message, d.tool, source, d.path, d.pointer]
@@ -548,6 +572,86 @@ def test_the_index_file_is_byte_for_byte_what_the_previous_encoder_wrote(root: P
     assert len(entries) >= 4
     assert encode(header, entries) == _encode_before_issue14_pipeline(header, entries) == data
     assert encode(header, {}) == _encode_before_issue14_pipeline(header, {})
+
+
+def test_a_row_encoded_apart_from_its_blob_offsets_is_the_row_the_json_encoder_writes_at_any_offset() -> None:
+    from tooldir.index import Entry, prepare_row
+    from tooldir.model import PackageFile, warning
+
+    diag = warning(
+        "suspicious-text", "é \u202e \udcff", tool="t\u00e9", source=Source.USER, path="/r/\udcff", pointer="/a"
+    )
+    entry = Entry(
+        name="t\u00e9\udcff",
+        scanned_ns=12,
+        digest="sha256:00",
+        has_manifest=True,
+        stats=(("", (1, 2, 3, 4, 5, 6, 7, 8, 9)), ("schéma.json", (9, 8, 7, 6, 5, 4, 3, 2, 1))),
+        files=(PackageFile("schéma.json", "ab", 3, False), PackageFile('z"q.lock', "cd", 0, True)),
+        kept={'z"q.lock': b"", "schema.json": b"{}\n", "a\\b": b"xyz"},
+        diagnostics=(diag,),
+    )
+    row = prepare_row(entry)
+    for offset in (0, 7, 1 << 40):
+        kept, at = [], offset
+        for fname in sorted(entry.kept):
+            kept.append([fname, at, len(entry.kept[fname])])
+            at += len(entry.kept[fname])
+        whole = [
+            entry.name, entry.scanned_ns, entry.digest, entry.has_manifest,
+            [[rel, *key] for rel, key in entry.stats],
+            [[f.path, f.sha256, f.size, f.executable] for f in entry.files],
+            kept, [_diagnostic_row(d) for d in entry.diagnostics],
+        ]  # fmt: skip
+        expected = json.dumps(whole, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogateescape")
+        assert row.at(offset) == expected
+        assert row.data == tuple(entry.kept[f] for f in sorted(entry.kept))
+    empty = replace(entry, kept={}, diagnostics=())
+    assert json.loads(prepare_row(empty).at(5).decode("utf-8", "surrogateescape"))[6:] == [[], []]
+
+
+# file names come from the OS as surrogate-escaped text: lone surrogates only in U+DC80..U+DCFF
+_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=12) | st.sampled_from(
+    ["", "é", "\udcff", '"\\\n\x00', "\u2028"]
+)
+_INT = st.integers(min_value=0, max_value=1 << 70)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    name=_TEXT,
+    scanned_ns=_INT,
+    digest=_TEXT,
+    has_manifest=st.booleans(),
+    stats=st.lists(st.tuples(_TEXT, st.tuples(*[_INT] * 9)), max_size=4),
+    files=st.lists(st.tuples(_TEXT, _TEXT, _INT, st.booleans()), max_size=3),
+    kept=st.dictionaries(_TEXT, st.binary(max_size=8), max_size=3),
+    messages=st.lists(_TEXT, max_size=2),
+)
+def test_a_freshly_read_entry_s_formatted_row_is_the_row_the_json_encoder_writes(  # noqa: PLR0917
+    name: str,
+    scanned_ns: int,
+    digest: str,
+    has_manifest: bool,
+    stats: list[Any],
+    files: list[Any],
+    kept: dict[str, bytes],
+    messages: list[str],
+) -> None:
+    from tooldir.index import Entry, fresh_row, prepare_row
+    from tooldir.model import PackageFile, warning
+
+    entry = Entry(
+        name=name,
+        scanned_ns=scanned_ns,
+        digest=digest,
+        has_manifest=has_manifest,
+        stats=tuple(stats),
+        files=tuple(PackageFile(*f) for f in files),
+        kept=kept,
+        diagnostics=tuple(warning("suspicious-text", m, tool=name, path=m or None) for m in messages),
+    )
+    assert fresh_row(entry) == prepare_row(entry)
 
 
 # -- writing: streamed, only when something changed, bounded ---------------------------------------

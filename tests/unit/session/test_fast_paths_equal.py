@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tooldir._internal.strictjson import freeze, loads
-from tooldir._internal.tokenbounds import _SEGMENT, token_lower_bound
-from tooldir.catalog import ToolDef
+from tooldir._internal.tokenbounds import _SEGMENT, segments, token_lower_bound
+from tooldir.catalog import _SENTENCE_END, SUMMARY_CHARS, ToolDef, _visible, summary
 from tooldir.model import Risk
 from tooldir.tokens import CHARS_PER_TOKEN, compact_json
 
@@ -36,6 +36,41 @@ _CHARS = st.sampled_from([*"aZs'tdlmrev09 _-.,:;\"/\\{}[]\n\t", "é", "字", "\U
 @given(st.lists(_CHARS, max_size=200).map("".join))
 def test_the_token_lower_bound_equals_the_early_stopping_loop_it_replaced(text: str) -> None:
     assert token_lower_bound(text) == _old_token_lower_bound(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_CHARS, max_size=200).map("".join) | st.text(max_size=200))
+def test_counting_segments_on_translated_bytes_equals_counting_the_segment_matches(text: str) -> None:
+    assert segments(text) == len(_SEGMENT.findall(text))
+
+
+def test_segments_are_counted_for_every_ascii_byte_and_for_lone_surrogates() -> None:
+    for code in range(128):
+        ch = chr(code)
+        for text in (ch, f"a{ch}b", f"{ch}a", f"a{ch}", f"\ud800{ch}1\udfff"):
+            assert segments(text) == len(_SEGMENT.findall(text)), repr(text)
+
+
+def _old_summary(description: str, limit: int = SUMMARY_CHARS) -> str:
+    """The directory summary before the printable-ASCII fast path and the sentence end by find."""
+    text = " ".join(_visible(description[: limit * 4]).split())
+    first = _SENTENCE_END.split(text, maxsplit=1)[0]
+    if len(first) > limit:
+        cut = first[: limit - 1].rsplit(" ", 1)[0] if " " in first[: limit - 1] else first[: limit - 1]
+        first = cut.rstrip(",;:") + "…"
+    return first
+
+
+_SUMMARY_CHARS = st.sampled_from(
+    [*"ab .!?,;:\t\n\r\x0b\x0c\x1c\x00\x7f", "\x85", "\u00a0", "\u2028", "\u3000", "\u200b", "\u202e", "é", "…"]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_SUMMARY_CHARS, max_size=300).map("".join) | st.text(max_size=300))
+def test_the_directory_summary_equals_the_regex_summary_it_replaced(description: str) -> None:
+    assert summary(description) == _old_summary(description)
+    assert summary(description, 8) == _old_summary(description, 8)
 
 
 _JSON: st.SearchStrategy[Any] = st.recursive(
