@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from functools import partial
 from itertools import chain
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ._internal import forkpool, verify_pool
 from ._internal.verify_pool import SignaturePrefetch, prefetch_for
@@ -454,14 +454,22 @@ class Loader:
         index = RootIndex.open(cfg.state_dir, root, policy, keep=not cfg.read_only)
         kept = [index.reuse(fd, root, name) for name in names]
         todo = [name for name, found in zip(names, kept, strict=True) if found is None]
-        fresh = iter(self._map(todo, partial(index.read_package, fd, root), _is_read, None))
+
+        def read_indexed(name: str) -> _Read:
+            return list(index.read_package(fd, root, name))
+
+        def record(i: int, result: _Read) -> None:
+            # each row goes to the index (its spool) as soon as it is here, and is let go: holding
+            # the rows until the root is done kept every manifest's bytes twice (+38 MB at 10k)
+            index.record(todo[i], result[1])
+            result[1] = None
+
+        fresh = iter(self._map(todo, read_indexed, _is_read, record))
         for name, reused in zip(names, kept, strict=True):
             if reused is not None:
                 yield name, reused
                 continue
-            candidate, entry = next(fresh)
-            index.record(name, entry)
-            yield name, candidate
+            yield name, next(fresh)[0]
         problem = index.diagnostic(root)
         if problem is not None:
             state.diags += (diag_entry(problem),)
@@ -675,10 +683,15 @@ def _is_candidate(value: object) -> bool:
     return type(value) is Candidate
 
 
+#: ``[candidate, row]`` of one package read for the content index (a list: the row is dropped
+#: once recorded, see ``Loader._read_packages``)
+_Read = list[Any]
+
+
 def _is_read(value: object) -> bool:
-    """The shape of :meth:`RootIndex.read_package`'s result (checked on what a worker sent)."""
+    """The shape of a ``_Read`` (checked on what a worker sent)."""
     return (
-        type(value) is tuple
+        type(value) is list
         and len(value) == 2
         and type(value[0]) is Candidate
         and (value[1] is None or type(value[1]) is Row)
