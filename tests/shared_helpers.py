@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -49,3 +54,21 @@ def forge_active(record: Any, **changes: Any) -> Any:
     changed = replace(record, **changes, grant=None, status=Status.PENDING)
     grant = Grant(changed.name, changed.source, changed.digest, changed.trust.method, seal=trust._SEAL)
     return replace(changed, status=Status.ACTIVE, grant=grant)
+
+
+def kill_writer_after(path: Path, writer: str, lines: int) -> subprocess.Popen[bytes]:
+    """Run ``python -c writer path`` and SIGKILL it once ``path`` holds ``lines`` lines (an audit
+    writer killed mid-burst); returns the reaped child."""
+    child = subprocess.Popen([sys.executable, "-c", writer, str(path)])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if path.exists() and path.read_bytes().count(b"\n") >= lines:
+                break
+            time.sleep(0.001)
+        else:
+            pytest.fail("the writer wrote nothing")
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    return child

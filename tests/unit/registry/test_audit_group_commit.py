@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_helpers import kill_writer_after
 
 import tooldir.audit as audit_module
 from tooldir.audit import AuditEvent, JsonlAudit, verify
@@ -196,18 +197,7 @@ def test_a_writer_killed_mid_burst_leaves_a_chain_that_verifies_and_continues(
     tmp_path: Path, lines_before_kill: int
 ) -> None:
     path = tmp_path / "audit.jsonl"
-    child = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)])
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if path.exists() and path.read_bytes().count(b"\n") >= lines_before_kill:
-                break
-            time.sleep(0.001)
-        else:
-            pytest.fail("the writer wrote nothing")
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
+    child = kill_writer_after(path, _WRITER, lines_before_kill)
     assert child.returncode == -signal.SIGKILL
     data = path.read_bytes()
     assert data.endswith(b"\n")  # no torn line: every line is either fully there or absent

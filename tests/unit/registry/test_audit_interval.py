@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from shared_helpers import kill_writer_after
 from test_audit_group_commit import SlowSync, event
 
 import tooldir.audit as audit_module
@@ -124,18 +124,7 @@ def test_a_writer_killed_mid_burst_in_interval_mode_loses_at_most_its_unsynced_l
     tmp_path: Path, lines_before_kill: int
 ) -> None:
     path = tmp_path / "audit.jsonl"
-    child = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)])
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if path.exists() and path.read_bytes().count(b"\n") >= lines_before_kill:
-                break
-            time.sleep(0.001)
-        else:
-            pytest.fail("the writer wrote nothing")
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
+    kill_writer_after(path, _WRITER, lines_before_kill)
     data = path.read_bytes()
     assert data.endswith(b"\n")  # no torn line: a killed tooldir loses nothing it had written
     report = verify(path)
