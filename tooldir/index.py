@@ -567,8 +567,9 @@ class _Spool:
 
 @dataclass(slots=True)
 class RootIndex:
-    """The index of one root during one load: :meth:`candidate` answers from it when it can and
-    records what was read; :meth:`save` writes it back when anything changed.
+    """The index of one root during one load: :meth:`reuse` answers from it when it can,
+    :meth:`record` takes what :meth:`read_package` read, and :meth:`save` writes it back when
+    anything changed.
 
     The new index is not kept in memory: from the first package that changed on, every entry's
     table row and kept bytes are appended to two unnamed temporary files in the index's folder
@@ -603,16 +604,6 @@ class RootIndex:
         header = header_for(root, policy)
         old, problem = read_index(path, header)
         return cls(path, header, policy.limits, policy, time.time_ns(), RACY_NS, old, problem, keep=keep)
-
-    def candidate(self, root_fd: int, root: RootSpec, name: str) -> Candidate:
-        """The candidate of package ``name``: from the index when its entry is clean (every
-        recorded stat unchanged, not racily clean), else read and validated (and recorded)."""
-        found = self.reuse(root_fd, root, name)
-        if found is not None:
-            return found
-        candidate, fresh = self.read_package(root_fd, root, name)
-        self.record(name, fresh)
-        return candidate
 
     def reuse(self, root_fd: int, root: RootSpec, name: str) -> Candidate | None:
         """The candidate of package ``name`` from its clean entry (recorded as kept), or None:
