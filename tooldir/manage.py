@@ -330,6 +330,9 @@ class LockWritten:
     expires: datetime | None
     files: tuple[str, ...]  # the files it lists
     stale_signatures: tuple[str, ...]  # signature files that signed the previous lock
+    # the package was approved as it was and the new lock changed its content: it is pending until
+    # approved again (approval is keyed by the exact content, and tool.lock is part of it)
+    approval_outdated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,10 +380,14 @@ def lock(
             same = compare_files(previous, scan.files).clean and previous.name == name
             version = previous.version if same else previous.version + 1
     target = Path(scan.path) / LOCK
-    write_atomic(target, render_lock(name, version, expires, scan.files), mode=0o644, sync_dir=True)
+    text = render_lock(name, version, expires, scan.files)
+    approval = load_approvals(config.state_dir).get(scan.path)
+    approved_as_was = approval is not None and approval.digest == scan.digest
+    write_atomic(target, text, mode=0o644, sync_dir=True)
     stale = tuple(s for s in ("tool.lock.minisig", "tool.lock.sig") if s in scan.contents)
     files = tuple(f.path for f in scan.files if f.path not in (LOCK, *stale))
-    return LockWritten(target, name, version, expires, files, stale)
+    outdated = approved_as_was and scan.contents.get(LOCK) != text
+    return LockWritten(target, name, version, expires, files, stale, approval_outdated=outdated)
 
 
 def sign(

@@ -7,15 +7,37 @@
 * ``cursor``: ``~/.cursor/mcp.json`` -- JSON ``{"mcpServers": {NAME: {...}}}``;
 * ``vscode``: ``.vscode/mcp.json`` or the user ``mcp.json`` -- JSON ``{"servers": {NAME: {...}}}``;
 * ``codex``: ``~/.codex/config.toml`` -- TOML ``[mcp_servers.NAME]``.
+
+``tooldir serve --install-config CLIENT`` merges the entry into that user-level file instead
+(:mod:`tooldir.clientconfig`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 CLIENTS = ("claude-code", "cursor", "codex", "vscode")
 SERVER_NAME = "tooldir"
+# the client's own variable for the folder it has open, where it has one; elsewhere the server's
+# working directory (the folder the client starts it in) is the project
+WORKSPACE_VARIABLE = {"vscode": "${workspaceFolder}", "cursor": "${workspaceFolder}"}
+
+
+def user_config_path(client: str, home: Path | None = None) -> Path:
+    """The client's user-level configuration file (never one inside a project)."""
+    base = Path.home() if home is None else home
+    paths = {
+        "claude-code": base / ".claude.json",
+        "cursor": base / ".cursor" / "mcp.json",
+        "vscode": Path(os.environ.get("XDG_CONFIG_HOME") or base / ".config") / "Code" / "User" / "mcp.json",
+        "codex": base / ".codex" / "config.toml",
+    }
+    if client not in paths:
+        raise ValueError(f"unknown client {client!r}: one of {', '.join(CLIENTS)}")
+    return paths[client]
 
 
 def client_config(client: str, command: str, args: Sequence[str], *, name: str = SERVER_NAME) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -105,10 +106,23 @@ def _console_class() -> type[Console]:
     return _Console
 
 
+# off a terminal without COLUMNS: wide enough that every table row stays on one line (a log or a
+# pre-commit hook reads lines, and wrapping at a guessed width breaks paths and messages apart)
+UNWRAPPED_WIDTH = 4096
+
+
+def output_width(*, terminal: bool, environ: dict[str, str] | None = None) -> int | None:
+    """The width stdout tables are drawn at: ``COLUMNS`` when it is a positive number (terminal or
+    not), else the terminal's own (None) or, off a terminal, no wrapping."""
+    columns = (os.environ if environ is None else environ).get("COLUMNS", "").strip()
+    if columns.isdigit() and 0 < int(columns) <= UNWRAPPED_WIDTH:
+        return int(columns)
+    return None if terminal else UNWRAPPED_WIDTH
+
+
 @cache
 def console() -> Console:
-    # not a terminal (a pipe, CI): wide enough that paths and messages stay whole
-    return _console_class()(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+    return _console_class()(highlight=False, soft_wrap=False, width=output_width(terminal=sys.stdout.isatty()))
 
 
 @cache
@@ -200,3 +214,8 @@ def safe(text: str | None, style: str = "") -> Text:
     from rich.text import Text
 
     return Text(clean(text), style=style)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 tool``, ``2 tools``: counts in messages read as English."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..mcp_config import CLIENTS  # plain data (json only): --help stays light
-from .common import EXIT_OK, CommandError, common_options, config_from_args
+from .common import EXIT_OK, CommandError, common_options, config_from_args, console, safe
 
 DEFAULT_TURN_IDLE_S = 30.0  # kept equal to tooldir.mcp_server.DEFAULT_TURN_IDLE_S (the SDK stays off --help)
 
@@ -63,6 +63,22 @@ def register(sub: Any) -> None:
         metavar="CLIENT",
         help=f"print the configuration snippet that makes CLIENT ({', '.join(CLIENTS)}) start this server, and exit",
     )
+    p.add_argument(
+        "--install-config",
+        choices=CLIENTS,
+        metavar="CLIENT",
+        help="merge that entry into CLIENT's user-level configuration file (idempotent, a .bak beside it), and exit",
+    )
+    p.add_argument(
+        "--config-file",
+        metavar="FILE",
+        help="with --install-config: the file to merge into (default: the client's user-level file)",
+    )
+    p.add_argument(
+        "--follow-workspace",
+        action="store_true",
+        help="with --print-config/--install-config: the project is the folder the client has open, not a fixed --project",
+    )
     p.set_defaults(handler=cmd_serve)
 
 
@@ -83,15 +99,23 @@ def _configure_logging(args: argparse.Namespace) -> None:
     root.setLevel(getattr(logging, args.log_level.upper()))
 
 
-def server_argv(args: argparse.Namespace) -> tuple[str, list[str]]:
+def server_argv(args: argparse.Namespace, client: str | None = None) -> tuple[str, list[str]]:
     """(command, args) that start this server over stdio with this invocation's roots, all absolute:
-    the installed ``tooldir`` script beside this interpreter, else ``python -m tooldir``."""
+    the installed ``tooldir`` script beside this interpreter, else ``python -m tooldir``. With
+    ``--follow-workspace`` the project is the client's workspace variable where ``client`` has one,
+    else the folder the client starts the server in (no ``--project``)."""
+    from ..mcp_config import WORKSPACE_VARIABLE
+
     script = Path(sys.executable).parent / "tooldir"
     command, argv = (str(script), ["serve"]) if script.is_file() else (sys.executable, ["-m", "tooldir", "serve"])
-    project = Path(args.project).expanduser()
-    if not project.is_dir():
-        raise CommandError(f"--project {args.project}: not a directory")
-    argv += ["--project", str(project.resolve())]
+    if getattr(args, "follow_workspace", False):
+        if client in WORKSPACE_VARIABLE:
+            argv += ["--project", WORKSPACE_VARIABLE[client]]
+    else:
+        project = Path(args.project).expanduser()
+        if not project.is_dir():
+            raise CommandError(f"--project {args.project}: not a directory")
+        argv += ["--project", str(project.resolve())]
     for folder in args.user_dir or ():
         argv += ["--user-dir", str(Path(folder).expanduser().resolve())]
     if args.policy:
@@ -106,13 +130,26 @@ def server_argv(args: argparse.Namespace) -> tuple[str, list[str]]:
 def cmd_serve(args: argparse.Namespace) -> int:
     if args.json:
         raise CommandError("--json does not apply: serve speaks MCP (JSON-RPC) on stdout")
-    if args.print_config:
+    if args.print_config and args.install_config:
+        raise CommandError("--print-config and --install-config: choose one")
+    client = args.print_config or args.install_config
+    if client is None and (args.follow_workspace or args.config_file):
+        raise CommandError("--follow-workspace and --config-file apply only with --print-config or --install-config")
+    if args.config_file and not args.install_config:
+        raise CommandError("--config-file applies only with --install-config")
+    if client is not None:
         if args.http:
-            raise CommandError("--print-config prints a stdio configuration; leave out --http")
-        from ..mcp_config import client_config
+            raise CommandError(
+                f"--{'print' if args.print_config else 'install'}-config writes a stdio configuration; leave out --http"
+            )
+        if args.follow_workspace and args.project != ".":
+            raise CommandError("--follow-workspace takes the project from the client; leave out --project")
+        if args.print_config:
+            from ..mcp_config import client_config
 
-        sys.stdout.write(client_config(args.print_config, *server_argv(args)))
-        return EXIT_OK
+            sys.stdout.write(client_config(client, *server_argv(args, client)))
+            return EXIT_OK
+        return _install_config(args, client)
     if not 0 <= args.turn_idle <= 86_400:
         raise CommandError("--turn-idle must be between 0 and 86400 seconds")
     if args.http is None:
@@ -120,6 +157,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise CommandError("--token-file and --unsafe-http-remote apply only with --http HOST:PORT")
         return _serve_stdio(args)
     return _serve_http(args)
+
+
+def _install_config(args: argparse.Namespace, client: str) -> int:
+    from ..clientconfig import ConfigFileError, install_client_config
+    from ..mcp_config import user_config_path
+
+    path = Path(args.config_file).expanduser() if args.config_file else user_config_path(client)
+    try:
+        done = install_client_config(client, path, *server_argv(args, client))
+    except ConfigFileError as exc:
+        raise CommandError(str(exc)) from None
+    except OSError as exc:
+        raise CommandError(f"{path}: cannot write: {exc.strerror}") from None
+    out = console()
+    if not done.changed:
+        out.print(safe(f"{done.path}: the tooldir entry is already there; nothing changed"))
+    else:
+        out.print(
+            safe(f"{done.path}: tooldir entry written" + (f" (previous file: {done.backup})" if done.backup else ""))
+        )
+        out.print(safe(f"restart {client} (or reload its MCP servers) to start it"))
+    return EXIT_OK
 
 
 def _serve_stdio(args: argparse.Namespace) -> int:

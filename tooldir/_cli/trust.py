@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -205,6 +206,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
                 "expires": None if written.expires is None else format_time(written.expires),
                 "files": list(written.files),
                 "stale_signatures": list(written.stale_signatures),
+                "approval_outdated": written.approval_outdated,
             }
         )
     else:
@@ -213,7 +215,32 @@ def cmd_lock(args: argparse.Namespace) -> int:
         )
         for s in written.stale_signatures:
             console().print(safe(f"warning: {s} signs the previous lock; sign again"), style="yellow")
+        if written.approval_outdated:
+            console().print(
+                safe(
+                    f"warning: {written.name} was approved without this lock; the lock is part of its content, so "
+                    f"it is pending until you approve it again: tooldir allow {args.dir}"
+                ),
+                style="yellow",
+            )
     return EXIT_OK
+
+
+def _private_parent(path: Path) -> Path | None:
+    """Create the missing folders above a key file, private (0700) like ~/.config; the highest one
+    created, or None when the folder was there already."""
+    missing: list[Path] = []
+    parent = path.parent
+    while not parent.exists() and not parent.is_symlink() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+            os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
+        except OSError as exc:
+            raise CommandError(f"cannot create the folder {folder} for the key: {exc.strerror}") from None
+    return missing[-1] if missing else None
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
@@ -225,6 +252,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
         for p in (secret_path, public_path):
             if p.exists() or p.is_symlink():
                 raise CommandError(f"{p} exists; pass --force to overwrite it")
+    created = _private_parent(secret_path)
     key, secret_text, public_text = generate_minisign_key()
     for path, text, mode in ((secret_path, secret_text, 0o600), (public_path, public_text, 0o644)):
         try:
@@ -237,6 +265,8 @@ def cmd_keygen(args: argparse.Namespace) -> int:
         print_json({"secret_key": str(secret_path), "public_key": str(public_path), "key_id": key_id, "public": line})
     else:
         out = console()
+        if created is not None:
+            out.print(f"created the private folder {created} (mode 0700)", markup=False)
         out.print(f"secret key (unencrypted, mode 0600; keep it private): {secret_path}", markup=False)
         out.print(f"public key {key_id}: {public_path}", markup=False)
         out.print("trust it in your policy.toml:", markup=False)

@@ -14,7 +14,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from .._internal.gcpause import gc_paused
-from .common import EXIT_OK, CommandError, common_options, config_from_args, console, safe
+from .common import EXIT_OK, CommandError, common_options, config_from_args, console, plural, safe
 
 if TYPE_CHECKING:
     from ..model import ToolRecord
@@ -94,11 +94,13 @@ class _Printer:
 
 def _print_summary(snap: Snapshot, change: SnapshotDiff) -> None:
     out = console()
+    codes = sorted({d.code for d in snap.diagnostics if d.severity == "error"})
     errors = sum(1 for d in snap.diagnostics if d.severity == "error")
+    offered = len(snap.by_name)
     head = (
-        f"generation {snap.generation} ({snap.id}): {len(snap.by_name)} tools offered, "
+        f"generation {snap.generation} ({snap.id}): {plural(offered, 'tool')} offered, "
         f"+{len(change.added)} -{len(change.removed)} ~{len(change.changed)} "
-        f"status {len(change.status_changed)}, {errors} errors"
+        f"status {len(change.status_changed)}, {plural(errors, 'error')}" + (f" ({', '.join(codes)})" if codes else "")
     )
     out.print(safe(head, "bold"))
 

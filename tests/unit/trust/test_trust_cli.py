@@ -269,7 +269,7 @@ def test_allow_records_the_signing_key_so_revoking_it_withdraws_the_approval(
     [
         pytest.param(["lock", "{tmp}/missing"], "no such tool folder", id="lock-missing-dir"),
         pytest.param(["verify", "{tmp}/missing"], "no such tool folder", id="verify-missing-dir"),
-        pytest.param(["keygen", "{tmp}/no/such/dir/k"], "cannot write", id="keygen-missing-dir"),
+        pytest.param(["keygen", "/dev/null/k"], "cannot write", id="keygen-parent-not-a-folder"),
         pytest.param(["sign", "{tmp}", "--key", "{tmp}"], "cannot read", id="key-is-a-directory"),
     ],
 )

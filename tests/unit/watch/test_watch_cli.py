@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import queue
 import signal
 import subprocess
@@ -26,7 +27,10 @@ def watch_process(tmp_path: Path, *extra: str) -> Iterator[tuple[subprocess.Pope
     project_tools(project)
     cmd = [sys.executable, "-m", "tooldir", "watch", "--project", str(project), "--user-dir", str(tmp_path / "user")]
     cmd += ["--state-dir", str(tmp_path / "state"), "--debounce-ms", "10", *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # the environment as Python sees it: a library that ran curses' setupterm in this process may have
+    # put COLUMNS=80 into the C environment only, and the summary honours COLUMNS
+    env = dict(os.environ)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     lines: queue.Queue[str] = queue.Queue()
 
     def pump() -> None:
@@ -96,3 +100,16 @@ def test_plain_mode_prints_a_readable_summary_with_terminal_controls_made_visibl
 def test_a_bad_debounce_value_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["watch", "--debounce-ms", "-5"]) == 2
     assert "--debounce-ms" in capsys.readouterr().err
+
+
+def test_plain_mode_names_the_error_codes_and_counts_in_english(tmp_path: Path) -> None:
+    user = tmp_path / "user"
+    make_tool(user, "alpha")
+    broken = user / "broken"
+    broken.mkdir(parents=True)
+    (broken / "schema.json").write_text("{")
+    with watch_process(tmp_path) as (_proc, lines):
+        head = lines.get(timeout=LINE_WAIT_S)  # the process is killed on leaving the block
+    assert "generation 1" in head
+    assert "1 tool offered," in head
+    assert head.rstrip().endswith("1 error (invalid-json)")
