@@ -48,7 +48,7 @@ _MAX_IDLE = 4
 _CACHE = 256
 _MEMORY_BYTES = 2 << 30  # hard address-space cap of a worker; each request gets far less (work_bytes)
 #: Address space one validation may add to the worker, before the request's own share.
-WORK_BASE_BYTES = 192 << 20
+WORK_BASE_BYTES = 96 << 20
 #: ... plus this many bytes per byte of the request (schema and input as JSON text): parsed JSON
 #: takes up to ~25 bytes per byte of text (``[[],[],...]``), and the validator's own copy less.
 WORK_BYTES_PER_BYTE = 64

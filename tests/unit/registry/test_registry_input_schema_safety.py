@@ -249,7 +249,14 @@ def test_a_validation_over_its_memory_bound_is_a_specific_refusal_and_the_next_c
         "$defs": {"n": {"anyOf": [{**branch, "minItems": 2}, {**branch, "minItems": 2}, branch]}},
     }
     box = FakeSandbox()
-    registry = registry_with_schema(tmp_path, schema, box)
+    setup = registry_for(tmp_path, user_dir=tool_with(tmp_path, "^a"), audit=MemoryAudit())
+    good = setup.store.current.get("regex_tool")
+    assert good is not None and good.manifest is not None
+    manifest = good.manifest.model_copy(update={"input_schema": freeze(schema)})
+    # a digest of its own: workers cache compiled validators by digest (registry_with_schema shares one)
+    record = forge_active(good, manifest=manifest, digest="sha256:" + "2" * 64)
+    store = SnapshotStore(build_snapshot([record], [], 1))
+    registry = Registry(store, policy=Policy(), state_dir=tmp_path / "s2", sandbox=box, audit=MemoryAudit())
     hog = json.loads("[" * 8 + json.dumps("x" * 100_000) + "]" * 8)
     result = registry.call("regex_tool", {"a": hog})
     assert result.error is not None and result.error.code == "invalid-input"
