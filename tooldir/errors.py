@@ -26,6 +26,7 @@ Internal signals: raised and caught inside tooldir, never raised to a caller of 
     Exception
     ├── BudgetExceededError           tooldir._internal.schema_worker (-> invalid-input result)
     ├── WorkerFailedError             tooldir._internal.schema_worker
+    │   └── MemoryBoundError          tooldir._internal.schema_worker (-> invalid-input result)
     ├── SchemaCompileError            tooldir._internal.schema_worker
     ├── NotRunnableError              tooldir.drill.plant: a drill that cannot run here
     ├── UnavailableError              tooldir.drill.plant

@@ -15,6 +15,17 @@ is readable or writable by group or others, is empty or shorter than :data:`MIN_
 is refused (:class:`HttpSetupError`, exit 2). Only loopback addresses may be bound unless the
 caller opts in to another one (``allow_remote``; logged as a warning on start).
 
+It never starves (``serve:starve``): any local user can connect without the token, so
+:class:`ConnectionLimiter` bounds the open connections (:func:`connection_cap`: at most
+:data:`MAX_CONNECTIONS`, within the descriptor limit, whose soft value is raised to the hard one
+at start) and, when full, makes room by closing the oldest connection that is not being served
+(still sending its request, or idle between requests); every request must arrive whole (headers
+and body) within :data:`REQUEST_DEADLINE_S` of its first byte (or of the connection) however
+slowly it trickles (:func:`guarded_protocol`, uvicorn's h11 protocol with a deadline); a failed
+``accept()`` (out of descriptors) is one rate-limited warning, never a traceback or a busy loop
+(:class:`AcceptGuard`). A per-peer bound would mean nothing on loopback: every local user
+is 127.0.0.1.
+
 All HTTP clients share one tooldir session (one working set of loaded tools, one usage model):
 one client's ``tool_search`` loads tools for all of them, and every client gets its own MCP
 session and every ``tools/list_changed`` (:func:`many_clients_notifier`). This module is
@@ -23,7 +34,9 @@ imported only when ``--http`` is given, so stdio serving never loads the HTTP st
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import errno
 import hmac
 import ipaddress
 import logging
@@ -32,6 +45,7 @@ import signal
 import socket
 import stat
 import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass
 from functools import partial
@@ -45,6 +59,19 @@ MIN_TOKEN_CHARS = 16
 MAX_TOKEN_BYTES = 4096
 MCP_PATH = "/mcp"
 GRACEFUL_SHUTDOWN_S = 5  # seconds (uvicorn takes an int)
+#: Open HTTP connections at most (fewer when the descriptor limit is low, see connection_cap).
+MAX_CONNECTIONS = 512
+#: Descriptors kept free of connections: tool runs, validation workers, the watcher, the audit log.
+FD_RESERVE = 256  # also above LISTEN_BACKLOG: a burst accepted in one tick fits beside the cap
+MIN_CONNECTIONS = 8
+#: A request (request line, headers and body) must have arrived whole this long after its first
+#: byte, or after the connection opened; trickling bytes never extends it.
+REQUEST_DEADLINE_S = 10.0
+#: An idle connection between requests is closed after this (uvicorn's keep-alive timeout).
+KEEP_ALIVE_S = 5
+#: The listen queue, and the most ``accept()`` calls asyncio makes per readiness event (also when
+#: each fails with EMFILE: CPython 3.11 does not stop at the first failure).
+LISTEN_BACKLOG = 128
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -202,6 +229,221 @@ def _peer(scope: Scope) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
+# Bounded connections (serve:starve)
+
+
+def raise_descriptor_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; (before, after) soft values."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if target > soft:
+        for value in (target, 1 << 20, 1 << 16):  # the kernel's nr_open may be below an infinite hard limit
+            if soft < value <= target:
+                try:
+                    resource.setrlimit(resource.RLIMIT_NOFILE, (value, hard))
+                except (ValueError, OSError):
+                    continue
+                return soft, value
+    return soft, soft
+
+
+def connection_cap(soft_nofile: int) -> int:
+    """Open connections allowed with ``soft_nofile`` descriptors: :data:`MAX_CONNECTIONS`, less
+    when fewer than that are left beyond :data:`FD_RESERVE` (never below :data:`MIN_CONNECTIONS`)."""
+    return max(MIN_CONNECTIONS, min(MAX_CONNECTIONS, soft_nofile - FD_RESERVE))
+
+
+class ConnectionLimiter:
+    """The open connections, oldest first, at most ``cap``. Pure bookkeeping (the event loop's
+    thread only): :meth:`admit` a new one, making room by naming the oldest that is not being
+    served (``busy`` false) to close; :meth:`release` one that closed."""
+
+    def __init__(self, cap: int) -> None:
+        if cap < 1:
+            raise ValueError("cap must be >= 1")
+        self.cap = cap
+        self._open: OrderedDict[int, Any] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def admit(self, conn: Any, busy: Callable[[Any], bool]) -> tuple[bool, Any]:
+        """(admitted, the connection to close to make room or None). Not admitted: every open
+        connection is being served."""
+        if len(self._open) < self.cap:
+            self._open[id(conn)] = conn
+            return True, None
+        victim = next((c for c in self._open.values() if not busy(c)), None)
+        if victim is None:
+            return False, None
+        del self._open[id(victim)]
+        self._open[id(conn)] = conn
+        return True, victim
+
+    def release(self, conn: Any) -> None:
+        self._open.pop(id(conn), None)
+
+
+def guarded_protocol(limiter: ConnectionLimiter, *, deadline_s: float = REQUEST_DEADLINE_S) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol with the connection bound of ``limiter`` and a whole-request deadline."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    complete = (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.ERROR)
+
+    def busy(conn: Any) -> bool:
+        return bool(conn.cycle is not None and not conn.cycle.response_complete)
+
+    class GuardedH11(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            admitted, victim = limiter.admit(self, busy)
+            if victim is not None:
+                log.warning(
+                    "%d HTTP connections open (the limit): closed the oldest one not being served, from %s",
+                    limiter.cap,
+                    _addr(victim.client),
+                )
+                victim.transport.close()
+            if not admitted:
+                log.warning(
+                    "refused an HTTP connection from %s: all %d open connections are being served",
+                    _addr(self.client),
+                    limiter.cap,
+                )
+                transport.close()
+                return
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._deadline is None and self.conn.their_state is h11.IDLE:
+                self._arm()  # the first byte of the next request on a kept-alive connection
+            super().data_received(data)
+            if self.conn.their_state in complete:
+                self._disarm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            limiter.release(self)
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(deadline_s, self._expired)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _expired(self) -> None:
+            self._deadline = None
+            if self.transport.is_closing() or self.conn.their_state in complete:
+                return
+            log.warning(
+                "closed the HTTP connection from %s: its request had not arrived whole within %g s",
+                _addr(self.client),
+                deadline_s,
+            )
+            if self.cycle is None:  # no response begun: say why
+                with contextlib.suppress(OSError, RuntimeError):
+                    self.transport.write(
+                        b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    )
+            self.transport.close()
+
+    return GuardedH11
+
+
+class QuietDisconnects(logging.Filter):
+    """A client that went away before its request body arrived (or that the request deadline
+    closed) is one line, not the SDK's traceback (attached to the SDK's HTTP transport logger)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and type(exc).__name__ == "ClientDisconnect":
+            record.msg, record.args = "%s: the client disconnected before its request had arrived", (record.msg,)
+            record.exc_info = record.exc_text = None
+        return True
+
+
+def _addr(client: Any) -> str:
+    return f"{client[0]}:{client[1]}" if client else "?"
+
+
+_OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+class AcceptGuard:
+    """The event loop's exception handler while serving HTTP. A failed ``accept()`` out of
+    descriptors is one rate-limited line, never a traceback, and never a busy loop: asyncio (3.11)
+    retries ``accept()`` up to the backlog in the same tick, failing and scheduling a retry each
+    time, while the connections wait in the queue. So a spare descriptor is held, and on EMFILE
+    it is let go to accept the waiting connections and close them at once (their clients see the
+    connection closed rather than hang), then taken again on the next tick. Anything else: one line (the
+    traceback at debug level)."""
+
+    def __init__(self, listener: socket.socket) -> None:
+        self.listener = listener
+        self.dropped = 0
+        self._spare: int | None = self._take()
+
+    @staticmethod
+    def _take() -> int | None:
+        try:
+            return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in _OUT_OF_RESOURCES:
+            dropped = self._drop_waiting()
+            # taken again only on the next tick: until then asyncio's own next accept() finds the
+            # descriptor free and the queue empty, and stops (it fails again at once otherwise)
+            loop.call_soon(self._retake)
+            log.warning(
+                "cannot accept HTTP connections: %s; closed %d waiting connection(s) (out of descriptors)",
+                exc.strerror or exc,
+                dropped,
+            )
+            return
+        log.error("event loop: %s: %s", context.get("message", "unhandled exception"), exc)
+        if exc is not None:
+            log.debug("event loop exception", exc_info=exc)
+
+    def _drop_waiting(self) -> int:
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+        dropped = 0
+        for _ in range(LISTEN_BACKLOG):
+            try:
+                conn, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:  # still none free (the whole system is out): asyncio retries in 1 s
+                break
+            conn.close()
+            dropped += 1
+        self.dropped += dropped
+        return dropped
+
+    def _retake(self) -> None:
+        if self._spare is None:
+            self._spare = self._take()
+
+    def close(self) -> None:
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+
+
+# ------------------------------------------------------------------------------------------------
 # list_changed to every HTTP client
 
 
@@ -316,6 +558,16 @@ async def serve_http(
     except OSError as exc:
         raise HttpSetupError(f"--http {bind.authority}: cannot listen there: {exc.strerror or exc}") from None
     bind = Bind(bind.host, listener.getsockname()[1])
+    before, soft = raise_descriptor_limit()
+    if soft != before:
+        log.info("raised the soft descriptor limit (RLIMIT_NOFILE) from %d to %d", before, soft)
+    limiter = ConnectionLimiter(connection_cap(soft))
+    log.info(
+        "HTTP limits: %d open connections, a whole request within %g s, idle connections closed after %d s",
+        limiter.cap,
+        REQUEST_DEADLINE_S,
+        KEEP_ALIVE_S,
+    )
     idle = DEFAULT_TURN_IDLE_S if turn_idle_s is None else turn_idle_s
     try:
         front = await anyio.to_thread.run_sync(
@@ -351,8 +603,18 @@ async def serve_http(
                     server_header=False,
                     timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,  # open event streams never hold a stop
                     ws="none",
+                    http=guarded_protocol(limiter),
+                    timeout_keep_alive=KEEP_ALIVE_S,
+                    backlog=LISTEN_BACKLOG,
                 )
             )
+            loop = asyncio.get_running_loop()
+            previous_handler = loop.get_exception_handler()
+            accept_guard = AcceptGuard(listener)
+            loop.set_exception_handler(accept_guard)
+            quiet = QuietDisconnects()
+            sdk_log = logging.getLogger("mcp.server.streamable_http")
+            sdk_log.addFilter(quiet)
 
             async def announce() -> None:
                 while not uv.started:
@@ -363,10 +625,15 @@ async def serve_http(
                 if on_ready is not None:
                     on_ready(bind)
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(announce)
-                await uv.serve(sockets=[listener])
-                tg.cancel_scope.cancel()
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(announce)
+                    await uv.serve(sockets=[listener])
+                    tg.cancel_scope.cancel()
+            finally:
+                loop.set_exception_handler(previous_handler)
+                accept_guard.close()
+                sdk_log.removeFilter(quiet)
             if uv.stopped_by is not None:
                 log.info("signal %s: shut down cleanly", signal.Signals(uv.stopped_by).name)
     finally:

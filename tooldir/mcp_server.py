@@ -62,7 +62,7 @@ from .watch import Watcher, WatchProblem
 log = logging.getLogger("tooldir.serve")
 T = TypeVar("T")
 
-MAX_CONCURRENT_CALLS = 16  # tools/call runs at once per connection; more wait their turn
+MAX_CONCURRENT_CALLS = 16  # tool runs at once per ToolServer (one stdio connection, or every HTTP client); more wait
 DEFAULT_TURN_IDLE_S = 30.0
 CALL_CONTEXT: Mapping[str, Any] = {"via": "mcp"}
 AUDIT_META_KEY = "tooldir/audit_id"
@@ -409,13 +409,22 @@ class ToolServer:
                 self._last_call = time.monotonic()
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any] | None) -> types.CallToolResult:
-        """Run the call off the loop. A cancelled request (the client cancelled it, or hung up)
-        stops waiting at once; the run finishes in the background, or dies with the process."""
+        """Run the call off the loop, in one of :data:`MAX_CONCURRENT_CALLS` slots. A cancelled
+        request (``notifications/cancelled``, or the client hung up) stops waiting at once, but the
+        run goes on to its end (bounded by the tool's ``timeout_s``) and keeps its slot until then:
+        cancelling never lets more runs live at once than the cap (``serve:starve``)."""
         limiter = self._limiter
         if limiter is None:
             return await _off_loop(lambda: self.call_tool_sync(name, arguments))
-        async with limiter:
-            return await _off_loop(lambda: self.call_tool_sync(name, arguments))
+        slot = object()  # the run's own token: released by the run's end, not by the request's
+        await limiter.acquire_on_behalf_of(slot)
+        return await _off_loop(
+            lambda: self.call_tool_sync(name, arguments), on_end=lambda: limiter.release_on_behalf_of(slot)
+        )
+
+    def calls_running(self) -> int:
+        """Slots held now: runs not yet ended, including those whose request was cancelled."""
+        return 0 if self._limiter is None else int(self._limiter.borrowed_tokens)
 
     def _turn_boundary(self) -> None:
         with self._activity:
@@ -467,13 +476,20 @@ class ToolServer:
                 log.warning("shutdown: could not %s: %s", what, exc)
 
 
-async def _off_loop(fn: Callable[[], T]) -> T:
+async def _off_loop(fn: Callable[[], T], *, on_end: Callable[[], None] | None = None) -> T:
     """``fn()`` in a fresh daemon thread. Unlike a worker-pool thread, an abandoned daemon thread
     never holds the process open at exit, and the sandbox it spawned (``--die-with-parent``) dies
-    with it, so a client that hangs up mid-call leaves no process behind."""
+    with it, so a client that hangs up mid-call leaves no process behind. ``on_end`` runs on the
+    loop once ``fn`` has returned or raised, also when the awaiting task was cancelled meanwhile
+    (or at once when no thread could be started)."""
     token = anyio.lowlevel.current_token()
     done = anyio.Event()
     box: list[tuple[bool, Any]] = []
+
+    def finish() -> None:
+        done.set()
+        if on_end is not None:
+            on_end()
 
     def run() -> None:
         try:
@@ -482,9 +498,14 @@ async def _off_loop(fn: Callable[[], T]) -> T:
             box.append((False, exc))
         finally:
             with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting any more
-                anyio.from_thread.run_sync(done.set, token=token)
+                anyio.from_thread.run_sync(finish, token=token)
 
-    threading.Thread(target=run, name="tooldir-mcp-call", daemon=True).start()
+    try:
+        threading.Thread(target=run, name="tooldir-mcp-call", daemon=True).start()
+    except BaseException:  # no thread: nothing runs, the slot is free again
+        if on_end is not None:
+            on_end()
+        raise
     await done.wait()
     ok, value = box[0]
     if ok:

@@ -59,6 +59,7 @@ from ._internal.schema_worker import (
     BUDGET_S,
     BudgetedValidator,
     BudgetExceededError,
+    MemoryBoundError,
     SchemaCompileError,
     WorkerFailedError,
 )
@@ -424,6 +425,12 @@ class Registry:
                 "invalid-input",
                 f"validating the input against the tool's input_schema took longer than {BUDGET_S:g} s and was "
                 "stopped; the input is refused",
+            ) from None
+        except MemoryBoundError as exc:
+            raise _Stop(
+                "invalid-input",
+                f"validating the input against the tool's input_schema needed more than {exc.limit >> 20} MiB and "
+                "was stopped; the input is refused",
             ) from None
         except WorkerFailedError as exc:
             raise _Stop("invalid-input", f"the input could not be validated: {exc}") from None

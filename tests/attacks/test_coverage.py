@@ -30,7 +30,6 @@ PENDING: dict[int, frozenset[str]] = {
             "init:symlink",
             "sarif:bomb",
             "audit:disk-full",
-            "serve:starve",
             "mcp:server-memory",
             "mcp:name-squat",
             "mcp:state-bloat",

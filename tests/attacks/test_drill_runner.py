@@ -124,8 +124,16 @@ def test_state_check_ignores_the_audit_log_that_tooldir_itself_appends_to(tmp_pa
         ('threat = "trust:unapproved"\ntitle = "t"\nplants = "p"\nexpected = "e"\n', "(top)"),
         (HEADER.replace('"trust:unapproved"', '"Not An Id"'), "threat"),
         (HEADER + '[[steps]]\ndo = "write"\npath = "project/x"\n', "steps.0"),
+        (HEADER + '[[calls]]\ntool = "good_project_tool"\ncancelled = 3\n', "calls.0"),
     ],
-    ids=["symlink-without-target", "unknown-key", "no-control-tool", "bad-threat-id", "write-without-content"],
+    ids=[
+        "symlink-without-target",
+        "unknown-key",
+        "no-control-tool",
+        "bad-threat-id",
+        "write-without-content",
+        "cancelled-without-mcp",
+    ],
 )
 def test_an_invalid_scenario_is_a_clear_error_naming_the_key(tmp_path: Path, toml: str, key: str) -> None:
     folder = write_scenario(tmp_path / "bad", toml)

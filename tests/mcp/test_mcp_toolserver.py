@@ -103,3 +103,56 @@ def test_the_cached_list_result_equals_the_sdks_own_shaping_for_every_protocol_v
         "defer_execute_tool",
         "weather_report",
     ]
+
+
+def test_a_cancelled_call_keeps_its_slot_until_its_run_has_ended(front: ToolServer) -> None:
+    """serve:starve: tools/call + notifications/cancelled pairs never get more runs going than the cap."""
+    import threading
+
+    import anyio
+    from anyio.from_thread import BlockingPortal
+
+    from tooldir.mcp_server import MAX_CONCURRENT_CALLS
+
+    release = threading.Event()
+    lock = threading.Lock()
+    running = [0]
+    most = [0]
+    started = [0]
+
+    def held_run(name: str, arguments: Any) -> Any:
+        with lock:
+            running[0] += 1
+            started[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            assert release.wait(60), "the test never released the runs"
+            return None
+        finally:
+            with lock:
+                running[0] -= 1
+
+    front.call_tool_sync = held_run  # type: ignore[method-assign]
+    attempts = MAX_CONCURRENT_CALLS * 3
+
+    async def attack() -> tuple[int, int]:
+        async with BlockingPortal() as portal:
+            front.attach(portal)
+            for _ in range(attempts):  # one call, then its cancellation, as soon as the server holds it
+                with anyio.CancelScope() as scope:
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(front.call_tool, "echo_eager", {"text": "x"})
+                        await anyio.wait_all_tasks_blocked()
+                        scope.cancel()
+            held = front.calls_running()
+            await anyio.to_thread.run_sync(release.set)
+            with anyio.fail_after(60):  # every slot comes back once the runs have ended
+                while front.calls_running():
+                    await anyio.sleep(0.01)
+            front.detach()
+            return held, started[0]
+
+    held, runs = anyio.run(attack)
+    assert most[0] == MAX_CONCURRENT_CALLS
+    assert held == MAX_CONCURRENT_CALLS
+    assert runs == MAX_CONCURRENT_CALLS  # the cancelled waiters never started a run

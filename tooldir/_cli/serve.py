@@ -83,7 +83,11 @@ def register(sub: Any) -> None:
 
 
 def _configure_logging(args: argparse.Namespace) -> None:
+    """Logs to stderr or --log-file, every repeated line rate-limited (a client must not be able
+    to fill the disk with the server's warnings about it: tooldir._internal.ratelog)."""
     import logging
+
+    from .._internal.ratelog import RateLimitFilter
 
     handler: logging.Handler
     if args.log_file:
@@ -94,6 +98,7 @@ def _configure_logging(args: argparse.Namespace) -> None:
     else:
         handler = logging.StreamHandler()  # stderr
     handler.setFormatter(logging.Formatter("%(asctime)s tooldir serve %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RateLimitFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, args.log_level.upper()))
@@ -260,7 +265,19 @@ def _serve_http(args: argparse.Namespace) -> int:
         )
     except HttpSetupError as exc:
         raise CommandError(str(exc)) from None
+    finally:
+        _report_suppressed()
     return EXIT_OK
+
+
+def _report_suppressed() -> None:
+    from .._internal.ratelog import RateLimitFilter
+
+    for handler in logging.getLogger().handlers:
+        for found in handler.filters:
+            if isinstance(found, RateLimitFilter):
+                for line in found.summary():
+                    logging.getLogger("tooldir.serve").warning("%s", line)
 
 
 def _import_server() -> None:

@@ -8,6 +8,16 @@ this module, :mod:`.inputschema` and jsonschema-rs; compiled validators cached p
 on a pipe, without the GIL, for at most :data:`BUDGET_S`; a worker that overruns is killed and the
 input is refused (fail closed).
 
+The budget bounds time, not memory: a small input against a recursive ``anyOf`` makes the validator
+collect errors at a gigabyte per second (``serve:starve``). So for each request the worker lowers
+its own address-space limit (``RLIMIT_AS``, soft) to its size right then plus
+:func:`work_bytes` of the request (what a valid 1 MiB input needs is under a fifth of it); an
+allocation past it ends the worker (Rust aborts, Python raises ``MemoryError``) and the caller
+gets :class:`MemoryBoundError`, never a traceback; the next check starts a fresh worker. At most
+:data:`MAX_BUSY` workers validate at once (more checks wait their turn, each bounded by the
+budget), and a worker that has grown past :data:`_RETIRE_BYTES` (compiled validators, freed memory
+not given back) exits after answering, so all of validation together stays within a few hundred MiB.
+
 Protocol: one JSON line per request ``{"key", "schema", "input", "limit"}`` and per answer
 ``{"errors": [...]}`` or ``{"compile_error": "..."}``; the worker writes ``{"ready": true}`` once
 it has started, so start-up time never counts against the budget. A worker ends on end of input.
@@ -20,6 +30,7 @@ import contextlib
 import json
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import threading
@@ -35,7 +46,14 @@ BUDGET_S = 1.0
 _STARTUP_S = 30.0  # a loaded machine may take long to start Python; never counted as the budget
 _MAX_IDLE = 4
 _CACHE = 256
-_MEMORY_BYTES = 2 << 30  # address-space cap of a worker (compiled patterns and DFA caches)
+_MEMORY_BYTES = 2 << 30  # hard address-space cap of a worker; each request gets far less (work_bytes)
+#: Address space one validation may add to the worker, before the request's own share.
+WORK_BASE_BYTES = 96 << 20
+#: ... plus this many bytes per byte of the request (schema and input as JSON text): parsed JSON
+#: takes up to ~25 bytes per byte of text (``[[],[],...]``), and the validator's own copy less.
+WORK_BYTES_PER_BYTE = 64
+MAX_BUSY = 4  # workers validating at once (each bounded by the budget and by work_bytes)
+_RETIRE_BYTES = 256 << 20  # a worker larger than this after a request exits (its cache with it)
 # Started with -I (no cwd, no user site, no PYTHON* variables) and without tooldir/__init__: a bare
 # package object stands in for it, so only strictjson, inputschema and jsonschema-rs are imported.
 _BOOT = (
@@ -52,8 +70,21 @@ class WorkerFailedError(Exception):
     """The worker could not start, died, or answered something unreadable."""
 
 
+class MemoryBoundError(WorkerFailedError):
+    """Validating needed more memory than :func:`work_bytes` allows; the worker was ended."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(f"validation needed more than its memory bound of {limit >> 20} MiB and was stopped")
+
+
 class SchemaCompileError(Exception):
     """The worker could not compile the schema (message from jsonschema-rs)."""
+
+
+def work_bytes(request_bytes: int) -> int:
+    """Address space one validation of a ``request_bytes`` request may add to its worker."""
+    return WORK_BASE_BYTES + WORK_BYTES_PER_BYTE * request_bytes
 
 
 class _Worker:
@@ -78,14 +109,29 @@ class _Worker:
             stdin.flush()
         except OSError as exc:
             raise WorkerFailedError(f"the validation worker is gone: {exc}") from None
-        line = self._read_line(deadline)
+        try:
+            line = self._read_line(deadline)
+        except WorkerFailedError:
+            if self._aborted():  # an allocation past the request's bound (Rust's handler aborts)
+                raise MemoryBoundError(work_bytes(len(request))) from None
+            raise
         try:
             answer = json.loads(line)
         except ValueError:
             raise WorkerFailedError("the validation worker answered something unreadable") from None
         if not isinstance(answer, dict):
             raise WorkerFailedError("the validation worker answered something unreadable")
+        if "memory_exceeded" in answer:  # Python's MemoryError; the worker exits after saying so
+            raise MemoryBoundError(work_bytes(len(request)))
         return answer
+
+    def _aborted(self) -> bool:
+        """The worker ended by SIGABRT (its output pipe has closed, so it is gone or going)."""
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return False
+        return code == -signal.SIGABRT
 
     def _read_line(self, deadline: float) -> bytes:
         stdout = self.proc.stdout
@@ -133,6 +179,7 @@ class _Pool:
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
         self._starting: threading.Thread | None = None
+        self._busy = threading.BoundedSemaphore(MAX_BUSY)
 
     def prestart(self) -> None:
         """Start one worker in the background now, when an input check will come soon (``tooldir
@@ -163,6 +210,10 @@ class _Pool:
     def check(self, key: str, schema_json: str, input_json: str, limit: int, budget: float) -> list[str]:
         head = f'{{"key":{json.dumps(key)},"limit":{int(limit)},"schema":{schema_json},"input":'
         request = (head + input_json + "}\n").encode()
+        with self._busy:  # a wait bounded by the budgets of the checks ahead
+            return self._check(request, budget)
+
+    def _check(self, request: bytes, budget: float) -> list[str]:
         with self._lock:
             starting = None if self._idle else self._starting
         if starting is not None:
@@ -177,7 +228,7 @@ class _Pool:
             worker.kill()
             raise
         with self._lock:
-            if len(self._idle) < _MAX_IDLE:
+            if len(self._idle) < _MAX_IDLE and not answer.get("retire"):
                 self._idle.append(worker)
                 worker = None
         if worker is not None:
@@ -200,6 +251,7 @@ class _Pool:
         self._lock = threading.Lock()
         self._idle = []
         self._starting = None
+        self._busy = threading.BoundedSemaphore(MAX_BUSY)
 
 
 POOL = _Pool()
@@ -221,6 +273,7 @@ class BudgetedValidator:
 
         Raises:
             BudgetExceededError: validation overran ``budget`` seconds (the worker was killed).
+            MemoryBoundError: validation needed more memory than its bound (the worker ended).
             WorkerFailedError: no worker could be started or it died.
             SchemaCompileError: the schema does not compile (the scan should have refused it).
         """
@@ -242,7 +295,13 @@ def main() -> int:
     out = sys.stdout
     out.write('{"ready": true}\n')
     out.flush()
+    page = os.sysconf("SC_PAGESIZE")
     for line in sys.stdin.buffer:
+        bound = min(_address_space(page) + work_bytes(len(line)), _MEMORY_BYTES)
+        try:
+            resource.setrlimit(resource.RLIMIT_AS, (bound, _MEMORY_BYTES))
+        except (ValueError, OSError):
+            return 1  # unbounded it never validates: the caller is told the worker exited
         try:
             request = json.loads(line)
             key = request["key"]
@@ -255,10 +314,25 @@ def main() -> int:
             else:
                 validators.move_to_end(key)
             answer: dict[str, Any] = {"errors": input_errors(validator, request["input"], int(request["limit"]))}
+        except MemoryError:
+            out.write('{"memory_exceeded": true}\n')
+            out.flush()
+            return 1  # a fresh worker takes the next request
         except Exception as exc:  # one bad request never ends the worker
             answer = {
                 "compile_error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
             }
+        retire = _address_space(page) > _RETIRE_BYTES  # freed memory is seldom given back: start afresh
+        if retire:
+            answer["retire"] = True
         out.write(json.dumps(answer, ensure_ascii=True) + "\n")
         out.flush()
+        if retire:
+            return 0
     return 0
+
+
+def _address_space(page: int) -> int:
+    """This process's mapped address space now (bytes; what RLIMIT_AS counts)."""
+    with open("/proc/self/statm", "rb") as fh:
+        return int(fh.read().split()[0]) * page

@@ -232,9 +232,11 @@ class CallSpec(_Frozen):
     repeat: int = Field(default=1, ge=1, le=1_000_000)
     """The name called is ``tool`` repeated this many times (an oversized name)."""
     input: dict[str, Any] = Field(default_factory=dict)
-    via: Literal["registry", "session", "listing"] = "registry"
+    via: Literal["registry", "session", "listing", "mcp"] = "registry"
     """``session``: the model's call inside one conversation (``Session.call``), so guard tools
-    (``tool_search``, ``defer_execute_tool``) and the session gate apply. ``listing``: no call;
+    (``tool_search``, ``defer_execute_tool``) and the session gate apply. ``mcp``: through
+    tooldir's MCP front (``ToolServer.call_tool``, as ``tooldir serve`` answers ``tools/call``,
+    its cap on runs at once included) on an event loop of the drill's own. ``listing``: no call;
     the content is everything the session shows the model besides call results (its tools in
     every format, the compact directory, the native deferral list, the token report and, when
     the MCP server is available, its tools/list), for ``content_includes``/``content_excludes``."""
@@ -256,6 +258,21 @@ class CallSpec(_Frozen):
     check_processes: bool = False
     """After the call, no process may still carry the drill's {marker} on its command line."""
     audit: bool = True
+    cancelled: int = Field(default=0, ge=0, le=256)
+    """With ``via = "mcp"``: first this many calls of ``tool`` with ``cancel_input``, one after
+    another, each cancelled (as ``notifications/cancelled`` does) as soon as the server holds it;
+    then the call itself, and then the drill waits until every run has ended (``max_seconds``)."""
+    cancel_input: dict[str, Any] | None = None
+    """The input of the cancelled calls (default: ``input``)."""
+    max_live_runs: int | None = Field(default=None, ge=0)
+    """No more processes carrying ``{marker}`` on their command line at once than this, from the
+    first cancelled call until every run has ended (sampled every 20 ms)."""
+
+    @model_validator(mode="after")
+    def _cancelling_goes_through_mcp(self) -> CallSpec:
+        if (self.cancelled or self.cancel_input is not None) and self.via != "mcp":
+            raise ValueError('cancelled and cancel_input need via = "mcp"')
+        return self
 
     @property
     def name(self) -> str:

@@ -182,6 +182,12 @@ def call_problems(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> list[str]
             problems.append(f"call {spec.tool} took {o.seconds:.1f} s; the bound is {spec.max_seconds} s")
         if o.connections:
             problems.append(f"call {spec.tool}: the host loopback listener accepted {o.connections} connection(s)")
+        if spec.max_live_runs is not None and o.most_live > spec.max_live_runs:
+            problems.append(
+                f"call {spec.tool}: {o.most_live} runs were live at once; the bound is {spec.max_live_runs}"
+            )
+        elif spec.max_live_runs is not None and o.most_live == 0:
+            problems.append(f"call {spec.tool}: no run with the marker was ever seen (the attack never ran)")
     return problems
 
 

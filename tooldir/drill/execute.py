@@ -554,6 +554,7 @@ class CallOutcome:
     leftovers: tuple[str, ...] = ()
     connections: int = 0
     seconds: float = 0.0
+    most_live: int = 0  # with max_live_runs: most processes with the marker seen at once
 
     def shown(self) -> str:
         """Everything the call showed its caller: the content and the error message."""
@@ -660,7 +661,14 @@ def call(runtime: Runtime, spec: CallSpec, arena: Arena) -> CallOutcome:
         text = arena.substitute(text.replace("{port}", port) if listener is not None else text)
         target = runtime.session if spec.via == "session" else runtime.registry
         t0 = time.monotonic()
-        result = runtime.listing() if spec.via == "listing" else target.call(spec.name, json.loads(text))
+        most_live = 0
+        if spec.via == "mcp":
+            cancel_text = text if spec.cancel_input is None else arena.substitute(json.dumps(spec.cancel_input))
+            result, most_live = _via_mcp(runtime, spec, json.loads(text), json.loads(cancel_text), arena.marker)
+        elif spec.via == "listing":
+            result = runtime.listing()
+        else:
+            result = target.call(spec.name, json.loads(text))
         seconds = time.monotonic() - t0
         connections = _accepted(listener) if listener is not None else 0
     leftovers = wait_for_no_processes(arena.marker, 5.0) if spec.check_processes else ()
@@ -678,7 +686,64 @@ def call(runtime: Runtime, spec: CallSpec, arena: Arena) -> CallOutcome:
         leftovers,
         connections,
         seconds,
+        most_live,
     )
+
+
+def _via_mcp(runtime: Runtime, spec: CallSpec, arguments: Any, cancel_arguments: Any, marker: str) -> tuple[Any, int]:
+    """``spec.cancelled`` call + cancel pairs, then the call, through the MCP front; (the call's
+    result as a CallResult, the most processes with ``marker`` seen at once until all runs ended)."""
+    import threading
+
+    import anyio
+    from anyio.from_thread import BlockingPortal
+
+    front = need("mcp_server", "ToolServer")(store=runtime.store, registry=runtime.registry, session=runtime.session)
+    most = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            most[0] = max(most[0], sum(1 for _ in _processes_with(marker)))
+            stop.wait(0.02)
+
+    async def attack() -> Any:
+        async with BlockingPortal() as portal:
+            front.attach(portal)
+            try:
+                for _ in range(spec.cancelled):
+                    with anyio.CancelScope() as scope:
+                        async with anyio.create_task_group() as tg:
+                            tg.start_soon(front.call_tool, spec.name, cancel_arguments)
+                            await anyio.wait_all_tasks_blocked()  # the server holds it now
+                            scope.cancel()  # notifications/cancelled
+                result = await front.call_tool(spec.name, arguments)
+                with anyio.move_on_after(spec.max_seconds):  # bounded: the check reports the time
+                    while front.calls_running():
+                        await anyio.sleep(0.02)
+                return result
+            finally:
+                front.detach()
+
+    sampler = threading.Thread(target=sample, name="tooldir-drill-live-runs", daemon=True)
+    sampler.start()
+    try:
+        answer = anyio.run(attack)
+    finally:
+        stop.set()
+        sampler.join()
+    meta = answer.meta or {}
+    error = None
+    if answer.is_error:
+        found = (answer.structured_content or {}).get("error", {})
+        error = need("registry", "CallError")(str(found.get("code")), str(found.get("message")))
+    content = answer.structured_content if not answer.is_error else None
+    if content is None and not answer.is_error:
+        content = "".join(getattr(c, "text", "") for c in answer.content)
+    result = need("registry", "CallResult")(
+        ok=not answer.is_error, content=content, error=error, audit_id=meta.get("tooldir/audit_id")
+    )
+    return result, most[0]
 
 
 def accepted(listener: socket.socket) -> int:

@@ -228,3 +228,40 @@ print(schema_worker.POOL._idle[0].proc.pid)
         time.sleep(0.05)
     os.kill(pid, 9)  # our own test's leftover, by its pid
     raise AssertionError(f"validation worker {pid} outlived its parent")
+
+
+def test_a_validation_over_its_memory_bound_is_a_specific_refusal_and_the_next_call_still_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve:starve: a recursive anyOf whose error messages quote a 100 kB string (about 1 GiB/s)."""
+    from tooldir._internal import schema_worker
+
+    real_check = schema_worker.POOL.check
+
+    def long_budget(key: str, schema_json: str, input_json: str, limit: int, budget: float) -> list[str]:
+        return real_check(key, schema_json, input_json, limit, 120.0)  # the memory bound ends it, not the time
+
+    monkeypatch.setattr(schema_worker.POOL, "check", long_budget)
+    branch = {"type": "array", "items": {"$ref": "#/$defs/n"}}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/n"}},
+        "$defs": {"n": {"anyOf": [{**branch, "minItems": 2}, {**branch, "minItems": 2}, branch]}},
+    }
+    box = FakeSandbox()
+    setup = registry_for(tmp_path, user_dir=tool_with(tmp_path, "^a"), audit=MemoryAudit())
+    good = setup.store.current.get("regex_tool")
+    assert good is not None and good.manifest is not None
+    manifest = good.manifest.model_copy(update={"input_schema": freeze(schema)})
+    # a digest of its own: workers cache compiled validators by digest (registry_with_schema shares one)
+    record = forge_active(good, manifest=manifest, digest="sha256:" + "2" * 64)
+    store = SnapshotStore(build_snapshot([record], [], 1))
+    registry = Registry(store, policy=Policy(), state_dir=tmp_path / "s2", sandbox=box, audit=MemoryAudit())
+    hog = json.loads("[" * 8 + json.dumps("x" * 100_000) + "]" * 8)
+    result = registry.call("regex_tool", {"a": hog})
+    assert result.error is not None and result.error.code == "invalid-input"
+    assert "validating the input against the tool's input_schema needed more than" in result.error.message
+    assert "MiB and was stopped; the input is refused" in result.error.message
+    assert box.requests == []
+    assert registry.call("regex_tool", {"a": [[], []]}).ok
+    assert len(box.requests) == 1
