@@ -19,9 +19,22 @@ from pathlib import Path
 
 import pytest
 
-from tooldir.drill import DrillResult, Plant, ScenarioError, Step, load_scenario, run_drill
+from tooldir._data import SCENARIOS
+from tooldir.drill import (
+    DrillResult,
+    Plant,
+    Scenario,
+    ScenarioError,
+    Step,
+    load_scenario,
+    load_scenarios,
+    run_drill,
+    select,
+)
+from tooldir.drill.checks import check_beyond
+from tooldir.drill.checks import tree_state as tree_state_of
 from tooldir.drill.execute import apply_step
-from tooldir.drill.plant import ArenaEscapeError, apply_plant, make_arena
+from tooldir.drill.plant import ArenaEscapeError, apply_plant, make_arena, make_beyond
 from tooldir.state import Approval, load_approvals, save_approvals
 
 HEADER = """
@@ -392,3 +405,124 @@ def test_a_tooldir_step_with_paths_inside_the_arena_still_runs(tmp_path: Path) -
 def test_a_bad_scenario_step_error_is_still_an_ordinary_scenario_error(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError):
         load_scenario(tmp_path / "missing")
+
+
+# ---------------------------------------------------------------------------------------------
+# Drills about the runner itself: expect.refused, and the arena check
+
+
+def bundled(variant: str) -> Scenario:
+    [scenario] = select(load_scenarios(SCENARIOS), [f"drill:arena-escape/{variant}"])
+    return scenario
+
+
+def test_the_bundled_arena_escape_drills_pass_because_the_runner_refuses_them() -> None:
+    scenarios = select(load_scenarios(SCENARIOS), ["drill:arena-escape"])
+    assert len(scenarios) >= 10
+    for scenario in scenarios:
+        result = run_drill(scenario)
+        assert result.status == "passed", (scenario.drill_id, result.reason)
+        checks = {c.name: c for c in result.checks}
+        assert checks["outcome"].message.startswith("refused as expected: " + scenario.expect.refused.at)  # type: ignore[union-attr]
+        assert checks["arena"].message.startswith("nothing outside the arena changed")
+
+
+def test_without_the_confinement_the_link_out_drill_fails_naming_the_file_changed_outside(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tooldir.drill import confine
+
+    def write(self: confine.Confined, path: Path, data: bytes, where: str, **_: object) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)  # what the runner did before: follow every link
+        path.write_bytes(data)
+
+    monkeypatch.setattr(confine, "inside", lambda base, path: True)
+    monkeypatch.setattr(confine.Confined, "write", write)
+    result = run_drill(bundled("link-out"))
+    assert result.status == "failed"
+    checks = {c.name: c for c in result.checks}
+    assert checks["outcome"].message == (
+        "expected the runner to refuse plant[0], but it carried out every plant and step"
+    )
+    assert checks["arena"].message == "files outside the arena changed: folder/inside.txt"
+
+
+def test_without_the_argument_allowlist_the_state_dir_drill_fails_naming_the_real_approvals(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tooldir.drill import execute
+
+    monkeypatch.setattr(execute, "vet", lambda args, **_: None)
+    result = run_drill(bundled("state-dir"))
+    assert result.status == "failed"
+    arena = {c.name: c.message for c in result.checks}["arena"]
+    assert arena.startswith("files outside the arena changed: ")
+    assert "state/approvals.json" in arena
+
+
+def _expecting(tmp_path: Path, body: str, refused: str) -> DrillResult:
+    return drill(tmp_path, body + f"\n[expect]\nrefused = {refused}\n")
+
+
+def test_a_drill_expecting_a_refusal_that_does_not_come_fails(tmp_path: Path) -> None:
+    body = '[[steps]]\ndo = "write"\npath = "project/fine.txt"\ntext = "x"\n'
+    result = _expecting(tmp_path, body, '{ at = "steps[0]" }')
+    assert result.status == "failed"
+    outcome = {c.name: c for c in result.checks}["outcome"]
+    assert outcome.message == "expected the runner to refuse steps[0], but it carried out every plant and step"
+
+
+def test_a_drill_refused_elsewhere_than_expected_or_for_another_reason_fails(tmp_path: Path) -> None:
+    body = LINK_OUT + '[[steps]]\ndo = "write"\npath = "project/fine.txt"\ntext = "x"\n'
+    elsewhere = _expecting(tmp_path / "a", body.replace("{victim}", "/"), '{ at = "steps[0]" }')
+    assert {c.name: c for c in elsewhere.checks}["outcome"].message.startswith(
+        "expected the runner to refuse steps[0], but it refused plant[0] (symlink): project/link"
+    )
+    reason = _expecting(
+        tmp_path / "b", body.replace("{victim}", "/"), '{ at = "plant[0]", message_contains = ["is a symlink"] }'
+    )
+    assert {c.name: c for c in reason.checks}["outcome"].message.startswith("the refusal does not say 'is a symlink'")
+    assert elsewhere.status == reason.status == "failed"
+
+
+def test_an_ordinary_scenario_error_is_never_an_expected_refusal(tmp_path: Path) -> None:
+    body = '[[steps]]\ndo = "remove"\npath = "project/nothing-here"\n'
+    result = _expecting(tmp_path, body, '{ at = "steps[0]" }')
+    refused(result, "steps[0] (remove): project/nothing-here: No such file")
+
+
+@pytest.mark.parametrize(
+    ("body", "refused_at", "message"),
+    [
+        ("", '{ at = "steps[0]" }', "expect.refused: steps[0] does not exist"),
+        (
+            '[[steps]]\ndo = "write"\npath = "project/x"\ntext = "x"\n[[calls]]\ntool = "good_user_tool"\n',
+            '{ at = "steps[0]" }',
+            "expect.refused: the drill stops at steps[0], so calls would never be checked",
+        ),
+        ('[[steps]]\ndo = "write"\npath = "project/x"\ntext = "x"\n', '{ at = "calls[0]" }', "expect.refused.at:"),
+    ],
+    ids=["no-such-step", "calls-after-a-refusal", "not-a-plant-or-step"],
+)
+def test_an_expected_refusal_must_name_a_plant_or_step_and_nothing_after_it(
+    tmp_path: Path, body: str, refused_at: str, message: str
+) -> None:
+    folder = tmp_path / "drill-arena-escape"
+    folder.mkdir()
+    (folder / "scenario.toml").write_text(HEADER + body + f"\n[expect]\nrefused = {refused_at}\n")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(folder)
+    assert message in info.value.message
+
+
+def test_the_arena_check_names_what_changed_outside_the_arena(tmp_path: Path) -> None:
+    beyond = make_beyond(tmp_path / "beyond")
+    before = tree_state_of(beyond)
+    assert check_beyond(before, tree_state_of(beyond)).passed
+    (beyond / "canary.txt").write_text("changed")
+    check = check_beyond(before, tree_state_of(beyond))
+    assert (check.name, check.passed, check.message) == (
+        "arena",
+        False,
+        "files outside the arena changed: canary.txt",
+    )
