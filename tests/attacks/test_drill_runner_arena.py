@@ -526,3 +526,35 @@ def test_the_arena_check_names_what_changed_outside_the_arena(tmp_path: Path) ->
         False,
         "files outside the arena changed: canary.txt",
     )
+
+
+def test_leads_to_follows_links_as_the_kernel_does_and_takes_missing_components_as_written(tmp_path: Path) -> None:
+    from tooldir.drill.confine import leads_to
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    os.symlink("a/b", tmp_path / "deep")
+    os.symlink(str(tmp_path), tmp_path / "a" / "root")
+    os.symlink("loop", tmp_path / "loop")
+    assert leads_to(tmp_path, "deep/..") == tmp_path / "a"  # '..' after a link climbs from its target
+    assert leads_to(tmp_path, "a/root/../x") == tmp_path.parent / "x"
+    assert leads_to(tmp_path, "missing/../y") == tmp_path / "y"
+    assert leads_to(tmp_path / "a", "/etc/../z") == Path("/z")
+    assert leads_to(tmp_path, "loop") is None
+
+
+def test_a_scenario_folder_whose_files_are_a_fifo_or_a_link_out_is_an_error_not_a_hang_or_a_read(
+    tmp_path: Path, victim: Path
+) -> None:
+    fifo = tmp_path / "fifo-scenario"
+    fifo.mkdir()
+    os.mkfifo(fifo / "scenario.toml")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(fifo)  # never blocks waiting for a writer
+    assert "cannot read it" in info.value.message and "not a regular file" in info.value.message
+
+    linked = tmp_path / "scenarios" / "drill-arena-escape"
+    (linked / "tree" / "project").mkdir(parents=True)
+    (linked / "tree" / "project" / "real.txt").write_text("x")
+    os.symlink(victim / "inside.txt", linked / "tree" / "project" / "stolen.txt")
+    (linked / "scenario.toml").write_text(HEADER)
+    refused(run_drill(load_scenario(linked)), "stolen.txt is not a regular file")

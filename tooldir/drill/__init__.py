@@ -37,6 +37,7 @@ import fnmatch
 import json
 import os
 import socket
+import stat
 import tempfile
 import time
 import tomllib
@@ -493,7 +494,7 @@ def load_scenario(folder: str | os.PathLike[str]) -> Scenario:
     folder = Path(folder).resolve()
     path = folder / SCENARIO_FILE
     try:
-        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+        data = tomllib.loads(_read_regular(path, follow=True).decode("utf-8"))
     except FileNotFoundError:
         raise ScenarioError(f"no {SCENARIO_FILE}", path=str(path)) from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -511,6 +512,16 @@ def load_scenario(folder: str | os.PathLike[str]) -> Scenario:
         raise ScenarioError(f"{TREE} must be a folder", path=str(tree))
     _check_declared_content(scenario, tree)
     return scenario
+
+
+def _read_regular(path: Path, *, follow: bool) -> bytes:
+    """The bytes of the regular file ``path``, never blocking on a FIFO (and, without ``follow``,
+    never through a link): a scenario folder is downloaded content too."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY | (0 if follow else os.O_NOFOLLOW)
+    with os.fdopen(os.open(path, flags), "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return fh.read()
 
 
 def _named_tools(scenario: Scenario) -> list[tuple[str, str]]:
@@ -546,7 +557,7 @@ def _check_declared_content(scenario: Scenario, tree: Path) -> None:
             for name in filenames:
                 blobs.append(name.encode())
                 with contextlib.suppress(OSError):  # unreadable files are copy_tree's to report
-                    blobs.append((here / name).read_bytes())
+                    blobs.append(_read_regular(here / name, follow=False))
         if not any(files for _, _, files in os.walk(tree)):
             raise ScenarioError(f"{TREE}/ holds no files: an empty or incomplete copy of the scenario?", path=str(tree))
     steps = [*scenario.steps, *scenario.after_load, *scenario.after_calls]
