@@ -6,7 +6,8 @@
     │   ├── StateError                .path
     │   ├── StateDirError             .setting, .value (a relative state location)
     │   ├── EvalDataError             .path, .line (tooldir.evaluate)
-    │   ├── ScenarioError             .path (tooldir.drill.plant)
+    │   ├── ScenarioError             .path (tooldir.drill.confine)
+    │   │   └── ArenaEscapeError      .where, .target: a plant or step acting outside its arena
     │   └── HttpSetupError            --http / --token-file unusable (tooldir.mcp_http)
     ├── DiscoveryError                a tool root cannot be opened
     ├── PackageError                  .path, .reason, .found (tooldir.manage: approve, lock, sign, ...)
@@ -28,8 +29,8 @@ Internal signals: raised and caught inside tooldir, never raised to a caller of 
     ├── WorkerFailedError             tooldir._internal.schema_worker
     │   └── MemoryBoundError          tooldir._internal.schema_worker (-> invalid-input result)
     ├── SchemaCompileError            tooldir._internal.schema_worker
-    ├── NotRunnableError              tooldir.drill.plant: a drill that cannot run here
-    ├── UnavailableError              tooldir.drill.plant
+    ├── NotRunnableError              tooldir.drill.confine: a drill that cannot run here
+    ├── UnavailableError              tooldir.drill.confine
     ├── CommandError                  tooldir._cli.common: the CLI's exit code and message
     └── _Stop                         private to tooldir.registry (-> a call result)
     RuntimeError

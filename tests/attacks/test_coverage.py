@@ -23,7 +23,6 @@ def threat_ids(text: str) -> set[str]:
 PENDING: dict[int, frozenset[str]] = {
     23: frozenset(
         {
-            "drill:arena-escape",
             "trust:foreign-files",
             "host:defaults",
             "policy:hostile-file",

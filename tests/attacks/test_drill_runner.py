@@ -192,7 +192,7 @@ def test_cli_drill_json_reports_each_drill_and_exits_1_when_one_fails(
     assert set(first) == {"id", "scenario", "expected", "observed", "status", "reason", "passed", "details"}
     assert [(d["status"], d["reason"] is None) for d in report["drills"]] == [("passed", True), ("failed", False)]
     assert report["drills"][1]["reason"].startswith("outcome: ")
-    assert {d["check"] for d in first["details"]} == {"planted", "outcome", "canary", "control", "state"}
+    assert {d["check"] for d in first["details"]} == {"planted", "outcome", "canary", "control", "state", "arena"}
     assert "project:evil_new=pending" in first["observed"]
 
 
@@ -446,7 +446,7 @@ def test_a_later_plant_replaces_the_expectation_of_what_it_replaced(tmp_path: Pa
     arena = make_arena(tmp_path, "s")
     planted: dict[Path, object] = {}
     record(planted, apply_plant(Plant(kind="file", path="project/x/f", text="a"), arena))  # type: ignore[arg-type]
-    record(planted, apply_plant(Plant(kind="symlink", path="project/x", target="/nowhere"), arena))  # type: ignore[arg-type]
+    record(planted, apply_plant(Plant(kind="symlink", path="project/x", target="{outside}"), arena))  # type: ignore[arg-type]
     record(planted, apply_plant(Plant(kind="mode", path="project", mode="0777"), arena))  # type: ignore[arg-type]
     assert sorted(str(p.relative_to(tmp_path)) for p in planted) == ["project", "project/x"]
     assert check_planted(arena, planted).passed  # type: ignore[arg-type]

@@ -2,7 +2,9 @@
 
 Each drill asserts the three things of STYLE §6 — the exact outcome code, state unchanged with no
 canary written, and the other tools still loading — after proving its hostile tree was planted, plus
-the audit record and the caller's isolation for execution drills.
+the audit record and the caller's isolation for execution drills, and that nothing outside the arena
+changed. A drill about the runner itself (``expect.refused``, drill:arena-escape) stops at the plant
+or step the runner must refuse: its outcome is that refusal.
 """
 
 from __future__ import annotations
@@ -29,8 +31,13 @@ def test_poisoned_directory_ends_in_its_code_without_running_anything_while_good
         pytest.skip(f"system facility missing on this machine: {result.unavailable}")
     checks = {c.name: c for c in result.checks}
     assert "runnable" not in checks, checks["runnable"].message
-    for name in ("planted", "outcome", "canary", "control", "state"):
-        assert checks[name].passed, f"{name}: {checks[name].message} (observed: {result.observed})"
+    if scenario.expect.refused is not None:  # a drill about the runner: it stops at the refusal
+        assert sorted(checks) == ["arena", "canary", "outcome", "planted"]
+    else:
+        assert {"control", "state"} <= set(checks)
+    for name in ("planted", "outcome", "canary", "control", "state", "arena"):
+        if name in checks:
+            assert checks[name].passed, f"{name}: {checks[name].message} (observed: {result.observed})"
     if scenario.calls:  # execution drills: every attempt is in the audit log, nothing of the caller's leaked
         assert checks["audit"].passed, checks["audit"].message
         assert checks["isolation"].passed, checks["isolation"].message

@@ -16,7 +16,13 @@ variable of the caller's), and checks:
 - ``state``: the user's home, config and state, and everything outside the project, are byte-for-byte
   unchanged by the load (the audit log excepted: tooldir itself appends to it);
 - ``audit``: for execution drills, the audit log recorded each attempted call;
-- ``isolation``: for execution drills, no secret-named variable of the caller reached a tool.
+- ``isolation``: for execution drills, no secret-named variable of the caller reached a tool;
+- ``arena``: nothing outside the arena changed (``{beyond}``, a stand-in for the user's own files).
+
+A scenario is downloaded content: it never acts outside its arena (:mod:`tooldir.drill.confine`,
+:mod:`tooldir.drill.cliargs`). A plant or step that tries is an :class:`ArenaEscapeError`, a
+scenario error, never a pass; a drill about the runner itself declares ``expect.refused`` (the
+plant or step that must be refused), and then passes only when exactly that happened.
 
 A drill whose machinery does not exist in this build fails with "not runnable yet: <what is
 missing>"; it never passes by default. A drill that needs what this machine lacks (root, a working
@@ -31,6 +37,7 @@ import fnmatch
 import json
 import os
 import socket
+import stat
 import tempfile
 import time
 import tomllib
@@ -48,6 +55,7 @@ from . import execute as ex
 from .checks import Check
 from .plant import (
     Arena,
+    ArenaEscapeError,
     NotRunnableError,
     Planted,
     ScenarioError,
@@ -56,6 +64,7 @@ from .plant import (
     fingerprint,
     isolated,
     make_arena,
+    make_beyond,
     make_removable,
     record,
     write_control,
@@ -75,6 +84,7 @@ CHANGING_PLANTS = ("mode", "owner")
 """Plants that change an entry that is already there instead of creating one."""
 
 __all__ = [
+    "ArenaEscapeError",
     "Check",
     "DrillResult",
     "DrillStatus",
@@ -318,7 +328,19 @@ class DiagnosticExpectation(_Frozen):
         return self.code + (f"({self.tool})" if self.tool else "") + (f" at {self.pointer}" if self.pointer else "")
 
 
+class Refusal(_Frozen):
+    """The plant or step the runner must refuse as acting outside the arena (drill:arena-escape)."""
+
+    at: str = Field(pattern=r"^(plant|steps)\[[0-9]+\]$")
+    """``plant[N]`` or ``steps[N]`` (0-based, as errors name them)."""
+    message_contains: tuple[str, ...] = ()
+    """Substrings of the refusal (placeholders substituted)."""
+
+
 class Expect(_Frozen):
+    refused: Refusal | None = None
+    """The drill is about the runner: it must refuse this plant or step (and stops there; the
+    load, calls and the other expectations do not apply)."""
     diagnostics: tuple[DiagnosticExpectation, ...] = ()
     status: dict[str, Literal["active", "pending", "shadowed", "rejected", "absent"]] = Field(default_factory=dict)
     """``name`` or ``source:name`` -> status; ``absent`` means no record at all."""
@@ -378,6 +400,31 @@ class Scenario(_Frozen):
     def _has_a_control(self) -> Scenario:
         if not (self.control.user or self.control.project):
             raise ValueError("[control] must name at least one good tool (user or project) that must still load")
+        return self
+
+    @model_validator(mode="after")
+    def _refusal_stops_the_drill(self) -> Scenario:
+        refused = self.expect.refused
+        if refused is None:
+            return self
+        kind, _, index = refused.at.rstrip("]").partition("[")
+        if int(index) >= len(self.plant if kind == "plant" else self.steps):
+            raise ValueError(f"expect.refused: {refused.at} does not exist")
+        later = {
+            "after_load": self.after_load,
+            "calls": self.calls,
+            "after_calls": self.after_calls,
+            "storm": self.storm,
+            "watch": self.watch,
+            "expect.diagnostics": self.expect.diagnostics,
+            "expect.status": self.expect.status,
+            "expect.never_mentioned": self.expect.never_mentioned,
+            "expect.audit_verify": self.expect.audit_verify,
+        }
+        if named := [key for key, value in later.items() if value]:
+            raise ValueError(
+                f"expect.refused: the drill stops at {refused.at}, so {', '.join(named)} would never be checked"
+            )
         return self
 
     @property
@@ -464,7 +511,7 @@ def load_scenario(folder: str | os.PathLike[str]) -> Scenario:
     folder = Path(folder).resolve()
     path = folder / SCENARIO_FILE
     try:
-        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+        data = tomllib.loads(_read_regular(path, follow=True).decode("utf-8"))
     except FileNotFoundError:
         raise ScenarioError(f"no {SCENARIO_FILE}", path=str(path)) from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -482,6 +529,16 @@ def load_scenario(folder: str | os.PathLike[str]) -> Scenario:
         raise ScenarioError(f"{TREE} must be a folder", path=str(tree))
     _check_declared_content(scenario, tree)
     return scenario
+
+
+def _read_regular(path: Path, *, follow: bool) -> bytes:
+    """The bytes of the regular file ``path``, never blocking on a FIFO (and, without ``follow``,
+    never through a link): a scenario folder is downloaded content too."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY | (0 if follow else os.O_NOFOLLOW)
+    with os.fdopen(os.open(path, flags), "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return fh.read()
 
 
 def _named_tools(scenario: Scenario) -> list[tuple[str, str]]:
@@ -517,7 +574,7 @@ def _check_declared_content(scenario: Scenario, tree: Path) -> None:
             for name in filenames:
                 blobs.append(name.encode())
                 with contextlib.suppress(OSError):  # unreadable files are copy_tree's to report
-                    blobs.append((here / name).read_bytes())
+                    blobs.append(_read_regular(here / name, follow=False))
         if not any(files for _, _, files in os.walk(tree)):
             raise ScenarioError(f"{TREE}/ holds no files: an empty or incomplete copy of the scenario?", path=str(tree))
     steps = [*scenario.steps, *scenario.after_load, *scenario.after_calls]
@@ -587,26 +644,69 @@ def run_drills(scenarios: Sequence[Scenario]) -> list[DrillResult]:
 
 
 def run_drill(scenario: Scenario) -> DrillResult:
-    """Materialise, act, load and check one scenario. Never raises for a drill failure."""
+    """Materialise, act, load and check one scenario. Never raises for a drill failure.
+
+    The temporary folder holds the arena and, beside it, ``{beyond}``: the world outside the
+    arena, which must be unchanged at the end (the ``arena`` check; an early failure gets it only
+    when it failed)."""
     started = time.monotonic()
+    progress = _Progress()
     with tempfile.TemporaryDirectory(prefix="tooldir-drill-") as tmp:
+        top = Path(tmp).resolve()
         try:
-            arena = make_arena(Path(tmp).resolve(), scenario.folder)
-            with isolated(arena) as caller, contextlib.ExitStack() as stack:
-                listener = None
-                if scenario.listen:
-                    listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
-                    listener.setblocking(False)
-                    arena = dataclasses.replace(arena, port=str(listener.getsockname()[1]))
-                return _run(scenario, arena, started, caller, listener)
-        except UnavailableError as exc:
-            return _failed(scenario, started, "runnable", f"not runnable here ({exc})", unavailable=str(exc))
-        except NotRunnableError as exc:
-            return _failed(scenario, started, "runnable", f"not runnable yet: {exc}")
-        except ScenarioError as exc:
-            return _failed(scenario, started, "runnable", exc.diagnostics())
+            beyond = make_beyond(top / "beyond")
+            world = ck.tree_state(beyond)
+            result = _attempt(scenario, top / "arena", beyond, started, progress)
+            outside = ck.check_beyond(world, ck.tree_state(beyond))
         finally:
-            make_removable(Path(tmp))
+            make_removable(top)
+    if outside.passed and result.checks and result.checks[0].name == "runnable":
+        return result
+    return dataclasses.replace(result, checks=(*result.checks, outside))
+
+
+@dataclass
+class _Progress:
+    """How far a drill got, for the result of a refusal."""
+
+    arena: Arena | None = None
+    planted: dict[Path, Planted] = dataclasses.field(default_factory=dict)
+    planted_check: Check | None = None  # made once materialisation is done
+
+
+def _attempt(scenario: Scenario, base: Path, beyond: Path, started: float, progress: _Progress) -> DrillResult:
+    try:
+        arena = make_arena(base, scenario.folder, beyond)
+        progress.arena = arena
+        with isolated(arena) as caller, contextlib.ExitStack() as stack:
+            listener = None
+            if scenario.listen:
+                listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+                listener.setblocking(False)
+                arena = dataclasses.replace(arena, port=str(listener.getsockname()[1]))
+                progress.arena = arena
+            return _run(scenario, arena, started, caller, listener, progress=progress)
+    except ArenaEscapeError as exc:
+        if scenario.expect.refused is not None and progress.arena is not None:
+            return _refusal(scenario, progress.arena, progress, started, exc)
+        return _failed(scenario, started, "runnable", exc.diagnostics())
+    except UnavailableError as exc:
+        return _failed(scenario, started, "runnable", f"not runnable here ({exc})", unavailable=str(exc))
+    except NotRunnableError as exc:
+        return _failed(scenario, started, "runnable", f"not runnable yet: {exc}")
+    except ScenarioError as exc:
+        return _failed(scenario, started, "runnable", exc.diagnostics())
+
+
+def _refusal(
+    scenario: Scenario, arena: Arena, progress: _Progress, started: float, exc: ArenaEscapeError | None
+) -> DrillResult:
+    """The result of a drill that expects a refusal (``expect.refused``), refused by ``exc`` or
+    (None) carried out to the end of its steps."""
+    planted = progress.planted_check or ck.check_planted(arena, progress.planted)
+    outcome = ck.check_refusal(scenario, arena, exc)
+    observed = f"refused {exc.where}" if exc is not None else "nothing was refused"
+    return DrillResult(scenario, observed, (planted, outcome, ck.check_canary(arena)), time.monotonic() - started)
 
 
 def _failed(
@@ -618,14 +718,22 @@ def _failed(
 
 
 def _run(
-    scenario: Scenario, arena: Arena, started: float, caller: dict[str, str], listener: socket.socket | None = None
+    scenario: Scenario,
+    arena: Arena,
+    started: float,
+    caller: dict[str, str],
+    listener: socket.socket | None = None,
+    *,
+    progress: _Progress | None = None,
 ) -> DrillResult:
+    progress = progress or _Progress(arena)
     if "root" in scenario.requires and os.geteuid() != 0:
         raise UnavailableError("needs root: the scenario plants files with chown/mknod")
     for item in scenario.needs:
         module, _, attribute = item.rpartition(".")
         ex.need(module, attribute)
-    planted = ck.check_planted(arena, _materialise(scenario, arena))
+    planted = ck.check_planted(arena, _materialise(scenario, arena, progress.planted))
+    progress.planted_check = planted
     if not planted.passed:  # the drill would test nothing: stop before the load
         return DrillResult(scenario, planted.message, (planted,), time.monotonic() - started)
     if "sandbox" in scenario.requires:  # before the steps: a step may run a tool (tooldir run)
@@ -637,6 +745,8 @@ def _run(
         ex.approve(arena, arena.resolve(f"project/.tooldir/tools/{name}"), builtins)
     for i, step in enumerate(scenario.steps):
         ex.apply_step(step, arena, builtins, f"steps[{i}] ({step.do})", None)
+    if scenario.expect.refused is not None:  # a drill about the runner: it never gets to the load
+        return _refusal(scenario, arena, progress, started, None)
     before = fingerprint(arena)
     marks_before = ex.high_water(arena)
     t0 = time.monotonic()
@@ -708,22 +818,21 @@ def _run(
     return DrillResult(scenario, observed, tuple(checks), time.monotonic() - started)
 
 
-def _materialise(scenario: Scenario, arena: Arena) -> dict[Path, Planted]:
-    """tree/, control tools, the user's policy, storm packages and plants; returns what the
-    tree and the plants put where (for the ``planted`` check)."""
-    planted: dict[Path, Planted] = {}
+def _materialise(scenario: Scenario, arena: Arena, planted: dict[Path, Planted]) -> dict[Path, Planted]:
+    """tree/, control tools, the user's policy, storm packages and plants; records into (and
+    returns) ``planted`` what the tree and the plants put where (for the ``planted`` check)."""
     tree = Path(scenario.folder) / TREE
     if tree.is_dir():
         for item in arena.copy_tree(tree):
             record(planted, item)
     for name in scenario.control.user:
-        write_control(arena.resolve(f"user/{name}"), name)
+        write_control(arena.fs, arena.resolve(f"user/{name}"), name)
     for name in scenario.control.project:
-        write_control(arena.resolve(f"project/.tooldir/tools/{name}"), name)
+        write_control(arena.fs, arena.resolve(f"project/.tooldir/tools/{name}"), name)
     if scenario.policy is not None:
-        ex.write_policy(arena, scenario.policy)
+        ex.write_policy(arena, scenario.policy, "policy")
     if scenario.storm is not None:
         plant_storm(arena, scenario.storm.packages)
-    for plant in scenario.plant:
-        record(planted, apply_plant(plant, arena))
+    for i, plant in enumerate(scenario.plant):
+        record(planted, apply_plant(plant, arena, f"plant[{i}] ({plant.kind})"))
     return planted

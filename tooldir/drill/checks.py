@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..model import Status
 from ..snapshot import Snapshot
 from . import execute as ex
-from .plant import DRILL_ENV_PREFIX, Arena, Planted
+from .plant import DRILL_ENV_PREFIX, Arena, ArenaEscapeError, Planted
 from .storm import StormReport
 from .watch import WatchReport
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    name: str  # "runnable" | "planted" | "outcome" | "canary" | "control" | "state" | "audit"
+    name: str  # "runnable" | "planted" | "outcome" | "canary" | "control" | "state" | "audit" | "arena" ...
     passed: bool
     message: str
 
@@ -47,13 +47,19 @@ def _kind_of(mode: int) -> str:
     return next((kind for kind, test in _KINDS.items() if test(mode)), "something else")
 
 
-def planted_problem(item: Planted, base: Path) -> str | None:
-    """Why the arena does not hold ``item`` as planted, or None."""
+def planted_problem(item: Planted, arena: Arena) -> str | None:
+    """Why the arena does not hold ``item`` as planted, or None (read without following a link
+    on the way: :attr:`Arena.fs`)."""
+    base = arena.base
     where = str(item.path.relative_to(base))
     try:
-        st = item.path.lstat()
+        st = arena.fs.lstat(item.path, "the planted check")
+    except ArenaEscapeError as exc:
+        return f"{where} is not in the arena as planted ({exc.message})"
     except OSError as exc:
         return f"{where} is missing ({exc.strerror})"
+    if st is None:
+        return f"{where} is missing (No such file or directory)"
     if item.kind and not _KINDS[item.kind](st.st_mode):
         return f"{where} should be a {item.kind} but is a {_kind_of(st.st_mode)}"
     if item.mode is not None and stat.S_IMODE(st.st_mode) != item.mode:
@@ -73,7 +79,10 @@ def planted_problem(item: Planted, base: Path) -> str | None:
         other = item.same_as.lstat()
         if (st.st_dev, st.st_ino) != (other.st_dev, other.st_ino):
             return f"{where} is not a hard link of {item.same_as.relative_to(base)}"
-    if item.sha256 is not None and hashlib.sha256(item.path.read_bytes()).hexdigest() != item.sha256:
+    if (
+        item.sha256 is not None
+        and hashlib.sha256(arena.fs.read(item.path, "the planted check")).hexdigest() != item.sha256
+    ):
         return f"{where} does not hold the planted content"
     if item.entries is not None:
         with os.scandir(item.path) as entries:
@@ -85,7 +94,7 @@ def planted_problem(item: Planted, base: Path) -> str | None:
 
 def check_planted(arena: Arena, planted: Mapping[Path, Planted]) -> Check:
     """Everything the scenario's tree/ and plants put into the arena is there, as planted."""
-    problems = [p for item in planted.values() if (p := planted_problem(item, arena.base)) is not None]
+    problems = [p for item in planted.values() if (p := planted_problem(item, arena)) is not None]
     if not planted:
         return Check("planted", True, "the scenario plants nothing but its control tools")
     if problems:
@@ -248,6 +257,56 @@ def _logs_tool(line: dict[str, Any], tool: str) -> bool:
     if line.get("tool") == tool:
         return True
     return line.get("tool_sha256") == "sha256:" + hashlib.sha256(tool.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def check_refusal(scenario: Scenario, arena: Arena, refusal: ArenaEscapeError | None) -> Check:
+    """drill:arena-escape: the runner refused exactly the plant or step ``expect.refused`` names,
+    saying what it must (``refusal`` None: it refused nothing)."""
+    want = scenario.expect.refused
+    if want is None:  # the caller only asks for drills that expect a refusal
+        raise ValueError("check_refusal needs a scenario with expect.refused")
+    if refusal is None:
+        return Check(
+            "outcome", False, f"expected the runner to refuse {want.at}, but it carried out every plant and step"
+        )
+    if refusal.where.split(" ", 1)[0] != want.at:
+        return Check("outcome", False, f"expected the runner to refuse {want.at}, but it refused {refusal.message}")
+    missing = [text for text in want.message_contains if arena.substitute(text) not in refusal.message]
+    if missing:
+        return Check("outcome", False, f"the refusal does not say {', '.join(map(repr, missing))}: {refusal.message}")
+    return Check("outcome", True, f"refused as expected: {refusal.message}")
+
+
+def tree_state(top: Path) -> dict[str, str]:
+    """(type and mode, owner, content hash or link text) of ``top`` and everything below it,
+    links not followed."""
+    result: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(top):
+        here = Path(dirpath)
+        for path in [here] if here == top else []:
+            result["."] = _entry_state(path)
+        for name in dirnames + filenames:
+            result[str((here / name).relative_to(top))] = _entry_state(here / name)
+    return result
+
+
+def _entry_state(path: Path) -> str:
+    st = path.lstat()
+    digest = ""
+    if stat.S_ISREG(st.st_mode):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    elif stat.S_ISLNK(st.st_mode):
+        digest = os.readlink(path)
+    return f"{st.st_mode:o}:{st.st_uid}:{st.st_gid}:{digest}"
+
+
+def check_beyond(before: Mapping[str, str], after: Mapping[str, str]) -> Check:
+    """drill:arena-escape: ``{beyond}``, the world outside the arena, is as the drill found it."""
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    if changed:
+        more = f" (and {len(changed) - 5} more)" if len(changed) > 5 else ""
+        return Check("arena", False, f"files outside the arena changed: {', '.join(changed[:5])}{more}")
+    return Check("arena", True, f"nothing outside the arena changed ({len(before)} entries)")
 
 
 def check_canary(arena: Arena) -> Check:

@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,7 +27,15 @@ from ..loader import Loader, make_config
 from ..model import BuiltinSpec
 from ..policy import Policy, load_policy
 from ..snapshot import Snapshot
-from .plant import DRILL_ENV_PREFIX, Arena, NotRunnableError, ScenarioError, UnavailableError, apply_plant
+from .cliargs import vet
+from .plant import (
+    DRILL_ENV_PREFIX,
+    Arena,
+    NotRunnableError,
+    ScenarioError,
+    UnavailableError,
+    apply_plant,
+)
 
 if TYPE_CHECKING:
     from . import CallSpec, Step
@@ -130,9 +139,12 @@ def high_water(arena: Arena) -> dict[tuple[str, str], int] | None:
 def apply_step(
     step: Step, arena: Arena, builtins: tuple[BuiltinSpec, ...], where: str, runtime: Runtime | None
 ) -> None:
-    """One step; a path it needs that is not there is a scenario error naming the step."""
+    """One step; a path it needs that is not there is a scenario error naming the step, and so
+    is anything it would do outside the arena (an :class:`ArenaEscapeError`). Afterwards every
+    link the scenario planted must still lead inside the arena."""
     try:
         _apply_step(step, arena, builtins, where, runtime)
+        arena.fs.check_links(where)
     except OSError as exc:
         target = step.path or step.tool or step.into or ""
         raise ScenarioError(
@@ -144,58 +156,54 @@ def _apply_step(
     step: Step, arena: Arena, builtins: tuple[BuiltinSpec, ...], where: str, runtime: Runtime | None
 ) -> None:
     do = step.do
+    fs = arena.fs
     if do == "reload":
         if runtime is None:
             raise ScenarioError(f"{where}: 'reload' only makes sense after the load", path=arena.scenario)
         runtime.reload()
     elif do == "approve":
-        approve(arena, arena.resolve(given(step.tool)), builtins)
+        approve(arena, arena.resolve(given(step.tool), where), builtins)
     elif do == "pin":
-        pin(arena, arena.resolve(given(step.tool)), builtins, where)
+        pin(arena, arena.resolve(given(step.tool), where), builtins, where)
     elif do == "forge-approval":
-        approve(arena, arena.resolve(given(step.tool)), builtins, state_dir=arena.resolve(given(step.into)))
+        into = arena.resolve(given(step.into), where)
+        _require_no_link(arena, into, where)  # tooldir's own writer puts approvals.json there
+        approve(arena, arena.resolve(given(step.tool), where), builtins, state_dir=into)
     elif do == "write":
-        target = arena.resolve(given(step.path))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with _kept_times(target, step.keep_times):
-            target.write_bytes(arena.payload(step.text, step.hex))
+        target = arena.resolve(given(step.path), where)
+        fs.write(target, arena.payload(step.text, step.hex), where, keep_times=step.keep_times)
     elif do == "remove":
-        target = arena.resolve(given(step.path))
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        else:
-            target.unlink()
+        fs.remove(arena.resolve(given(step.path), where), where)
     elif do == "copy":
-        source, target = arena.resolve(given(step.path)), arena.resolve(given(step.to))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
+        source, target = arena.resolve(given(step.path), where), arena.resolve(given(step.to), where)
+        fs.write(target, fs.read(source, where), where)
     elif do == "replace":
-        target = arena.resolve(given(step.path))
-        data = target.read_bytes()
+        target = arena.resolve(given(step.path), where)
+        data = fs.read(target, where)
         old = arena.substitute(given(step.old)).encode()
         if old not in data:
             raise ScenarioError(f"{where}: {step.old!r} does not occur in {step.path}", path=arena.scenario)
-        with _kept_times(target, step.keep_times):
-            target.write_bytes(data.replace(old, arena.substitute(step.text or "").encode(), 1))
+        new = data.replace(old, arena.substitute(step.text or "").encode(), 1)
+        fs.write(target, new, where, keep_times=step.keep_times)
     elif do == "corrupt":
         corrupt(arena, given(step.path), given(step.line), given(step.column), where)
     elif do == "delete-line":
-        target = arena.resolve(given(step.path))
-        lines = target.read_bytes().splitlines(keepends=True)
+        target = arena.resolve(given(step.path), where)
+        lines = fs.read(target, where).splitlines(keepends=True)
         if given(step.line) > len(lines):
             raise ScenarioError(f"{where}: {step.path} has no line {step.line}", path=arena.scenario)
         del lines[given(step.line) - 1]
-        target.write_bytes(b"".join(lines))
+        fs.write(target, b"".join(lines), where)
     elif do == "truncate":
-        target = arena.resolve(given(step.path))
-        lines = target.read_bytes().splitlines(keepends=True)
+        target = arena.resolve(given(step.path), where)
+        lines = fs.read(target, where).splitlines(keepends=True)
         if given(step.line) > len(lines):
             raise ScenarioError(f"{where}: {step.path} has no line {step.line}", path=arena.scenario)
-        target.write_bytes(b"".join(lines[: given(step.line) - 1]))
+        fs.write(target, b"".join(lines[: given(step.line) - 1]), where)
     elif do == "tamper-line":
         tamper_line(arena, step, where)
     elif do == "policy":
-        write_policy(arena, given(step.text))
+        write_policy(arena, given(step.text), where)
     elif do == "tooldir":
         out = run_cli(arena, [arena.substitute(a) for a in step.args], step.exit, where)
         check_stdout(step, out, arena, where)
@@ -214,21 +222,18 @@ def _apply_step(
         out = run_python_m(arena, [arena.substitute(a) for a in step.args], step.exit, where)
         check_stdout(step, out, arena, where)
     elif do == "forge-index":
-        forge_index(arena, arena.resolve(given(step.tool)), where)
+        forge_index(arena, arena.resolve(given(step.tool), where), where)
     elif do == "forge-scanmemo":
         forge_scanmemo(arena, [arena.substitute(a) for a in step.args], where)
     else:
-        apply_plant(given(step.plant), arena)
+        apply_plant(given(step.plant), arena, where)
 
 
-@contextlib.contextmanager
-def _kept_times(target: Path, keep: bool) -> Iterator[None]:
-    """With ``keep``: ``target`` gets back its atime and mtime after the block (a swap that keeps
-    size and mtime; only the ctime, which no user can set, tells)."""
-    before = target.stat() if keep and target.exists() else None
-    yield
-    if before is not None:
-        os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+def _require_no_link(arena: Arena, path: Path, where: str) -> None:
+    """``path`` (which tooldir itself will open by name) is reached without a link, and is no link."""
+    st = arena.fs.lstat(path, where)
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise arena.fs.escape(where, path, "is a symlink; tooldir would follow it")
 
 
 def forge_index(arena: Arena, package: Path, where: str) -> None:
@@ -248,7 +253,8 @@ def forge_index(arena: Arena, package: Path, where: str) -> None:
         raise ScenarioError(f"{where}: {package} is not in a tool root of the load", path=arena.scenario)
     header = header_for(root, config.policy)
     path = index_path(config.state_dir, root)
-    entries = decode(path.read_bytes(), header).entries if path.exists() else {}
+    held = arena.fs.lstat(path, where)
+    entries = decode(arena.fs.read(path, where), header).entries if held is not None else {}
     entry = entries.get(package.name)
     if entry is None:
         from ..discover import scan_one
@@ -260,8 +266,7 @@ def forge_index(arena: Arena, package: Path, where: str) -> None:
     now = {rel: stat_key(os.lstat(package / rel if rel else package)) for rel, _ in entry.stats}
     newest = max(max(key[7], key[8]) for key in now.values())
     entries[package.name] = replace(entry, stats=tuple(now.items()), scanned_ns=newest + 3600 * 10**9)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path.write_bytes(encode(header, entries))
+    arena.fs.write(path, encode(header, entries), where, dir_mode=0o700)
 
 
 def check_stdout(step: Step, out: str, arena: Arena, where: str) -> None:
@@ -287,6 +292,7 @@ def forge_scanmemo(arena: Arena, args: list[str], where: str) -> None:
     parsed = build_parser(args).parse_args(args)
     if parsed.command != "scan":
         raise ScenarioError(f"{where}: forge-scanmemo takes a 'scan' command line", path=arena.scenario)
+    vet(args, base=arena.base, cwd=arena.project, scenario=arena.scenario, where=where)
     with contextlib.redirect_stdout(io.StringIO()):  # as run_cli runs the scan: stdout is no terminal
         keyed = memo_request(parsed, scan_format(parsed))
     if keyed is None:
@@ -302,7 +308,8 @@ def forge_scanmemo(arena: Arena, args: list[str], where: str) -> None:
             status = main([*args, "--no-index"])
         text = out.getvalue()
     path = Path(req.path)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # before the table: it records the state dir
+    arena.fs.makedirs(path.parent, where, mode=0o700)  # before the table: it records the state dir
+    _require_no_link(arena, path, where)
     table = scanmemo.record(req, dists)
     if table is None:
         raise ScenarioError(f"{where}: the roots of 'tooldir {' '.join(args)}' cannot be recorded", path=arena.scenario)
@@ -337,14 +344,14 @@ def add_session_key(description: str, payload: str, where: str, arena: Arena) ->
 
 def corrupt(arena: Arena, path: str, line: int, column: int, where: str) -> None:
     """Change one character (to another letter or digit) in place: a bit of tampering."""
-    target = arena.resolve(path)
-    lines = target.read_bytes().split(b"\n")
+    target = arena.resolve(path, where)
+    lines = arena.fs.read(target, where).split(b"\n")
     if line > len(lines) or column > len(lines[line - 1]):
         raise ScenarioError(f"{where}: {path} has no line {line} column {column}", path=arena.scenario)
     row = bytearray(lines[line - 1])
     row[column - 1] = ord("B") if row[column - 1] == ord("A") else ord("A")
     lines[line - 1] = bytes(row)
-    target.write_bytes(b"\n".join(lines))
+    arena.fs.write(target, b"\n".join(lines), where)
 
 
 def tamper_line(arena: Arena, step: Step, where: str) -> None:
@@ -354,8 +361,8 @@ def tamper_line(arena: Arena, step: Step, where: str) -> None:
     (another ``"tool"`` key holding ``text``, default "innocent", put first: a parser keeping the
     first of two keys sees it, one keeping the last, like Python's, sees the original)."""
     path, line, how = given(step.path), given(step.line), given(step.how)
-    target = arena.resolve(path)
-    lines = target.read_bytes().splitlines(keepends=True)
+    target = arena.resolve(path, where)
+    lines = arena.fs.read(target, where).splitlines(keepends=True)
     if line > len(lines):
         raise ScenarioError(f"{where}: {path} has no line {line}", path=arena.scenario)
     raw = lines[line - 1].rstrip(b"\n")
@@ -374,7 +381,7 @@ def tamper_line(arena: Arena, step: Step, where: str) -> None:
     if new == raw:
         raise ScenarioError(f"{where}: tampering ({how}) left line {line} unchanged", path=arena.scenario)
     lines[line - 1] = new + b"\n"
-    target.write_bytes(b"".join(lines))
+    arena.fs.write(target, b"".join(lines), where)
 
 
 def pin(arena: Arena, package: Path, builtins: tuple[BuiltinSpec, ...], where: str) -> None:
@@ -383,20 +390,20 @@ def pin(arena: Arena, package: Path, builtins: tuple[BuiltinSpec, ...], where: s
     if record is None or record.digest is None:
         raise ScenarioError(f"{where}: cannot pin {package}: it does not load cleanly", path=arena.scenario)
     target = arena.config / "tooldir" / "policy.toml"
-    text = target.read_text(encoding="utf-8") if target.exists() else ""
+    held = arena.fs.lstat(target, where) is not None
+    text = arena.fs.read(target, where).decode("utf-8") if held else ""
     line = f'{record.name} = "{record.digest}"\n'
     lines = text.splitlines(keepends=True)
     if "[pins]\n" in lines:
         lines.insert(lines.index("[pins]\n") + 1, line)
     else:
         lines += ["\n" if lines and not lines[-1].endswith("\n") else "", "[pins]\n", line]
-    write_policy(arena, "".join(lines))
+    write_policy(arena, "".join(lines), where)
 
 
-def write_policy(arena: Arena, text: str) -> None:
+def write_policy(arena: Arena, text: str, where: str = "the scenario's policy") -> None:
     target = arena.config / "tooldir" / "policy.toml"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(arena.substitute(text), encoding="utf-8")
+    arena.fs.write(target, arena.substitute(text).encode("utf-8"), where)
 
 
 def approve(arena: Arena, package: Path, builtins: tuple[BuiltinSpec, ...], state_dir: Path | None = None) -> None:
@@ -435,6 +442,7 @@ CLI_STEPS = frozenset(
         "catalog",
         "eval",
         "policy",
+        "init",
     }
 )
 """The ``tooldir`` commands a step may run freely: none runs a tool (``serve``, ``watch`` would
@@ -445,33 +453,58 @@ RUN_STEP = "run"
 allowed only with the user's own policy file, and only when that policy grants nothing the
 drill's ceiling would take back, so the CLI's own policy load cannot loosen the drill."""
 
+PROCESS_STEPS = frozenset({*CLI_STEPS, RUN_STEP, "serve"})
+"""What a ``python-m-tooldir`` step may run: ``serve`` too (its stdin is closed, so it ends at
+once; e.g. exec:entrypoint), under the same policy rule as ``run``."""
+
+CEILING_STEPS = frozenset({RUN_STEP, "serve"})
+
 
 def _check_run_step(arena: Arena, args: list[str], where: str) -> None:
-    if any(a == "--policy" or a.startswith("--policy=") for a in args):
-        raise ScenarioError(f"{where}: a 'tooldir run' step may not pass --policy", path=arena.scenario)
+    from .._cli import build_parser
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            policy = build_parser(args).parse_args(args).policy  # --pol, --policy=X: as tooldir reads it
+        except SystemExit:  # tooldir stops at the same usage error; still, no spelling of --policy
+            policy = next(
+                (a for a in args if len(a.split("=")[0]) > 3 and "--policy".startswith(a.split("=")[0])), None
+            )
+    if policy is not None:
+        raise ScenarioError(f"{where}: a 'tooldir {args[0]}' step may not pass --policy", path=arena.scenario)
     taken_back = clamped(raw_user_policy())
     if taken_back:
         raise ScenarioError(
-            f"{where}: a 'tooldir run' step needs a policy within the drill's ceiling; "
+            f"{where}: a 'tooldir {args[0]}' step needs a policy within the drill's ceiling; "
             f"it grants {', '.join(taken_back)}",
             path=arena.scenario,
         )
 
 
-def run_cli(arena: Arena, args: list[str], expected_exit: int, where: str) -> str:
-    """Run one ``tooldir`` command in-process (the public CLI); returns its stdout."""
-    from .._cli import COMMANDS, main
+def check_command(arena: Arena, args: list[str], where: str, allowed: frozenset[str]) -> None:
+    """A ``tooldir`` command line a step may run: a command of ``allowed`` (``run`` and
+    ``serve`` only within the drill's ceiling), and no option or path reaching outside the
+    arena (:func:`tooldir.drill.cliargs.vet`)."""
+    from .._cli import COMMANDS
 
     if args[0] not in COMMANDS:
         raise NotRunnableError(f"'tooldir {args[0]}' does not exist in this build")
-    if args[0] == RUN_STEP:
-        _check_run_step(arena, args, where)
-    elif args[0] not in CLI_STEPS:
+    if args[0] not in allowed:
         raise ScenarioError(
-            f"{where}: 'tooldir {args[0]}' may not run as a step (allowed: {', '.join(sorted(CLI_STEPS))}); "
+            f"{where}: 'tooldir {args[0]}' may not run as a step (allowed: {', '.join(sorted(allowed))}); "
             "tools run only through [[calls]], under the drill's ceiling",
             path=arena.scenario,
         )
+    if args[0] in CEILING_STEPS:
+        _check_run_step(arena, args, where)
+    vet(args, base=arena.base, cwd=arena.project, scenario=arena.scenario, where=where)
+
+
+def run_cli(arena: Arena, args: list[str], expected_exit: int, where: str) -> str:
+    """Run one ``tooldir`` command in-process (the public CLI); returns its stdout."""
+    from .._cli import main
+
+    check_command(arena, args, where, frozenset({*CLI_STEPS, RUN_STEP}))
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -495,6 +528,7 @@ def run_python_m(arena: Arena, args: list[str], expected_exit: int, where: str) 
     with the drill's environment and stdin closed; returns its stdout."""
     import sys
 
+    check_command(arena, args, where, PROCESS_STEPS)
     try:
         done = subprocess.run(
             [sys.executable, "-m", "tooldir", *args],
@@ -522,10 +556,12 @@ def sign_ssh(arena: Arena, key: str, path: str, namespace: str, where: str) -> N
     program = shutil.which("ssh-keygen")
     if program is None:
         raise UnavailableError("needs ssh-keygen, which is not installed")
-    key_path = arena.resolve(key)
-    key_path.chmod(0o600)  # ssh-keygen refuses readable private keys
-    target = arena.resolve(path)
-    Path(f"{target}.sig").unlink(missing_ok=True)
+    fs = arena.fs
+    key_path = arena.resolve(key, where)
+    fs.chmod(key_path, 0o600, where)  # ssh-keygen refuses readable private keys
+    target = arena.resolve(path, where)
+    _require_no_link(arena, target, where)  # ssh-keygen opens both by name
+    fs.clear(Path(f"{target}.sig"), where)  # the link itself, if one was planted there
     done = subprocess.run(
         [program, "-Y", "sign", "-f", str(key_path), "-n", namespace, str(target)],
         capture_output=True,

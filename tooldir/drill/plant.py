@@ -4,24 +4,31 @@ temporary directory), placeholder substitution, and plants for what git cannot s
 Arena paths are '/'-separated and start with one of ``project/`` (the project directory, the
 drill's working directory), ``home/`` (HOME; ``home/.config`` is XDG_CONFIG_HOME), ``user/`` (the
 default user tool root, ``home/.config/tooldir/tools``) or ``outside/`` (files outside every root,
-e.g. targets of hostile links). Nothing can be written outside the arena.
+e.g. targets of hostile links). Nothing can be written outside the arena: every file operation goes
+through :mod:`tooldir.drill.confine` (descriptor-relative, never through a link), and every planted
+link must lead inside the arena.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import secrets
-import shutil
-import socket
 import stat
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
+from .confine import (
+    ArenaEscapeError,
+    Confined,
+    NotRunnableError,
+    ScenarioError,
+    UnavailableError,
+)
 
 if TYPE_CHECKING:
     from . import Plant
@@ -30,23 +37,12 @@ NAMESPACES = ("project", "home", "user", "outside")
 SECRET_ENV = "TOOLDIR_DRILL_SECRET_TOKEN"  # noqa: S105 - the name of a fake secret
 
 
-class NotRunnableError(Exception):
-    """The tooldir machinery a drill needs does not exist in this build (the drill fails)."""
-
-
-class UnavailableError(Exception):
-    """A system facility the drill needs is missing on this machine (root, namespaces, ...)."""
-
-
-class ScenarioError(ConfigError):
-    """A scenario is unusable (the drill author's mistake, exit code 2)."""
-
-    def __init__(self, message: str, *, path: str) -> None:
-        super().__init__(message)
-        self.path = path
-
-    def diagnostics(self) -> str:
-        return f"invalid scenario {self.path}: {self.message}"
+__all__ = [
+    "ArenaEscapeError",
+    "NotRunnableError",
+    "ScenarioError",
+    "UnavailableError",
+]
 
 
 PlantedKind = str  # "file" | "dir" | "symlink" | "fifo" | "socket" | "device" | "" (any type: a mode/owner plant)
@@ -91,6 +87,13 @@ class Arena:
     scenario: str  # the scenario folder, for messages
     secret: str  # a fresh token planted in the fake home; it must never show up in tool output
     port: str = "0"  # the scenario's 127.0.0.1 listener ({port}), when it declares listen = true
+    beyond: Path | None = None  # a folder outside the arena ({beyond}) that nothing may change
+    links: set[Path] = field(default_factory=set, compare=False, repr=False)  # the links planted so far
+
+    @property
+    def fs(self) -> Confined:
+        """The arena's file operations: descriptor-relative, never through a link."""
+        return Confined(self.base, self.scenario, self.links)
 
     @property
     def marker(self) -> str:
@@ -129,13 +132,16 @@ class Arena:
     def canary(self) -> Path:
         return self.canary_dir / "ran"
 
-    def resolve(self, arena_path: str) -> Path:
+    def resolve(self, arena_path: str, where: str = "") -> Path:
+        """The absolute path of an arena path (lexically: ``Arena.fs`` never follows a link on it)."""
         pure = PurePosixPath(arena_path)
         parts = pure.parts
         if pure.is_absolute() or not parts or ".." in parts or parts[0] not in NAMESPACES:
-            raise ScenarioError(
+            raise ArenaEscapeError(
                 f"path {arena_path!r} must be relative, without '..', and start with one of {', '.join(NAMESPACES)}",
                 path=self.scenario,
+                where=where or "a plant or step",
+                target=arena_path,
             )
         if parts[0] == "user":
             return self.user_root.joinpath(*parts[1:])
@@ -161,6 +167,8 @@ class Arena:
             "{marker}": self.marker,
             "{port}": self.port,
         }
+        if self.beyond is not None:
+            tokens["{beyond}"] = str(self.beyond)
         for token, value in tokens.items():
             text = text.replace(token, value)
         return text
@@ -178,6 +186,7 @@ class Arena:
         placeholders substituted in UTF-8 files and safe modes (0755 folders, 0644/0755 files).
         Returns what it planted."""
         planted: list[Planted] = []
+        fs = self.fs
         for top in sorted(tree.iterdir()):
             if top.name not in NAMESPACES or not top.is_dir() or top.is_symlink():
                 raise ScenarioError(
@@ -187,8 +196,9 @@ class Arena:
             for dirpath, dirnames, filenames in os.walk(top):
                 src_dir = Path(dirpath)
                 dest_dir = dest_top / src_dir.relative_to(top)
-                dest_dir.mkdir(parents=True, exist_ok=True)
-                dest_dir.chmod(0o755)
+                where = f"tree/{src_dir.relative_to(tree)}"
+                fs.makedirs(dest_dir, where)
+                fs.chmod(dest_dir, 0o755, where)
                 planted.append(Planted(dest_dir, "dir"))
                 for name in dirnames + filenames:
                     src = src_dir / name
@@ -204,14 +214,13 @@ class Arena:
                     with contextlib.suppress(UnicodeDecodeError):  # broken bytes are copied as they are
                         data = self.substitute(data.decode("utf-8")).encode("utf-8")
                     target = dest_dir / name
-                    target.write_bytes(data)
-                    target.chmod(0o755 if st.st_mode & stat.S_IXUSR else 0o644)
+                    fs.write(target, data, where, mode=0o755 if st.st_mode & stat.S_IXUSR else 0o644)
                     planted.append(Planted(target, "file", sha256=hashlib.sha256(data).hexdigest()))
         return planted
 
 
-def make_arena(base: Path, scenario: str) -> Arena:
-    arena = Arena(base, scenario, "TOOLDIR-DRILL-SECRET-" + secrets.token_hex(8))
+def make_arena(base: Path, scenario: str, beyond: Path | None = None) -> Arena:
+    arena = Arena(base, scenario, "TOOLDIR-DRILL-SECRET-" + secrets.token_hex(8), beyond=beyond)
     for folder in (arena.project, arena.outside, arena.canary_dir, arena.home / ".ssh", arena.state):
         folder.mkdir(parents=True, exist_ok=True)
     (arena.home / ".ssh").chmod(0o700)
@@ -231,11 +240,36 @@ print(json.dumps({"ok": True, "content": request["input"].get("text", "")}))
 """
 
 
-def write_control(folder: Path, name: str) -> None:
-    """A known-good tool: it must still load next to the hostile ones."""
-    import json
+BEYOND_TOOL = "real_tool"
+"""The tool package in ``{beyond}/tools`` that ``{beyond}/state`` approves (the user's real approval)."""
 
-    folder.mkdir(parents=True, exist_ok=True)
+
+def make_beyond(folder: Path) -> Path:
+    """The world outside the arena, as a drill's ``{beyond}``: what an escaping scenario would
+    change (a file, a folder with a file, a tool package, a policy file, and a state dir holding
+    an approval of that package, as ``tooldir allow`` records it). Nothing may change it."""
+    from ..state import APPROVALS, Approval
+
+    package = folder / "tools" / BEYOND_TOOL
+    package.mkdir(parents=True)
+    manifest, script = control_files(BEYOND_TOOL)
+    (package / "schema.json").write_text(manifest)
+    (package / "run.py").write_text(script)
+    (folder / "folder").mkdir()
+    (folder / "folder" / "inside.txt").write_text("outside the arena: nothing may change this file\n")
+    (folder / "canary.txt").write_text("outside the arena: nothing may change this file\n")
+    (folder / "policy.toml").write_text('preset = "strict"\n')
+    (folder / "state").mkdir(mode=0o700)
+    approval = Approval(
+        path=str(package), name=BEYOND_TOOL, digest="sha256:" + "0" * 64, time="2026-01-01T00:00:00+00:00"
+    )
+    document = {"version": 1, "approvals": {approval.path: approval.to_json()}}
+    (folder / "state" / APPROVALS).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    return folder
+
+
+def control_files(name: str) -> tuple[str, str]:
+    """(schema.json, run.py) of a known-good tool."""
     manifest = {
         "name": name,
         "description": f"Echo the given text back ({name}). A control tool of the drill.",
@@ -249,125 +283,116 @@ def write_control(folder: Path, name: str) -> None:
         "keywords": ["echo", "control"],
         "execute": {"command": ["python3", "run.py"], "timeout_s": 10, "network": False, "env": []},
     }
-    (folder / "schema.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    (folder / "run.py").write_text(CONTROL_SCRIPT)
-    for path in (folder / "schema.json", folder / "run.py"):
-        path.chmod(0o644)
+    return json.dumps(manifest, indent=2) + "\n", CONTROL_SCRIPT
 
 
-def apply_plant(plant: Plant, arena: Arena) -> Planted:
-    """Create one plant; returns what the ``planted`` check must find there.
+def write_control(fs: Confined, folder: Path, name: str) -> None:
+    """A known-good tool: it must still load next to the hostile ones."""
+    manifest, script = control_files(name)
+    where = f"control tool {name}"
+    fs.write(folder / "schema.json", manifest.encode(), where, mode=0o644)
+    fs.write(folder / "run.py", script.encode(), where, mode=0o644)
+
+
+def apply_plant(plant: Plant, arena: Arena, where: str = "") -> Planted:
+    """Create one plant; returns what the ``planted`` check must find there. ``where`` names it
+    in errors (``plant[2] (symlink)``).
 
     Missing folders on the way are created, except a tool package's own folder: a plant inside
     a tool root (``project/.tooldir/tools/<pkg>/...``, ``user/<pkg>/...``) needs ``<pkg>`` to
     exist already (from tree/ or an earlier plant), so a scenario whose tree/ is missing fails
-    instead of planting a lone manifest into a package that is not there.
+    instead of planting a lone manifest into a package that is not there. Nothing is done
+    through a link, and a planted link must lead inside the arena (:mod:`tooldir.drill.confine`).
+
+    Raises:
+        ArenaEscapeError: the plant would act outside the arena.
+        ScenarioError: it cannot be planted.
     """
-    path = arena.resolve(plant.path)
+    kind = plant.kind
+    where = where or f"{kind} plant at {plant.path}"
+    fs = arena.fs
+    path = arena.resolve(plant.path, where)
     package = arena.package_of(path)
-    if package is not None and not os.path.lexists(package):
+    if package is not None and fs.lstat(package, where) is None:
         raise ScenarioError(
-            f"{plant.kind} plant at {plant.path}: its tool folder {package.relative_to(arena.base)} does not "
+            f"{where}: {plant.path}: its tool folder {package.relative_to(arena.base)} does not "
             "exist; tree/ (or an earlier plant) must create it",
             path=arena.scenario,
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    kind = plant.kind
     try:
-        if kind == "symlink":
-            _replace(path)
-            text = arena.substitute(plant.target or "")
-            os.symlink(text, path)
-            return Planted(path, "symlink", target=text)
-        if kind == "fifo":
-            _replace(path)
-            os.mkfifo(path, 0o644)
-            return Planted(path, "fifo")
-        if kind == "socket":
-            _replace(path)
-            _bind_socket(path)
-            return Planted(path, "socket")
-        if kind == "device":
-            _replace(path)
-            os.mknod(path, stat.S_IFCHR | 0o644, os.makedev(1, 3))  # like /dev/null
-            return Planted(path, "device")
-        if kind == "hardlink":
-            _replace(path)
-            source = arena.resolve(plant.target or "")
-            os.link(source, path)
-            return Planted(path, "file", same_as=source)
-        if kind == "mode":
-            mode = int(plant.mode or "0", 8)
-            path.chmod(mode)
-            return Planted(path, "", mode=stat.S_IMODE(mode))
-        if kind == "owner":
-            os.lchown(path, plant.uid if plant.uid is not None else -1, plant.gid if plant.gid is not None else -1)
-            return Planted(path, "", uid=plant.uid, gid=plant.gid)
-        if kind == "file":
-            _replace(path)
-            data = arena.payload(plant.text, plant.hex)
-            path.write_bytes(data)
-            path.chmod(0o644)
-            return Planted(path, "file", sha256=hashlib.sha256(data).hexdigest())
-        if kind == "big-file":
-            _replace(path)
-            with path.open("wb") as fh:
-                fh.truncate(plant.size or 0)  # sparse: costs no disk
-            path.chmod(0o644)
-            return Planted(path, "file", size=plant.size or 0)
-        if kind == "many-entries":
-            _many_entries(path, plant.count or 0, plant.entry)
-            return Planted(path, "dir", entries=plant.count or 0)
-        depth = plant.depth or 0  # deep-json
-        nest = "[" * depth + "]" * depth if plant.shape == "array" else '{"a":' * depth + "1" + "}" * depth
-        _replace(path)
-        data = arena.substitute(plant.template or "").replace("{deep}", nest).encode("utf-8")
-        path.write_bytes(data)
-        path.chmod(0o644)
-        return Planted(path, "file", sha256=hashlib.sha256(data).hexdigest())
+        planted = _plant(plant, arena, fs, path, where)
+        fs.check_links(where)
+        return planted
     except PermissionError as exc:
         raise UnavailableError(
             f"needs a privilege this process lacks: {kind} plant at {plant.path} ({exc.strerror})"
         ) from None
     except OSError as exc:
         raise ScenarioError(
-            f"cannot plant {kind} at {plant.path}: {exc.strerror or exc}", path=arena.scenario
+            f"{where}: cannot plant {kind} at {plant.path}: {exc.strerror or exc}", path=arena.scenario
         ) from None
 
 
-def _replace(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
+def _plant(plant: Plant, arena: Arena, fs: Confined, path: Path, where: str) -> Planted:
+    kind = plant.kind
+    if kind == "symlink":
+        fs.clear(path, where)
+        text = arena.substitute(plant.target or "")
+        fs.symlink(path, text, where)
+        return Planted(path, "symlink", target=text)
+    if kind == "fifo":
+        fs.clear(path, where)
+        fs.mkfifo(path, where)
+        return Planted(path, "fifo")
+    if kind == "socket":
+        fs.clear(path, where)
+        fs.bind_socket(path, where)
+        return Planted(path, "socket")
+    if kind == "device":
+        fs.clear(path, where)
+        fs.mknod(path, stat.S_IFCHR | 0o644, os.makedev(1, 3), where)  # like /dev/null
+        return Planted(path, "device")
+    if kind == "hardlink":
+        source = arena.resolve(plant.target or "", where)
+        fs.clear(path, where)
+        fs.hardlink(path, source, where)
+        return Planted(path, "file", same_as=source)
+    if kind == "mode":
+        mode = int(plant.mode or "0", 8)
+        fs.chmod(path, mode, where)
+        return Planted(path, "", mode=stat.S_IMODE(mode))
+    if kind == "owner":
+        fs.chown(path, plant.uid if plant.uid is not None else -1, plant.gid if plant.gid is not None else -1, where)
+        return Planted(path, "", uid=plant.uid, gid=plant.gid)
+    if kind == "file":
+        data = arena.payload(plant.text, plant.hex)
+        fs.clear(path, where)
+        fs.write(path, data, where, mode=0o644)
+        return Planted(path, "file", sha256=hashlib.sha256(data).hexdigest())
+    if kind == "big-file":
+        fs.clear(path, where)
+        fs.create_file(path, where, size=plant.size or 0)  # sparse: costs no disk
+        return Planted(path, "file", size=plant.size or 0)
+    if kind == "many-entries":
+        _many_entries(fs, path, plant.count or 0, plant.entry, where)
+        return Planted(path, "dir", entries=plant.count or 0)
+    depth = plant.depth or 0  # deep-json
+    nest = "[" * depth + "]" * depth if plant.shape == "array" else '{"a":' * depth + "1" + "}" * depth
+    data = arena.substitute(plant.template or "").replace("{deep}", nest).encode("utf-8")
+    fs.clear(path, where)
+    fs.write(path, data, where, mode=0o644)
+    return Planted(path, "file", sha256=hashlib.sha256(data).hexdigest())
 
 
-def _bind_socket(path: Path) -> None:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        # bind relative to the parent folder: AF_UNIX paths are limited to ~108 bytes
-        parent_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            sock.bind(f"/proc/self/fd/{parent_fd}/{path.name}")
-        finally:
-            os.close(parent_fd)
-    finally:
-        sock.close()
-
-
-def _many_entries(folder: Path, count: int, entry: str) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
+def _many_entries(fs: Confined, folder: Path, count: int, entry: str, where: str) -> None:
+    with fs.folder(folder, where, create=True) as fd:
         width = len(str(count))
         for i in range(count):
             name = f"e{i:0{width}d}"
             if entry == "dir":
                 os.mkdir(name, 0o755, dir_fd=fd)
             else:
-                os.close(os.open(name, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644, dir_fd=fd))
-    finally:
-        os.close(fd)
+                os.close(os.open(name, os.O_CREAT | os.O_WRONLY | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fd))
 
 
 #: The user's trust state inside the state dir; everything else there (audit log, verified-copy

@@ -16,7 +16,6 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..loader import Loader, make_config
@@ -53,7 +52,7 @@ def storm_name(i: int) -> str:
 def plant_storm(arena: Arena, packages: int) -> None:
     root = arena.resolve("project/.tooldir/tools")
     for i in range(packages):
-        write_control(root / storm_name(i), storm_name(i))
+        write_control(arena.fs, root / storm_name(i), storm_name(i))
 
 
 def whole(snapshot: Snapshot) -> str | None:
@@ -114,7 +113,7 @@ def run_storm(
         watcher.start()
         reader.start()
         try:
-            report.changes = _churn(arena.resolve("project/.tooldir/tools"), packages, changes)
+            report.changes = _churn(arena, packages, changes)
             expected = _signature(Loader(config).load())
             try:
                 watcher.wait_for(lambda s: _signature(s) == expected, settle_s)
@@ -133,8 +132,13 @@ def run_storm(
     return report
 
 
-def _churn(root: Path, packages: int, changes: int) -> int:
-    """Deterministic churn: every change is one of five kinds, round robin over the packages."""
+def _churn(arena: Arena, packages: int, changes: int) -> int:
+    """Deterministic churn: every change is one of five kinds, round robin over the packages,
+    which must be the arena's own folders (reached without a link: the churn works by path)."""
+    fs = arena.fs
+    root = arena.resolve("project/.tooldir/tools")
+    for i in range(packages):
+        fs.require_folder(root / storm_name(i), "storm")
     done = 0
     for i in range(changes):
         name = f"{STORM_PREFIX}{i % packages:03d}"
@@ -161,7 +165,7 @@ def _churn(root: Path, packages: int, changes: int) -> int:
             else:  # delete and re-create the whole package
                 tmp_dir = root / f".{name}.old"
                 os.rename(pkg, tmp_dir)
-                write_control(pkg, name)
+                write_control(fs, pkg, name)
                 for leftover in tmp_dir.iterdir():
                     leftover.unlink()
                 tmp_dir.rmdir()

@@ -63,19 +63,20 @@ def run_watch(
                 f"the watcher holds {report.watches} inotify watches, more than the bound {max_inotify_watches}"
             )
         if edit is not None and tool is not None:
-            path = arena.resolve(edit)
-            original = path.read_bytes()
+            fs, where = arena.fs, "watch.edit"
+            path = arena.resolve(edit, where)
+            original = fs.read(path, where)
             old = _digest(store.current, tool)
             try:
-                path.write_bytes(original + b"\n# edited by the drill\n")
+                fs.write(path, original + b"\n# edited by the drill\n", where)
                 watcher.wait_for(lambda s: _digest(s, tool) not in (None, old), settle_s)
-                path.write_bytes(original)
+                fs.write(path, original, where)
                 watcher.wait_for(lambda s: _digest(s, tool) == old, settle_s)
                 report.picked_up = True
             except TimeoutError:
                 report.problems.append(f"the watcher did not publish the edit of {edit} within {settle_s} s")
             finally:
-                path.write_bytes(original)
+                fs.write(path, original, where)
     finally:
         watcher.stop(timeout=10)
     return report
