@@ -423,8 +423,8 @@ class Registry:
         except BudgetExceededError:
             raise _Stop(
                 "invalid-input",
-                f"validating the input against the tool's input_schema took longer than {BUDGET_S:g} s and was "
-                "stopped; the input is refused",
+                f"validating the input against the tool's input_schema took more than {BUDGET_S:g} s of CPU time "
+                "and was stopped; the input is refused",
             ) from None
         except MemoryBoundError as exc:
             raise _Stop(
@@ -795,7 +795,7 @@ class _InProcess:
 
 
 class _Budgeted:
-    """A directory tool's input validator: checked in a worker process within ``BUDGET_S``."""
+    """A directory tool's input validator: checked in a worker process within ``BUDGET_S`` of its CPU time."""
 
     __slots__ = ("inner",)
 

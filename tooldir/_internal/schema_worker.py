@@ -5,8 +5,11 @@ O(pattern size x input size): a 1 MiB input against a pattern built to thrash th
 tens of seconds in-process, and every other request of ``tooldir serve`` would wait. So directory
 tools' inputs are checked by a small pool of worker processes (``python -I``, importing only
 this module, :mod:`.inputschema` and jsonschema-rs; compiled validators cached per schema digest). The caller waits
-on a pipe, without the GIL, for at most :data:`BUDGET_S`; a worker that overruns is killed and the
-input is refused (fail closed).
+on a pipe, without the GIL, until the worker has spent :data:`BUDGET_S` of CPU time on the request
+(or :data:`WALL_BACKSTOP_S` have passed, whatever it spent); a worker that overruns is killed and the
+input is refused (fail closed). The budget is the worker's CPU time, not the wall clock, so what is
+refused does not depend on how busy the machine is: on a loaded machine a wall-clock budget refused
+inputs that validate in a tenth of it, and it raced the memory bound below.
 
 The budget bounds time, not memory: a small input against a recursive ``anyOf`` makes the validator
 collect errors at a gigabyte per second (``serve:starve``). So for each request the worker lowers
@@ -40,9 +43,15 @@ from typing import Any
 
 from .helper import start_helper
 
-#: Wall-clock budget of one input validation (seconds). The bound stated for ``schema:redos``:
-#: a call whose input validation overruns it is refused within about this time.
+#: CPU-time budget of one input validation (seconds of the worker's CPU). The bound stated for
+#: ``schema:redos``: a call whose input validation overruns it is refused; on an idle core, within
+#: about this time.
 BUDGET_S = 1.0
+#: However little CPU the worker got (a loaded machine, a stopped worker), a validation ends after
+#: this many seconds of wall-clock time per second of budget.
+WALL_BACKSTOP_FACTOR = 10.0
+WALL_BACKSTOP_S = BUDGET_S * WALL_BACKSTOP_FACTOR
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _STARTUP_S = 30.0  # a loaded machine may take long to start Python; never counted as the budget
 _MAX_IDLE = 4
 _CACHE = 256
@@ -63,7 +72,8 @@ _BOOT = (
 
 
 class BudgetExceededError(Exception):
-    """The worker did not answer within the budget; it was killed."""
+    """The worker did not answer within the budget (its CPU time, or the wall-clock backstop); it
+    was killed."""
 
 
 class WorkerFailedError(Exception):
@@ -103,14 +113,15 @@ class _Worker:
     def ask(self, request: bytes, budget: float) -> dict[str, Any]:
         stdin = self.proc.stdin
         assert stdin is not None  # noqa: S101 - created with PIPE
-        deadline = time.monotonic() + budget
+        deadline = time.monotonic() + budget * WALL_BACKSTOP_FACTOR
+        cpu_limit = self._cpu_seconds() + budget
         try:
             stdin.write(request)
             stdin.flush()
         except OSError as exc:
             raise WorkerFailedError(f"the validation worker is gone: {exc}") from None
         try:
-            line = self._read_line(deadline)
+            line = self._read_line(deadline, cpu_limit)
         except WorkerFailedError:
             if self._aborted():  # an allocation past the request's bound (Rust's handler aborts)
                 raise MemoryBoundError(work_bytes(len(request))) from None
@@ -133,7 +144,20 @@ class _Worker:
             return False
         return code == -signal.SIGABRT
 
-    def _read_line(self, deadline: float) -> bytes:
+    def _cpu_seconds(self) -> float:
+        """The worker's CPU time so far (user + system, from the kernel's view of it); 0 when it is
+        gone (its answer or its end is then on the pipe)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            return 0.0
+        fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (comm) "; comm may hold spaces
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime: fields 14 and 15
+
+    def _read_line(self, deadline: float, cpu_limit: float | None = None) -> bytes:
+        """The next line from the worker, within the wall-clock ``deadline`` and, with ``cpu_limit``,
+        before the worker's CPU time reaches it."""
         stdout = self.proc.stdout
         assert stdout is not None  # noqa: S101 - created with PIPE
         fd = stdout.fileno()
@@ -141,8 +165,19 @@ class _Worker:
             sel.register(fd, selectors.EVENT_READ)
             while b"\n" not in self._buffer:
                 left = deadline - time.monotonic()
-                if left <= 0 or not sel.select(left):
+                if cpu_limit is not None:
+                    # the worker is one thread: it cannot spend the CPU left in less wall time than
+                    # that, so waiting that long first never overshoots (a tick's granularity aside)
+                    cpu_left = cpu_limit - self._cpu_seconds()
+                    if cpu_left <= 0:
+                        raise BudgetExceededError
+                    left = min(left, max(cpu_left, 0.01))
+                if left <= 0:
                     raise BudgetExceededError
+                if not sel.select(left):
+                    if time.monotonic() >= deadline:
+                        raise BudgetExceededError
+                    continue  # the CPU budget is checked again at the top
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
                     raise WorkerFailedError("the validation worker exited")
