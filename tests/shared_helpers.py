@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,37 @@ def require_sandbox() -> None:
     if os.environ.get("TOOLDIR_REQUIRE_SANDBOX") == "1":
         pytest.fail(f"the sandbox is required (TOOLDIR_REQUIRE_SANDBOX=1) but does not work: {problem}")
     pytest.skip(f"bubblewrap sandbox unavailable here: {problem}")
+
+
+def native_threads() -> list[str]:
+    """This process's threads as the kernel sees them (``/proc/self/task``): ``tid:name`` each."""
+    found = []
+    for tid in sorted(os.listdir("/proc/self/task"), key=int):
+        try:
+            name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+        except OSError:
+            continue  # ended while listed
+        found.append(f"{tid}:{name}")
+    return found
+
+
+def join_native(thread: threading.Thread, cap_s: float = 60.0) -> None:
+    """Join ``thread`` and wait until the kernel has ended it too. ``Thread.join`` returns once
+    the thread's Python state is released, a moment *before* its OS thread exits: until then
+    ``/proc/self/task`` still counts it, and a fork check (forkpool.can_fork) refuses. Fails
+    after ``cap_s`` with the threads the kernel still shows."""
+    native = thread.native_id
+    thread.join(cap_s)
+    assert not thread.is_alive(), f"thread {thread.name} still running after {cap_s}s"
+    if native is None:
+        return
+    task = Path(f"/proc/self/task/{native}")
+    deadline = time.monotonic() + cap_s
+    while task.exists():
+        assert time.monotonic() < deadline, (
+            f"thread {thread.name} ({native}) joined but still a task: {native_threads()}"
+        )
+        time.sleep(0.0005)
 
 
 def forge_active(record: Any, **changes: Any) -> Any:

@@ -326,8 +326,7 @@ class Registry:
                     raise _Stop("session-refused", f"the session gate refused with {type(refusal).__name__}")
                 code, message = refusal
                 raise _Stop(str(code) or "session-refused", str(message))
-        if builtin is None:
-            self._prepare_ahead(record)  # set-up overlaps validation, permission and hooks; runs nothing
+        ahead = None if builtin is not None else self._prepare_ahead(record)  # overlaps validation etc.; runs nothing
         validator = builtin.validator if builtin is not None else self._validator_for(record)
         data = self._check_input(raw_input, validator)
         trace.input = data
@@ -347,7 +346,7 @@ class Registry:
             except Exception as exc:
                 raise _Stop("handler-failed", f"{type(exc).__name__}: {exc}", ran=True) from None
         else:
-            content = self._run_directory_tool(record, data, ctx)
+            content = self._run_directory_tool(record, data, ctx, ahead=ahead)
             trace.ran = True
         content = self._run_post_hooks(call, content)
         try:
@@ -516,11 +515,19 @@ class Registry:
         except ExecutionError as exc:
             raise _Stop(exc.code, exc.message, ran=True) from None
 
-    def _run_directory_tool(self, record: ToolRecord, data: dict[str, Any], ctx: dict[str, Any]) -> Any:
+    def _run_directory_tool(
+        self, record: ToolRecord, data: dict[str, Any], ctx: dict[str, Any], *, ahead: threading.Thread | None = None
+    ) -> Any:
         if record.upstream is not None:  # an MCP server package's tool (DESIGN §10)
             return self._run_upstream(record, data)
         manifest = record.manifest
         assert manifest is not None  # noqa: S101 - only active directory tools reach here
+        if ahead is not None:
+            # this call's own set-up request must reach the sandbox before its run looks for it:
+            # else the run sets up another sandbox, and the one asked for ahead is made after the
+            # call and left held (found as "processes left running" by tests/sandbox/battery.py).
+            # It only probes and queues (the run waits for the probe on the sandbox lock anyway).
+            ahead.join()
         box = self.sandbox()
         if box is None:
             raise _Stop(
@@ -550,21 +557,25 @@ class Registry:
         env = {k: os.environ[k] for k in manifest.execute.env if k in allowed and k in os.environ}
         return RunRequest(record, stdin, timeout, env, manifest.execute.network and sp.network)
 
-    def _prepare_ahead(self, record: ToolRecord, *, create_copy: bool = False) -> None:
+    def _prepare_ahead(self, record: ToolRecord, *, create_copy: bool = False) -> threading.Thread | None:
         """Ask the sandbox to set up ``record``'s run in the background now (bubblewrap started,
         held at its ``--block-fd``: no tool code runs until :meth:`_run_directory_tool` releases
-        it, after permission and hooks). A no-op for upstream tools and sandboxes without it."""
+        it, after permission and hooks). A no-op for upstream tools and sandboxes without it.
+        Returns the thread that probes the sandbox first and then asks (a process's first call),
+        which the call's run joins; None when the request was made here."""
         if record.upstream is not None or record.manifest is None:
-            return
+            return None
         request = self._run_request(record, b"")
         if self._sandbox is None and self._sandbox_problem is None:
             # not probed yet (a process's first call): probe on a thread of its own too, so the
             # probe also overlaps the call (whose run waits for it on the sandbox lock)
-            threading.Thread(
+            thread = threading.Thread(
                 target=self._ahead, args=(request, create_copy), name="tooldir-sandbox-ahead", daemon=True
-            ).start()
-        else:
-            self._ahead(request, create_copy)
+            )
+            thread.start()
+            return thread
+        self._ahead(request, create_copy)
+        return None
 
     def _ahead(self, request: RunRequest, create_copy: bool) -> None:
         try:

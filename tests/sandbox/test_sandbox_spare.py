@@ -286,6 +286,46 @@ def test_a_first_call_finds_its_sandbox_set_up_ahead_at_its_start_and_the_tool_s
 
 
 @pytest.mark.usefixtures("sandbox_ready")
+def test_a_processs_first_call_runs_in_the_sandbox_asked_for_at_its_start_however_late_that_request_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first call of a process probes the sandbox and asks for its set-up on a thread of its own;
+    the run must wait for that request, else it sets up a sandbox of its own and the one asked
+    for is made after the call and left held (the escape battery's "processes left running")."""
+    registry = registry_for(tmp_path, "probe_tool")  # never probed: the call's request goes on its thread
+    record = registry.store.current.get("probe_tool")
+    assert record is not None
+    verified_files(record, tmp_path / "state" / "sandbox" / "packages")  # the copy an earlier run leaves
+    run_entered = threading.Event()
+    real_ahead, real_run = Registry._ahead, BubblewrapSandbox.run
+
+    def late_ahead(self: Registry, *args: Any) -> None:
+        run_entered.wait(1.0)  # a loaded machine: the request arrives once the run started, if it may
+        real_ahead(self, *args)
+
+    def run(self: BubblewrapSandbox, request: Any) -> Any:
+        run_entered.set()
+        return real_run(self, request)
+
+    prepares: list[str] = []
+    real_prepare = BubblewrapSandbox._prepare
+
+    def prepare(self: BubblewrapSandbox, request: Any, **how: Any) -> Any:
+        prepares.append(threading.current_thread().name)
+        return real_prepare(self, request, **how)
+
+    monkeypatch.setattr(Registry, "_ahead", late_ahead)
+    monkeypatch.setattr(BubblewrapSandbox, "run", run)
+    monkeypatch.setattr(BubblewrapSandbox, "_prepare", prepare)
+    result = registry.call("probe_tool", {"text": "1"})
+    assert result.ok, result.error
+    assert prepares == ["tooldir-spare-sandbox"]  # the sandbox asked for ahead served the call ...
+    box = box_of(registry)
+    assert box._spares.held() == [] and box._spares._making is None  # ... and none is left held or coming
+    box._spares.close()
+
+
+@pytest.mark.usefixtures("sandbox_ready")
 def test_work_done_ahead_for_a_refused_call_writes_nothing_to_the_state_directory(tmp_path: Path) -> None:
     user = tmp_path / "user"
     make_tool(user, "probe_tool", script=STARTED.replace("NAME", "probe_tool"))

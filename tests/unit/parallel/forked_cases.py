@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_helpers import join_native, native_threads
 from toolkit import make_tool, manifest, project_tools
 from toolkit import scan as scan_package_folder
 
@@ -56,7 +57,8 @@ def forks(monkeypatch: pytest.MonkeyPatch) -> Forks:
         return worker
 
     monkeypatch.setattr(forkpool._Pool, "start", started)
-    assert forkpool.can_fork() is None, "this test needs a process with one thread"
+    why = forkpool.can_fork()
+    assert why is None, f"this test needs a process with one thread, not {why}: {native_threads()}"
     return spy
 
 
@@ -182,7 +184,7 @@ def test_nothing_forks_while_another_thread_runs(monkeypatch: pytest.MonkeyPatch
         out = _map(_slow_square, n=10)
     finally:
         stop.set()
-        thread.join()
+        join_native(thread)  # gone for the kernel too, before the next case's fork check
     assert out == [(x * x, PARENT) for x in range(10)]
     assert forked == []
 
