@@ -158,7 +158,6 @@ DEEP = 100_000
         "no-method",
     ],
 )
-@pytest.mark.both_rankers
 def test_a_malformed_request_gets_a_json_rpc_error_with_its_id_and_the_server_stays_up(
     server: RawServer, message: bytes | dict[str, Any], code: int, request_id: int | None
 ) -> None:
