@@ -4,6 +4,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,3 +29,75 @@ def root(tmp_path: Path) -> Path:
     path = tmp_path / "tools"
     path.mkdir()
     return path
+
+
+# ------------------------------------------------------------------------------------------------
+# Parallel runs (pytest-xdist, `scripts/test` passes `-n 2 --dist loadgroup`)
+
+SERIAL_GROUP = "serial"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``serial`` (timing bounds, inotify limits, cgroups, memory) all go to one
+    xdist group, so under ``--dist loadgroup`` they run one after another on a single worker and
+    never beside each other; without xdist the marker changes nothing."""
+    for item in items:
+        if item.get_closest_marker("serial") is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
+
+
+# ------------------------------------------------------------------------------------------------
+# Both rankers: tests that involve the search ranker run once with the semantic ranker (the
+# [semantic] extra, required in CI) and once on plain BM25F (TOOLDIR_SEMANTIC=off, what a user
+# without the extra gets), as two test ids: ``...[semantic]`` and ``...[bm25f]``.
+
+RANKERS = ("semantic", "bm25f")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker("both_rankers") is None:
+        return
+    if "ranker_pass" not in metafunc.fixturenames:
+        metafunc.fixturenames.append("ranker_pass")
+    metafunc.parametrize("ranker_pass", RANKERS, indirect=True)
+
+
+@pytest.fixture
+def ranker_pass(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which ranker this run of a ``both_rankers`` test is for; ``bm25f`` turns the semantic
+    ranker off for the test and every process it starts (as the old second pass of the suite
+    did: TOOLDIR_SEMANTIC=off, TOOLDIR_REQUIRE_SEMANTIC unset)."""
+    mode = str(request.param)
+    if mode == "bm25f":
+        monkeypatch.setenv("TOOLDIR_SEMANTIC", "off")
+        monkeypatch.delenv("TOOLDIR_REQUIRE_SEMANTIC", raising=False)
+    return mode
+
+
+@pytest.fixture(autouse=True)
+def _ranker_before_other_fixtures(request: pytest.FixtureRequest, _isolated_user_env: None) -> None:
+    """Set the ranker up before the test's own fixtures, which may start servers that read it."""
+    if "ranker_pass" in request.fixturenames:
+        request.getfixturevalue("ranker_pass")
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Both rankers' results, side by side (what the two passes of the suite used to print)."""
+    seen: dict[str, set[str]] = {}
+    for outcome in ("passed", "failed", "error", "skipped"):
+        for report in terminalreporter.stats.get(outcome, []):
+            nodeid = getattr(report, "nodeid", "")
+            if nodeid.endswith("]"):
+                seen.setdefault(nodeid, set()).add(outcome)
+    counts: dict[str, dict[str, int]] = {mode: {} for mode in RANKERS}
+    for nodeid, outcomes in seen.items():
+        params = nodeid[nodeid.rindex("[") + 1 : -1].split("-")
+        for mode in RANKERS:
+            if mode in params:
+                final = next(o for o in ("error", "failed", "skipped", "passed") if o in outcomes)
+                counts[mode][final] = counts[mode].get(final, 0) + 1
+    if any(counts.values()):
+        terminalreporter.write_sep("-", "both rankers")
+        for mode in RANKERS:
+            shown = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts[mode].items())) or "none ran"
+            terminalreporter.write_line(f"{mode}: {shown}")

@@ -76,6 +76,11 @@ _MAX_INSTRUCTIONS = 16 * 1024  # characters of one server's instructions passed 
 _RELIST_MIN_S = 1.0  # re-listings of one server on its tools/list_changed, at most one per this
 
 
+def _backoff_clock() -> float:
+    """The clock a server's back-off is measured on (one seam, so tests move it, not wait)."""
+    return time.monotonic()
+
+
 # ---------------------------------------------------------------------------------------------
 # definitions and their digests
 
@@ -507,7 +512,7 @@ class ServerSession:
         with self._lock:
             if self.running:
                 return
-            wait = self.next_start - time.monotonic()
+            wait = self.next_start - _backoff_clock()
             if wait > 0:
                 raise unavailable(
                     f"MCP server {self.record.name!r} is down ({self.problem}); next start in {wait:.1f} s"
@@ -523,7 +528,7 @@ class ServerSession:
     def _failed(self, why: str) -> None:
         self.problem = why
         self.failures += 1
-        self.next_start = time.monotonic() + min(_BACKOFF_FIRST_S * 2 ** (self.failures - 1), _BACKOFF_MAX_S)
+        self.next_start = _backoff_clock() + min(_BACKOFF_FIRST_S * 2 ** (self.failures - 1), _BACKOFF_MAX_S)
         self.kill()
         log.warning("MCP server %s: %s", self.record.name, why)
 

@@ -22,7 +22,14 @@ SCENARIOS = REPO / "tooldir" / "_data" / "scenarios"
 ALL = load_scenarios(SCENARIOS)
 
 
-@pytest.mark.parametrize("scenario", ALL, ids=[s.drill_id for s in ALL])
+def timed(scenario: Scenario) -> bool:
+    """Whether the drill sets its own time bound (max_seconds): such drills run in the serial group."""
+    return "max_seconds" in (SCENARIOS / scenario.name / "scenario.toml").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "scenario", [pytest.param(s, id=s.drill_id, marks=[pytest.mark.serial] if timed(s) else []) for s in ALL]
+)
 def test_poisoned_directory_ends_in_its_code_without_running_anything_while_good_tools_load(
     scenario: Scenario,
 ) -> None:

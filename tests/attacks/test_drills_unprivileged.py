@@ -22,10 +22,11 @@ import pytest
 import unprivileged
 from shared_helpers import require_sandbox
 
-from tooldir.drill import load_scenarios
+from tooldir.drill import load_scenarios, select
 
 SCENARIOS = unprivileged.REPO / "tooldir" / "_data" / "scenarios"
-ROOT_ONLY = sorted(s.drill_id for s in load_scenarios(SCENARIOS) if "root" in s.requires)
+SCENARIO_LIST = load_scenarios(SCENARIOS)
+ROOT_ONLY = sorted(s.drill_id for s in SCENARIO_LIST if "root" in s.requires)
 
 
 @pytest.fixture(scope="module")
@@ -53,23 +54,54 @@ def as_user() -> Iterator[Any]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def test_an_unprivileged_user_gets_exit_0_with_root_only_drills_reported_as_not_runnable(as_user: Any) -> None:
+# The drills run in parts (one ``tooldir drill --only ...`` each) so that parallel test workers
+# share them; together the parts are every bundled drill, each exactly once (checked below).
+PARTS = 4
+SPLIT = [SCENARIO_LIST[n::PARTS] for n in range(PARTS)]
+
+
+def test_the_parts_hold_every_bundled_drill_exactly_once() -> None:
+    ids = [s.drill_id for part in SPLIT for s in part]
+    assert sorted(ids) == sorted(s.drill_id for s in SCENARIO_LIST) and len(ids) == len(set(ids))
+    assert all(SPLIT)
+    assert select(SCENARIO_LIST, []) == sorted(SCENARIO_LIST, key=lambda s: s.name)  # what a run without --only runs
+    for part in SPLIT:
+        assert select(SCENARIO_LIST, [s.name for s in part]) == sorted(part, key=lambda s: s.name)
+
+
+@pytest.mark.parametrize("part", range(PARTS), ids=[f"part{n + 1}of{PARTS}" for n in range(PARTS)])
+def test_an_unprivileged_user_gets_exit_0_with_root_only_drills_reported_as_not_runnable(
+    as_user: Any, part: int
+) -> None:
     require_sandbox()
     assert ROOT_ONLY == ["fs:perms/file", "fs:perms/owner", "fs:special/device"]
-    done, report = as_user()  # every bundled drill
+    chosen = SPLIT[part]
+    # by folder name: a folder name is never another drill's threat id or drill id (those hold ':')
+    done, report = as_user("--only", *(s.name for s in chosen))
     statuses = {d["id"]: d["status"] for d in report["drills"]}
-    assert sorted(statuses) == sorted(s.drill_id for s in load_scenarios(SCENARIOS))
+    assert sorted(statuses) == sorted(s.drill_id for s in chosen)
     failed = {d["id"]: d["details"] for d in report["drills"] if d["status"] == "failed"}
     assert failed == {}
-    assert sorted(i for i, status in statuses.items() if status == "not-runnable") == ROOT_ONLY
+    root_only_here = sorted(s.drill_id for s in chosen if s.drill_id in ROOT_ONLY)
+    assert sorted(i for i, status in statuses.items() if status == "not-runnable") == root_only_here
     for d in report["drills"]:
         if d["status"] == "not-runnable":
             assert d["reason"].startswith("not runnable here (needs root")
             assert d["passed"] is False
     sandbox = [i for i in statuses if i.startswith("sandbox:")]
     assert sandbox and all(statuses[i] == "passed" for i in sandbox)
-    assert report["counts"] == {"passed": len(statuses) - 3, "failed": 0, "not-runnable": 3}
+    assert report["counts"] == {
+        "passed": len(statuses) - len(root_only_here),
+        "failed": 0,
+        "not-runnable": len(root_only_here),
+    }
     assert report["passed"] is True and done.returncode == 0
+
+
+def test_an_unprivileged_user_lists_the_same_bundled_drills_the_parts_are_made_of(as_user: Any) -> None:
+    done, report = as_user("--list")
+    assert done.returncode == 0
+    assert [d["id"] for d in report["drills"]] == [s.drill_id for s in SCENARIO_LIST]
 
 
 def test_require_all_makes_an_unprivileged_run_with_root_only_drills_exit_1(as_user: Any) -> None:

@@ -24,7 +24,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 WAIT_S = 20.0  # generous bound for one event on a loaded 2-core CI machine
 
-ENV_KEYS = ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "PATH", "TOOLDIR_REQUIRE_SANDBOX", "LANG")
+ENV_KEYS = ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "PATH", "TOOLDIR_REQUIRE_SANDBOX", "LANG", "TOOLDIR_SEMANTIC")
 
 
 @dataclass

@@ -195,6 +195,7 @@ def test_early_answer_leaves_everything_else_to_the_sdk(raw: bytes) -> None:
     assert early_answer(raw) is None
 
 
+@pytest.mark.both_rankers
 def test_the_server_opens_without_building_the_search_index_and_warm_search_builds_it_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -30,6 +30,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.mark.both_rankers
 async def test_the_server_answers_other_requests_while_a_slow_input_is_validated(tmp_path: Path) -> None:
     user = tmp_path / "user_tools"
     make_tool(user, "echo_eager", description="Echo text back (always listed).", keywords=["echo"])

@@ -95,6 +95,7 @@ async def test_client_lists_the_working_set_with_risk_hints_and_only_eager_and_g
             assert eager.annotations.open_world_hint is False
 
 
+@pytest.mark.both_rankers
 async def test_tool_search_loads_a_deferred_tool_sends_list_changed_and_the_tool_runs_in_the_sandbox(
     tree: dict[str, Path],
 ) -> None:
@@ -124,6 +125,7 @@ async def test_tool_search_loads_a_deferred_tool_sends_list_changed_and_the_tool
             assert result.meta.get("tooldir/audit_id")
 
 
+@pytest.mark.both_rankers
 async def test_a_deferred_tool_not_loaded_is_refused_with_a_hint_to_search(tree: dict[str, Path]) -> None:
     with anyio.fail_after(TEST_BOUND_S):
         async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=tree["policy"]) as s:
@@ -163,6 +165,7 @@ async def test_an_unknown_tool_is_an_error_result_not_a_protocol_error(tree: dic
             assert "echo_eager" in await s.list_names()
 
 
+@pytest.mark.both_rankers
 async def test_changing_a_listed_tool_on_disk_sends_list_changed_and_the_new_schema_is_listed(
     tree: dict[str, Path],
 ) -> None:
@@ -176,6 +179,7 @@ async def test_changing_a_listed_tool_on_disk_sends_list_changed_and_the_new_sch
             assert after["echo_eager"].description == "Echo text back, now changed."
 
 
+@pytest.mark.both_rankers
 async def test_a_change_to_a_tool_outside_the_working_set_sends_no_list_changed(tree: dict[str, Path]) -> None:
     with anyio.fail_after(TEST_BOUND_S):
         async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=tree["policy"]) as s:
@@ -186,6 +190,7 @@ async def test_a_change_to_a_tool_outside_the_working_set_sends_no_list_changed(
             assert await s.list_names() == names
 
 
+@pytest.mark.both_rankers
 async def test_the_2026_protocol_gets_list_changed_through_subscriptions_listen(tree: dict[str, Path]) -> None:
     with anyio.fail_after(TEST_BOUND_S):
         async with serve(
@@ -200,6 +205,7 @@ async def test_the_2026_protocol_gets_list_changed_through_subscriptions_listen(
             assert tools["invoice_export"].annotations.destructive_hint is True
 
 
+@pytest.mark.both_rankers
 async def test_shutdown_is_clean_and_leaves_no_processes(tree: dict[str, Path]) -> None:
     with anyio.fail_after(TEST_BOUND_S):
         async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=tree["policy"]) as s:
@@ -269,6 +275,7 @@ def _allow(project: Path, package: Path, state_dir: Path, policy: Path) -> None:
     assert proc.returncode == 0, proc.stderr.decode()
 
 
+@pytest.mark.both_rankers
 async def test_approving_then_changing_a_project_tool_sends_list_changed_each_time(tree: dict[str, Path]) -> None:
     policy = tree["tmp"] / "approval.toml"
     policy.write_text(APPROVAL_POLICY)
@@ -304,6 +311,7 @@ min_idle_turns = 1
 """
 
 
+@pytest.mark.both_rankers
 async def test_an_idle_loaded_tool_is_re_deferred_after_a_turn_and_the_client_is_told(tree: dict[str, Path]) -> None:
     policy = tree["tmp"] / "redefer.toml"
     policy.write_text(REDEFER_POLICY)
@@ -329,6 +337,7 @@ async def test_an_idle_loaded_tool_is_re_deferred_after_a_turn_and_the_client_is
             assert error_code(refused) == "session:unloaded"
 
 
+@pytest.mark.both_rankers
 async def test_invalid_arguments_are_an_is_error_result_and_nothing_runs(tree: dict[str, Path]) -> None:
     with anyio.fail_after(TEST_BOUND_S):
         async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=tree["policy"]) as s:
@@ -368,6 +377,7 @@ def _serve_cmd(tree: dict[str, Path], *extra: str) -> list[str]:
     return [*cmd, "--state-dir", str(tree["tmp"] / "state"), *extra]
 
 
+@pytest.mark.both_rankers
 def test_stdout_carries_only_protocol_messages_while_logs_go_to_stderr(tree: dict[str, Path]) -> None:
     noisy = "import json, sys\nprint('noise on stderr', file=sys.stderr)\nprint(json.dumps({'ok': True, 'content': 'fine'}))\n"
     make_tool(tree["user"], "echo_eager", description="Echo text back (always listed).", script=noisy)
@@ -454,6 +464,7 @@ async def test_hanging_up_during_a_long_call_ends_the_server_and_the_sandboxed_t
     assert "the client closed the connection; shut down cleanly" in s.log_file.read_text()
 
 
+@pytest.mark.both_rankers
 async def test_a_listed_tool_whose_manifest_breaks_is_withdrawn_with_list_changed(tree: dict[str, Path]) -> None:
     with anyio.fail_after(TEST_BOUND_S):
         async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=tree["policy"]) as s:
@@ -484,6 +495,7 @@ def test_tools_list_before_initialize_is_a_protocol_error_not_a_list(tree: dict[
     assert response["error"]["code"] == -32602  # the SDK's pre-initialization refusal
 
 
+@pytest.mark.both_rankers
 async def test_a_call_the_client_cancels_is_abandoned_and_the_connection_keeps_working(tree: dict[str, Path]) -> None:
     token, policy = _slow_tool(tree)
     with anyio.fail_after(TEST_BOUND_S):

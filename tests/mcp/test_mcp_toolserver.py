@@ -47,6 +47,7 @@ def test_listing_twice_reuses_the_rendered_wire_tools(front: ToolServer) -> None
     assert first[2]["annotations"]["destructiveHint"] is True
 
 
+@pytest.mark.both_rankers
 def test_a_search_that_loads_tools_hands_a_list_changed_to_the_loop(front: ToolServer) -> None:
     scheduled: list[Any] = []
 
@@ -88,6 +89,7 @@ def test_a_negative_turn_idle_is_refused(front: ToolServer) -> None:
 
 
 @pytest.mark.parametrize("version", [*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS])
+@pytest.mark.both_rankers
 def test_the_cached_list_result_equals_the_sdks_own_shaping_for_every_protocol_version(
     front: ToolServer, version: str
 ) -> None:

@@ -16,6 +16,8 @@ from test_sandbox_cgroup_v1 import INSIDE, V1_ROOT, registry_with
 from tooldir.policy import Policy
 from tooldir.sandbox import BubblewrapSandbox, bubblewrap, cgroup
 
+pytestmark = pytest.mark.serial  # cgroups: never beside another such test
+
 
 def test_warming_moves_names_only_the_calling_thread_and_only_in_our_own_cgroup(tmp_path: Path) -> None:
     (tmp_path / "tasks").write_text("")

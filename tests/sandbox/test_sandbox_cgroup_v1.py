@@ -26,6 +26,8 @@ from tooldir.registry import Registry
 from tooldir.sandbox import BubblewrapSandbox, RunRequest, bubblewrap, cgroup
 from tooldir.snapshot import SnapshotStore
 
+pytestmark = pytest.mark.serial  # cgroups: never beside another such test
+
 MOUNTINFO = (
     "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n"
     "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"

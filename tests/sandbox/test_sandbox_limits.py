@@ -18,6 +18,8 @@ from tooldir.registry import Registry
 from tooldir.sandbox import BubblewrapSandbox, bubblewrap, process
 from tooldir.snapshot import SnapshotStore
 
+pytestmark = pytest.mark.serial  # rlimits and cgroup limits: never beside another such test
+
 LIMITS = """\
 import json, resource, sys
 json.load(sys.stdin)

@@ -23,7 +23,10 @@ from tooldir.sandbox.bubblewrap import Bound
 from tooldir.sandbox.process import TRUSTED_PATH
 from tooldir.snapshot import SnapshotStore
 
-pytestmark = pytest.mark.usefixtures("sandbox_ready")
+pytestmark = [
+    pytest.mark.usefixtures("sandbox_ready"),
+    pytest.mark.serial,
+]  # memory bounds: never beside another such test
 
 LIMITS = """\
 import json, os, sys

@@ -14,6 +14,7 @@ from servertools import copy_server
 from shared_helpers import require_sandbox
 from toolkit import make_tool
 
+from tooldir import upstream
 from tooldir.audit import AUDIT_FILE
 from tooldir.model import Risk, Status
 
@@ -21,6 +22,12 @@ from tooldir.model import Risk, Status
 @pytest.fixture(autouse=True)
 def _sandbox() -> None:
     require_sandbox()
+
+
+def pass_the_back_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Move the back-off's clock past the first back-off (1 s) instead of sleeping through it."""
+    real = upstream._backoff_clock
+    monkeypatch.setattr(upstream, "_backoff_clock", lambda: real() + upstream._BACKOFF_FIRST_S + 0.2)
 
 
 def test_a_standard_library_server_is_listed_and_called_through_the_registry(tmp_path: Path, root: Path) -> None:
@@ -65,7 +72,7 @@ def test_without_its_runtime_a_server_is_unavailable_and_directory_tools_keep_wo
 
 
 def test_a_crashing_server_fails_the_call_upstream_unavailable_and_is_restarted_after_a_back_off(
-    tmp_path: Path, root: Path
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     copy_server("misbehaving", root, "calc")
     with rig(root, tmp_path / "state") as r:
@@ -73,7 +80,7 @@ def test_a_crashing_server_fails_the_call_upstream_unavailable_and_is_restarted_
         assert crashed.error is not None and crashed.error.code == "upstream-unavailable"
         soon = r.registry.call("calc__add", {"a": 1, "b": 1})
         assert soon.error is not None and soon.error.code == "upstream-unavailable"  # still backing off
-        time.sleep(1.2)
+        pass_the_back_off(monkeypatch)
         assert r.registry.call("calc__add", {"a": 1, "b": 1}).content == "2"
 
 
@@ -147,10 +154,12 @@ def test_a_reload_published_without_upstream_tools_gets_them_back_when_the_hub_f
         assert r.registry.call("calc__add", {"a": 1, "b": 2}).content == "3"
 
 
-def test_a_server_over_its_memory_limit_fails_its_call_and_the_next_start_works(tmp_path: Path, root: Path) -> None:
+def test_a_server_over_its_memory_limit_fails_its_call_and_the_next_start_works(
+    tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     copy_server("misbehaving", root, "calc")
     with rig(root, tmp_path / "state", server_policy(memory_mb=128, address_space_slack_mb=128)) as r:
         hog = r.registry.call("calc__hog", {})
         assert hog.error is not None and hog.error.code == "upstream-unavailable"
-        time.sleep(1.2)
+        pass_the_back_off(monkeypatch)
         assert r.registry.call("calc__add", {"a": 1, "b": 1}).content == "2"

@@ -108,6 +108,7 @@ def test_handler_exception_becomes_a_handler_failed_result(tmp_path: Path) -> No
     assert audit.events[-1].status == "error" and audit.events[-1].decision == "allow"
 
 
+@pytest.mark.serial  # a time bound
 def test_registry_overhead_for_a_builtin_call_stays_small(tmp_path: Path) -> None:
     setup = registry_for(tmp_path, audit=MemoryAudit())
     setup.registry.register("noop", NOOP_SCHEMA, lambda *, input, context: None, description="x")

@@ -24,6 +24,8 @@ from tooldir.policy import Policy
 from tooldir.registry import Registry
 from tooldir.snapshot import SnapshotStore, build_snapshot
 
+pytestmark = pytest.mark.serial  # time bounds on validation: never beside another such test
+
 #: The bound stated for schema:redos: ``^(a+)+$`` against 50k 'a' + '!' is refused in under 1 s
 #: (the linear engine answers in milliseconds; a backtracking engine would never finish).
 REDOS_BOUND_S = 1.0

@@ -67,6 +67,7 @@ def test_metrics_match_hand_computed_values() -> None:
     assert m["nDCG@10"] == round((ndcg_q1 + ndcg_q2) / 2, 4)
 
 
+@pytest.mark.both_rankers
 def test_eval_reports_both_rankers_over_the_same_files(tmp_path: Path) -> None:
     report = evaluate_files(_write(tmp_path / "t.jsonl", TOOLS), _write(tmp_path / "q.jsonl", QUERIES))
     assert report.n == 2 and report.tools == 3
@@ -98,6 +99,7 @@ def test_malformed_eval_files_give_a_located_error(
     assert message in info.value.diagnostics()
 
 
+@pytest.mark.both_rankers
 def test_eval_command_prints_one_json_object_and_exits_2_on_bad_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -111,6 +113,7 @@ def test_eval_command_prints_one_json_object_and_exits_2_on_bad_input(
     assert "cannot read" in err and "Traceback" not in err
 
 
+@pytest.mark.both_rankers
 def test_search_command_json_has_matches_missing_and_unavailable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -197,6 +200,7 @@ def test_eval_reports_train_and_test_splits_from_the_split_field_or_a_hash_of_th
     assert set(report.splits["train"]["rankers"]) == {"bm25f", "plain_bm25"}
 
 
+@pytest.mark.both_rankers
 def test_eval_calls_progress_up_to_the_total_and_prints_none_when_stderr_is_not_a_terminal(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

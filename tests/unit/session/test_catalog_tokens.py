@@ -51,6 +51,7 @@ def test_summary_is_one_clean_line_of_the_first_sentence() -> None:
     assert len(long) <= 100 and long.endswith("…")
 
 
+@pytest.mark.both_rankers
 def test_directory_lists_name_risk_and_summary_and_is_empty_without_deferred_tools(tmp_path: Path) -> None:
     s = setup(tmp_path)
     text = s.session.directory_text()
@@ -101,6 +102,7 @@ def test_loading_the_package_and_scanning_never_imports_the_tokenizer() -> None:
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.both_rankers
 def test_token_report_accounts_first_turn_increment_and_saving(tmp_path: Path) -> None:
     s = setup(tmp_path)
     before = s.session.token_report()

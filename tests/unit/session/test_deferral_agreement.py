@@ -129,6 +129,7 @@ def test_the_plan_of_nothing_offered_defers_nothing_and_says_so() -> None:
     assert dict(plan.decision) == {"mode": "auto", "candidates": 0}
 
 
+@pytest.mark.both_rankers
 def test_a_session_s_dynamic_state_leaves_its_static_plan_alone(tmp_path: Path) -> None:
     user = tmp_path / "user"
     for name, description in TOOL_SETS["large"].items():

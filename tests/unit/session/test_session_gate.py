@@ -6,12 +6,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sesskit import defer_policy, republish, setup
 from toolkit import make_tool
 
 from tooldir.policy import DeferPolicy, PermissionsPolicy, Policy
 
 
+@pytest.mark.both_rankers
 def test_deferred_tool_is_refused_with_a_search_hint_until_the_session_loads_it(tmp_path: Path) -> None:
     # session:unloaded
     s = setup(tmp_path)
@@ -25,6 +27,7 @@ def test_deferred_tool_is_refused_with_a_search_hint_until_the_session_loads_it(
     assert ran.ok and ran.content == {"echo": {"text": "ACME"}}
 
 
+@pytest.mark.both_rankers
 def test_defer_execute_tool_refuses_immediate_tools_and_runs_loaded_deferred_ones(tmp_path: Path) -> None:
     policy = defer_policy(rules=("Defer(*)", "NoDefer(translate_text)"))
     s = setup(tmp_path, policy=policy)
@@ -46,6 +49,7 @@ def test_defer_execute_tool_with_malformed_arguments_is_an_invalid_input_result(
         assert result.error is not None and result.error.code == "invalid-input"
 
 
+@pytest.mark.both_rankers
 def test_call_against_a_changed_schema_is_refused_as_stale_until_loaded_again(tmp_path: Path) -> None:
     # session:stale
     user = tmp_path / "user"
@@ -106,6 +110,7 @@ def test_an_immediate_tool_whose_risk_changed_is_stale_until_the_next_working_se
     assert s.session.call("notes_read", {"text": "a"}).ok
 
 
+@pytest.mark.both_rankers
 def test_a_loaded_deferred_tool_whose_description_alone_changed_still_runs(tmp_path: Path) -> None:
     user = tmp_path / "user"
     folder = make_tool(user, "jira_get_issue", description="Read one Jira issue by key.")
@@ -174,6 +179,7 @@ def test_auto_mode_defers_only_when_the_saving_beats_the_cost_of_the_search_tool
     assert report.first_turn < report.full_load
 
 
+@pytest.mark.both_rankers
 def test_a_tool_the_session_does_not_offer_is_refused_even_if_the_registry_would_run_it(tmp_path: Path) -> None:
     # session:unloaded through a policy the registry reloaded (looser) while the session kept its own
     hidden = Policy(defer=DeferPolicy(mode="on", rules=("Defer(*)",)), permissions=PermissionsPolicy(deny=("stock_*",)))
@@ -189,6 +195,7 @@ def test_a_tool_the_session_does_not_offer_is_refused_even_if_the_registry_would
     assert s.session.loaded() == []
 
 
+@pytest.mark.both_rankers
 def test_a_deferred_tool_published_a_moment_ago_is_refused_until_the_session_loads_it(tmp_path: Path) -> None:
     # session:unloaded in the window where the store already holds the new snapshot but the
     # session's view does not yet: a call then must not reach the tool unseen
@@ -206,6 +213,7 @@ def test_a_deferred_tool_published_a_moment_ago_is_refused_until_the_session_loa
     assert s.session.call("beta_tool", {"text": "x"}).ok
 
 
+@pytest.mark.both_rankers
 def test_a_reloaded_policy_reaches_the_session_and_changes_what_it_offers(tmp_path: Path) -> None:
     # tooldir serve passes a reloaded policy file to the session: a loosened deny rule makes the
     # tool discoverable again (it still has to be loaded), a tightened one hides it at once

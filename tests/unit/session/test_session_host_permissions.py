@@ -32,6 +32,7 @@ def _names(tools: list[dict[str, Any]]) -> set[str]:
 
 
 @pytest.mark.parametrize("policy", [Policy(defer=DeferPolicy(mode="off")), defer_policy()], ids=["eager", "deferred"])
+@pytest.mark.both_rankers
 def test_a_tool_the_host_permission_check_denies_is_neither_listed_found_nor_callable(
     tmp_path: Path, policy: Policy
 ) -> None:

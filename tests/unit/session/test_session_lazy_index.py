@@ -17,6 +17,7 @@ from tooldir.snapshot import SnapshotStore
 from tooldir.tokens import TokenCounter
 
 
+@pytest.mark.both_rankers
 def test_a_session_lists_its_working_set_without_building_the_index_and_the_first_search_builds_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -94,6 +94,7 @@ def test_counts_count_only_active_tools(world: tuple[SnapshotStore, Registry, Se
     assert session.defer_decision["candidates"] == report.deferred
 
 
+@pytest.mark.both_rankers
 def test_a_keyword_search_never_matches_or_mentions_a_non_active_tool(
     world: tuple[SnapshotStore, Registry, Session, Policy],
 ) -> None:
@@ -107,6 +108,7 @@ def test_a_keyword_search_never_matches_or_mentions_a_non_active_tool(
     assert session.tool_search(queries=[MARKER], scope="all").missing == (MARKER,)  # the model's own query
 
 
+@pytest.mark.both_rankers
 def test_an_exact_name_of_a_pending_or_rejected_tool_is_unavailable_in_tooldirs_words_only(
     world: tuple[SnapshotStore, Registry, Session, Policy],
 ) -> None:
@@ -138,6 +140,7 @@ def test_a_refused_call_of_a_non_active_tool_carries_none_of_its_text(
     assert direct.error is not None and MARKER in direct.error.message
 
 
+@pytest.mark.both_rankers
 def test_the_search_index_holds_only_active_tools_and_follows_status_changes(
     world: tuple[SnapshotStore, Registry, Session, Policy], tmp_path: Path
 ) -> None:
@@ -160,6 +163,7 @@ def test_the_search_index_holds_only_active_tools_and_follows_status_changes(
     assert session.tool_search(queries=[MARKER], scope="all").matches == ()
 
 
+@pytest.mark.both_rankers
 def test_the_mcp_listing_and_tool_search_over_mcp_show_nothing_of_non_active_tools(
     world: tuple[SnapshotStore, Registry, Session, Policy],
 ) -> None:

@@ -16,6 +16,7 @@ from tooldir.policy import DeferPolicy, Policy
 from tooldir.usage import Usage, end_turn, judge, load_priors, start
 
 
+@pytest.mark.both_rankers
 def test_an_idle_loaded_tool_is_redeferred_with_the_numbers_that_decided_it(tmp_path: Path) -> None:
     s = setup(tmp_path, policy=defer_policy(min_idle_turns=2))
     s.session.tool_search(tool_names=["weather_lookup"])
@@ -35,6 +36,7 @@ def test_an_idle_loaded_tool_is_redeferred_with_the_numbers_that_decided_it(tmp_
     assert actions == ["promoted", "re-deferred"]
 
 
+@pytest.mark.both_rankers
 def test_a_pinned_tool_never_redefers(tmp_path: Path) -> None:
     s = setup(tmp_path, policy=defer_policy(min_idle_turns=1))
     s.session.tool_search(tool_names=["stock_quote"])
@@ -68,6 +70,7 @@ def test_the_beta_model_discounts_old_evidence_each_turn() -> None:
     assert usage.p_use == pytest.approx(0.375)
 
 
+@pytest.mark.both_rankers
 def test_usage_priors_persist_across_sessions_as_a_moving_average(tmp_path: Path) -> None:
     s = setup(tmp_path, policy=defer_policy(usage_ewma=0.5))
     s.session.tool_search(tool_names=["weather_lookup"])
@@ -93,6 +96,7 @@ def test_a_corrupt_usage_file_is_a_clear_state_error(tmp_path: Path) -> None:
         load_priors(tmp_path)
 
 
+@pytest.mark.both_rankers
 def test_working_set_changes_bump_the_version_and_notify_subscribers(tmp_path: Path) -> None:
     user = tmp_path / "user"
     folder = make_tool(user, "notes_read")
@@ -117,6 +121,7 @@ def test_working_set_changes_bump_the_version_and_notify_subscribers(tmp_path: P
     assert seen == [1, 2, 3]
 
 
+@pytest.mark.both_rankers
 def test_a_loaded_tool_that_disappears_leaves_the_working_set(tmp_path: Path) -> None:
     user = tmp_path / "user"
     folder = make_tool(user, "notes_read")
@@ -139,6 +144,7 @@ def test_usage_numbers_are_explained_for_a_fresh_tool() -> None:
     assert not verdict.redefer and "idle 0 < 3" in verdict.reason
 
 
+@pytest.mark.both_rankers
 def test_subscribers_are_notified_outside_the_session_lock(tmp_path: Path) -> None:
     s = setup(tmp_path)
     names: list[list[str]] = []
@@ -156,6 +162,7 @@ def test_subscribers_are_notified_outside_the_session_lock(tmp_path: Path) -> No
     assert s.session.tool_search(tool_names=["stock_quote"]).tool_reference_blocks() == []  # repeat: hint only
 
 
+@pytest.mark.both_rankers
 def test_a_tool_loaded_again_after_re_deferral_gets_the_full_minimum_idle_turns(tmp_path: Path) -> None:
     s = setup(tmp_path, policy=defer_policy(min_idle_turns=2))
     s.session.tool_search(tool_names=["weather_lookup"])
@@ -168,6 +175,7 @@ def test_a_tool_loaded_again_after_re_deferral_gets_the_full_minimum_idle_turns(
     assert [(e["action"], e["idle_turns"]) for e in step] == [("re-deferred", 2)]
 
 
+@pytest.mark.both_rankers
 def test_a_loaded_tool_that_becomes_eager_is_listed_once(tmp_path: Path) -> None:
     # auto mode stops deferring when most tools go away: the loaded tool is now an eager tool
     user = tmp_path / "user"
@@ -187,6 +195,7 @@ def test_a_loaded_tool_that_becomes_eager_is_listed_once(tmp_path: Path) -> None
     assert report.loaded_increment == 0 and report.first_turn == report.full_load
 
 
+@pytest.mark.both_rankers
 def test_closing_a_session_twice_folds_its_usage_into_the_priors_once(tmp_path: Path) -> None:
     s = setup(tmp_path, policy=defer_policy(usage_ewma=0.5))
     s.session.tool_search(tool_names=["weather_lookup"])

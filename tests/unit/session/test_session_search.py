@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sesskit import defer_policy, setup
 from toolkit import make_tool, project_tools
 
@@ -15,6 +16,7 @@ from tooldir.snapshot import SnapshotStore
 from tooldir.tokens import TokenCounter
 
 
+@pytest.mark.both_rankers
 def test_exact_names_keep_the_callers_order_and_fold_duplicates(tmp_path: Path) -> None:
     s = setup(tmp_path)
     result = s.session.tool_search(
@@ -27,6 +29,7 @@ def test_exact_names_keep_the_callers_order_and_fold_duplicates(tmp_path: Path) 
     assert result.missing == ()
 
 
+@pytest.mark.both_rankers
 def test_keyword_matches_are_ordered_by_score_then_name_and_carry_full_schemas(tmp_path: Path) -> None:
     s = setup(tmp_path)
     result = s.session.tool_search(queries=["calendar events"], top_k=5)
@@ -39,12 +42,14 @@ def test_keyword_matches_are_ordered_by_score_then_name_and_carry_full_schemas(t
     assert result.matches[0].schema["name"] == names[0]
 
 
+@pytest.mark.both_rankers
 def test_required_terms_filter_keyword_matches(tmp_path: Path) -> None:
     s = setup(tmp_path)
     result = s.session.tool_search(queries=["calendar +list"])
     assert [m.name for m in result.matches] == ["calendar_list_events"]
 
 
+@pytest.mark.both_rankers
 def test_a_miss_is_reported_as_missing_and_changes_no_state(tmp_path: Path) -> None:
     s = setup(tmp_path)
     version, loaded, log = s.session.version, s.session.loaded(), s.session.explanations()
@@ -60,6 +65,7 @@ def test_a_miss_is_reported_as_missing_and_changes_no_state(tmp_path: Path) -> N
     assert tight.session.tool_search(queries=["weather"]).matches
 
 
+@pytest.mark.both_rankers
 def test_tools_hidden_by_permissions_are_listed_unavailable_with_the_reason(tmp_path: Path) -> None:
     policy = defer_policy().model_copy(update={"permissions": PermissionsPolicy(deny=("stock_*",))})
     s = setup(tmp_path, policy=policy)
@@ -71,6 +77,7 @@ def test_tools_hidden_by_permissions_are_listed_unavailable_with_the_reason(tmp_
     assert s.session.loaded() == []
 
 
+@pytest.mark.both_rankers
 def test_a_pending_project_tool_is_unavailable_not_missing(tmp_path: Path) -> None:
     project = tmp_path / "proj"
     make_tool(project_tools(project), "deploy_site", description="Deploy the site to production.")
@@ -88,6 +95,7 @@ def test_a_pending_project_tool_is_unavailable_not_missing(tmp_path: Path) -> No
     assert "not-approved" in result.unavailable[0][1]
 
 
+@pytest.mark.both_rankers
 def test_repeating_an_identical_search_returns_a_hint_instead_of_the_same_answer(tmp_path: Path) -> None:
     s = setup(tmp_path)
     first = s.session.tool_search(queries=["weather"])
@@ -99,6 +107,7 @@ def test_repeating_an_identical_search_returns_a_hint_instead_of_the_same_answer
     assert s.session.tool_search(queries=["weather"]).matches[0].load_state == "cached"
 
 
+@pytest.mark.both_rankers
 def test_the_per_turn_search_budget_is_enforced_and_resets_next_turn(tmp_path: Path) -> None:
     s = setup(tmp_path, policy=defer_policy(max_searches_per_turn=2))
     assert s.session.tool_search(queries=["weather"]).matches
@@ -110,6 +119,7 @@ def test_the_per_turn_search_budget_is_enforced_and_resets_next_turn(tmp_path: P
     assert s.session.tool_search(queries=["translate"]).matches
 
 
+@pytest.mark.both_rankers
 def test_working_set_and_schema_token_budgets_withhold_extra_matches(tmp_path: Path) -> None:
     s = setup(tmp_path, policy=defer_policy(max_working_set=2))
     result = s.session.tool_search(tool_names=["weather_lookup", "stock_quote", "translate_text"])
@@ -121,6 +131,7 @@ def test_working_set_and_schema_token_budgets_withhold_extra_matches(tmp_path: P
     assert len(result.matches) < 3 and result.hint is not None
 
 
+@pytest.mark.both_rankers
 def test_tool_search_through_call_validates_its_input(tmp_path: Path) -> None:
     s = setup(tmp_path)
     for bad in ({"top_k": 0, "queries": ["x"]}, {"queries": "x", "nope": 1}, {}, {"tool_names": [3]}, []):
@@ -131,6 +142,7 @@ def test_tool_search_through_call_validates_its_input(tmp_path: Path) -> None:
     assert set(ok.content) == {"matches", "missing", "unavailable"}
 
 
+@pytest.mark.both_rankers
 def test_a_directory_tool_is_found_by_its_parameter_descriptions(tmp_path: Path) -> None:
     user = tmp_path / "user"
     make_tool(
@@ -147,6 +159,7 @@ def test_a_directory_tool_is_found_by_its_parameter_descriptions(tmp_path: Path)
     assert s.session.tool_search(queries=["postal code"]).matches == ()  # repeat: hint, not the same answer
 
 
+@pytest.mark.both_rankers
 def test_the_search_index_misses_no_publication_made_while_it_is_being_built(tmp_path: Path) -> None:
     user = tmp_path / "user"
     make_tool(user, "alpha_tool", description="First tool.")
@@ -176,6 +189,7 @@ def test_the_search_index_misses_no_publication_made_while_it_is_being_built(tmp
     assert snapshot is store.current and set(index.names()) == {"alpha_tool", "bravo_tool", "charlie_tool"}
 
 
+@pytest.mark.both_rankers
 def test_the_exact_name_of_an_immediate_tool_is_missing_with_the_reason_and_changes_no_state(tmp_path: Path) -> None:
     s = setup(tmp_path, policy=defer_policy(rules=("Defer(*)", "NoDefer(translate_text)")))
     version = s.session.version
@@ -194,6 +208,7 @@ def test_the_exact_name_of_an_immediate_tool_is_missing_with_the_reason_and_chan
     assert content["missing_reasons"][0]["name"] == "translate_text"
 
 
+@pytest.mark.both_rankers
 def test_the_cli_view_still_shows_an_immediate_tool_asked_for_by_name(tmp_path: Path) -> None:
     s = setup(tmp_path, policy=defer_policy(rules=("Defer(*)", "NoDefer(translate_text)")))
     result = s.session.tool_search(tool_names=["translate_text"], scope="all")

@@ -15,6 +15,8 @@ from tooldir.discover import package_digest
 from tooldir.policy import Limits, Policy
 from tooldir.watch import package_folders, root_packages
 
+pytestmark = pytest.mark.serial  # inotify limits: never beside another such test
+
 
 def plant_tree(top: Path, fanout: int, per: int) -> int:
     """``fanout`` folders under ``top``, each with ``per`` empty subfolders (every folder small

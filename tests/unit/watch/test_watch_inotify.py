@@ -11,6 +11,8 @@ from watchdog.events import DirCreatedEvent, FileClosedEvent, FileCreatedEvent, 
 
 from tooldir._internal.inotify import IN_Q_OVERFLOW, FlatInotifyObserver
 
+pytestmark = pytest.mark.serial  # inotify limits: never beside another such test
+
 
 class Recorder:
     def __init__(self) -> None:

@@ -10,10 +10,13 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from toolkit import make_tool, manifest, project_tools
 from watchkit import check_consistent, config_for, settles_to_cold_load, watching
 
 from tooldir.snapshot import Snapshot
+
+pytestmark = pytest.mark.serial  # a storm of file events with a time bound: never beside another such test
 
 NAMES = [f"tool_{i:02d}" for i in range(24)] + ["Tool_00", "t0ol_01"]  # a collision and a look-alike
 OPERATIONS = 3000
