@@ -17,14 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._internal.atomic import write_atomic
+from .errors import ConfigError
 from .mcp_config import SERVER_NAME, client_config
 
 # a client configuration larger than this is not one
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 
 
-class ConfigFileError(ValueError):
-    """A client configuration file that cannot be merged into safely (message names the file)."""
+class ConfigFileError(ConfigError):
+    """A client configuration file that cannot be merged into safely (the message names the file)."""
 
 
 @dataclass(frozen=True, slots=True)

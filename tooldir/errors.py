@@ -8,7 +8,8 @@
     │   ├── EvalDataError             .path, .line (tooldir.evaluate)
     │   ├── ScenarioError             .path (tooldir.drill.confine)
     │   │   └── ArenaEscapeError      .where, .target: a plant or step acting outside its arena
-    │   └── HttpSetupError            --http / --token-file unusable (tooldir.mcp_http)
+    │   ├── HttpSetupError            --http / --token-file unusable (tooldir.mcp_http)
+    │   └── ConfigFileError           an MCP client's config file cannot be merged (tooldir.clientconfig)
     ├── DiscoveryError                a tool root cannot be opened
     ├── PackageError                  .path, .reason, .found (tooldir.manage: approve, lock, sign, ...)
     └── ExecutionError                .code

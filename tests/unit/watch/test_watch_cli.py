@@ -27,9 +27,10 @@ def watch_process(tmp_path: Path, *extra: str) -> Iterator[tuple[subprocess.Pope
     project_tools(project)
     cmd = [sys.executable, "-m", "tooldir", "watch", "--project", str(project), "--user-dir", str(tmp_path / "user")]
     cmd += ["--state-dir", str(tmp_path / "state"), "--debounce-ms", "10", *extra]
-    # the environment as Python sees it: a library that ran curses' setupterm in this process may have
-    # put COLUMNS=80 into the C environment only, and the summary honours COLUMNS
-    env = dict(os.environ)
+    # the plain summary honours COLUMNS (a CI runner may export COLUMNS=80): these tests read whole
+    # lines, so the child gets no COLUMNS and draws unwrapped. The environment is Python's view: a
+    # library that ran curses' setupterm in this process may have put COLUMNS into the C one only.
+    env = {key: value for key, value in os.environ.items() if key not in ("COLUMNS", "LINES")}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     lines: queue.Queue[str] = queue.Queue()
 
