@@ -68,6 +68,7 @@ def ranker_pass(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     ranker off for the test and every process it starts (as the old second pass of the suite
     did: TOOLDIR_SEMANTIC=off, TOOLDIR_REQUIRE_SEMANTIC unset)."""
     mode = str(request.param)
+    request.node.user_properties.append(("ranker_pass", mode))  # for the summary: reports carry it
     if mode == "bm25f":
         monkeypatch.setenv("TOOLDIR_SEMANTIC", "off")
         monkeypatch.delenv("TOOLDIR_REQUIRE_SEMANTIC", raising=False)
@@ -77,25 +78,27 @@ def ranker_pass(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 @pytest.fixture(autouse=True)
 def _ranker_before_other_fixtures(request: pytest.FixtureRequest, _isolated_user_env: None) -> None:
     """Set the ranker up before the test's own fixtures, which may start servers that read it."""
-    if "ranker_pass" in request.fixturenames:
+    # the parametrisation is added at collection, after the test's fixture closure was computed:
+    # so it is found in the call spec, not in request.fixturenames
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and "ranker_pass" in callspec.params:
         request.getfixturevalue("ranker_pass")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """Both rankers' results, side by side (what the two passes of the suite used to print)."""
-    seen: dict[str, set[str]] = {}
+    # the ranker of a report is the one its test's ranker_pass fixture recorded (not a word of the
+    # test id: other parametrisations may use the same words)
+    seen: dict[str, tuple[str, set[str]]] = {}
     for outcome in ("passed", "failed", "error", "skipped"):
         for report in terminalreporter.stats.get(outcome, []):
-            nodeid = getattr(report, "nodeid", "")
-            if nodeid.endswith("]"):
-                seen.setdefault(nodeid, set()).add(outcome)
+            mode = dict(getattr(report, "user_properties", ())).get("ranker_pass")
+            if mode in RANKERS:
+                seen.setdefault(report.nodeid, (mode, set()))[1].add(outcome)
     counts: dict[str, dict[str, int]] = {mode: {} for mode in RANKERS}
-    for nodeid, outcomes in seen.items():
-        params = nodeid[nodeid.rindex("[") + 1 : -1].split("-")
-        for mode in RANKERS:
-            if mode in params:
-                final = next(o for o in ("error", "failed", "skipped", "passed") if o in outcomes)
-                counts[mode][final] = counts[mode].get(final, 0) + 1
+    for mode, outcomes in seen.values():
+        final = next(o for o in ("error", "failed", "skipped", "passed") if o in outcomes)
+        counts[mode][final] = counts[mode].get(final, 0) + 1
     if any(counts.values()):
         terminalreporter.write_sep("-", "both rankers")
         for mode in RANKERS:
