@@ -45,7 +45,7 @@ from .index import enabled as index_enabled
 from .lockfile import UNLISTED
 from .model import BuiltinSpec, Diagnostic, PackageFile, Source, ToolRecord, warning
 from .names import skeleton
-from .policy import Policy, config_home, policy_diagnostics
+from .policy import Policy, check_trusted, config_home, policy_diagnostics
 from .resolve import Assessed, resolve
 from .signatures import parse_allowed_signers
 from .snapshot import DiagEntry, RecordEntry, Snapshot, assemble, diag_entry, record_entry
@@ -111,10 +111,15 @@ class SignatureCheckFactory(Protocol):
 
 def read_allowed_signers(path: str | None) -> AllowedSigners:
     """Read the user's allowed_signers file (``~`` expanded) -> (signers, problems). A missing or
-    unreadable file means no SSH signer is trusted, and is reported as a problem."""
+    unreadable file means no SSH signer is trusted, and is reported as a problem.
+
+    Raises:
+        PolicyError: the file, or a folder on the way to it, is another user's or writable by others.
+    """
     if not path:
         return (), ()
     file = os.path.expanduser(path)
+    check_trusted(file, "allowed_signers file (keys.allowed_signers)", key="keys.allowed_signers")
     try:
         with open(file, "rb") as fh:
             data = fh.read(1 << 20)

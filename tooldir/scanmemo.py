@@ -94,7 +94,7 @@ STATE_IGNORED = frozenset({"audit.jsonl", "audit.head"})
 #: Diagnostics after which the next load behaves differently: never memoized.
 UNSTABLE_CODES = frozenset({"index-ignored", "state-unwritable"})
 PROJECT_PARTS = (".tooldir", "tools")  # = tooldir.loader.PROJECT_PARTS
-#: They decide whether a group-writable file is safe (tooldir.discover.shared_group).
+#: They decide whether a group-writable file is safe (tooldir._internal.ownership.shared_group).
 ACCOUNTS = ("/etc/passwd", "/etc/group")
 ABSENT = "-"
 
