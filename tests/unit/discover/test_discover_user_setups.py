@@ -21,8 +21,8 @@ from shared_helpers import require_sandbox
 from toolkit import make_tool
 
 import tooldir
-from tooldir._internal import ownership
 from tooldir._cli import main
+from tooldir._internal import ownership
 from tooldir.model import Status
 from tooldir.state import load_approvals
 
