@@ -1,4 +1,0 @@
-from pathlib import Path
-
-# canary: if this ever runs, the drill fails
-Path("{canary}").write_text("ran: trust-foreign-files--allowed-signers")
