@@ -665,11 +665,11 @@ def save(pending: Pending, text: str, status: int) -> bool:
     data = encode(pending.key, table, pending.started_ns, text=text, status=status, req=req)
     if len(data) > MAX_MEMO_BYTES:
         return False
-    from ._internal.atomic import write_atomic  # standard library only
+    from ._internal.atomic import private_dirs, write_atomic  # standard library only
 
     path = Path(req.path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dirs(path.parent)
         write_atomic(path, data)
     except OSError:
         return False

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._internal.atomic import write_atomic
+from ._internal.atomic import private_dirs, write_atomic
 from ._internal.ownership import path_problem, refusal
 from .errors import StateDirError, StateError
 from .model import ToolRecord
@@ -107,7 +107,7 @@ def read_json(path: Path, default: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_json_atomic(path: Path, value: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dirs(path.parent)
     write_atomic(path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("utf-8"), sync_dir=True)
 
 
@@ -144,7 +144,7 @@ def save_approvals(state_dir: Path, approvals: dict[str, Approval]) -> None:
 @contextmanager
 def locked(state_dir: Path) -> Iterator[None]:
     """Serialise read-modify-write updates of state files between processes (``flock``)."""
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dirs(state_dir)
     check_trusted(state_dir, "state folder")
     fd = os.open(state_dir / _LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:

@@ -186,3 +186,47 @@ def test_an_unprivileged_user_refuses_a_state_folder_and_a_policy_file_of_anothe
         assert {t["name"]: t["status"] for t in report["tools"]} == {"proj_tool": "pending"}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- the path walk itself
+
+
+def test_a_link_is_judged_by_the_folder_holding_it_and_the_folders_on_the_way_to_its_target(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "policy.toml").write_text("")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "policy.toml").symlink_to(real / "policy.toml")
+    assert path_problem(shared / "policy.toml") is None
+    shared.chmod(0o777)  # another user could re-point the link
+    assert path_problem(shared / "policy.toml") == (str(shared), "writable by others (mode 777)")
+    shared.chmod(0o755)
+    real.chmod(0o777)  # or replace the file it leads to
+    assert path_problem(shared / "policy.toml") == (str(real), "writable by others (mode 777)")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="an entry of another user needs root")
+def test_in_a_sticky_shared_folder_an_entry_of_another_user_is_refused(tmp_path: Path) -> None:
+    sticky = tmp_path / "sticky"
+    (sticky / "state").mkdir(parents=True)
+    sticky.chmod(0o1777)
+    assert path_problem(sticky / "state" / "approvals.json") is None
+    os.chown(sticky / "state", NOBODY, NOBODY)
+    why = f"owned by uid {NOBODY} in {sticky}, a folder others may write"
+    assert path_problem(sticky / "state" / "approvals.json") == (str(sticky / "state"), why)
+
+
+def test_under_umask_000_tooldir_makes_its_state_folders_private_and_keeps_loading(
+    project: Path, tmp_path: Path
+) -> None:
+    state = tmp_path / "new" / "state"
+    old = os.umask(0)
+    try:
+        tooldir.load(project=str(project), state_dir=state)  # writes the index: state/index/...
+        _approved_state(project, state)
+        snapshot = tooldir.load(project=str(project), state_dir=state)
+    finally:
+        os.umask(old)
+    assert snapshot.records("proj_tool")[0].status.value == "active"
+    assert {oct(p.stat().st_mode & 0o777) for p in (tmp_path / "new", state)} == {"0o700"}
