@@ -61,6 +61,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from ._internal.atomic import private_dirs
 from ._internal.strictjson import StrictJSONError, dumps_canonical, loads
 from .errors import StateError
 from .state import ChainHead, audit_head_path, load_chain_head, save_chain_head
@@ -423,7 +424,7 @@ class JsonlAudit:
             except FileNotFoundError:  # no state directory yet
                 if not create:
                     raise
-                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                private_dirs(self.path.parent)
                 fd = os.open(self.path, flags, 0o600)
             fcntl.flock(fd, fcntl.LOCK_EX)
             st = os.fstat(fd)

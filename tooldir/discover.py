@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import enum
 import errno
-import grp
 import hashlib
 import os
-import pwd
 import re
 import stat
 import unicodedata
@@ -22,6 +20,7 @@ from dataclasses import dataclass, field
 from hashlib import sha256
 from types import MappingProxyType
 
+from ._internal.ownership import unsafe_mode
 from .errors import DiscoveryError
 from .model import Diagnostic, PackageFile, Source, error, info
 from .policy import Limits
@@ -138,73 +137,6 @@ def _by_path(f: PackageFile) -> str:
 def _digest_sorted(files: Iterable[PackageFile]) -> str:
     listing = "".join(f"{f.path}\0{f.sha256}\0{'x' if f.executable else '-'}\n" for f in files)
     return "sha256:" + hashlib.sha256(b"tooldir-package-v1\n" + listing.encode()).hexdigest()
-
-
-def unsafe_mode(st: os.stat_result, euid: int) -> str | None:
-    """Why a file or folder with this stat may not be trusted, or None. Group-writable is
-    accepted only when the group is the owner's user-private group (umask 002 setups)."""
-    if st.st_uid not in (euid, 0):
-        return f"owned by uid {st.st_uid}, not by the user ({euid}) or root"
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & stat.S_IWOTH:
-        return f"writable by others (mode {mode:o})"
-    if mode & stat.S_IWGRP:
-        why = shared_group(st.st_uid, st.st_gid)
-        if why is not None:
-            return (
-                f"writable by group {why} (mode {mode:o}); group-writable is accepted only when the group "
-                "is the owner's private group with no other members"
-            )
-    return None
-
-
-_ACCOUNTS = ("/etc/passwd", "/etc/group")
-_group_verdicts: dict[tuple[int, int], tuple[tuple[int, ...], str | None]] = {}
-
-
-def shared_group(uid: int, gid: int) -> str | None:
-    """None when ``gid`` is the user-private group of ``uid``: named like the user or the user's
-    primary group, with no members but the user and the primary group of no other user. Else the
-    group, described for a diagnostic ("staff (gid 50), which has other members: bob"). Answers
-    are kept until /etc/passwd or /etc/group change."""
-    stamp: list[int] = []
-    for path in _ACCOUNTS:
-        try:
-            stamp.append(os.stat(path).st_mtime_ns)
-        except OSError:
-            stamp.append(-1)
-    key = (uid, gid)
-    kept = _group_verdicts.get(key)
-    if kept is not None and kept[0] == tuple(stamp):
-        return kept[1]
-    verdict = _judge_group(uid, gid)
-    if len(_group_verdicts) > 1024:
-        _group_verdicts.clear()
-    _group_verdicts[key] = (tuple(stamp), verdict)
-    return verdict
-
-
-def _judge_group(uid: int, gid: int) -> str | None:
-    try:
-        group = grp.getgrgid(gid)
-    except KeyError:
-        return f"gid {gid}, which has no group entry"
-    shown = f"{group.gr_name} (gid {gid})"
-    try:
-        owner = pwd.getpwuid(uid)
-    except KeyError:
-        return f"{shown}, whose owner uid {uid} has no user entry"
-    if group.gr_name != owner.pw_name and gid != owner.pw_gid:
-        return f"{shown}, which is not {owner.pw_name}'s own group"
-    others = sorted(set(group.gr_mem) - {owner.pw_name})
-    try:
-        others += sorted({u.pw_name for u in pwd.getpwall() if u.pw_gid == gid and u.pw_uid != uid} - set(others))
-    except OSError:
-        return f"{shown}, whose members cannot be listed"
-    if others:
-        listed = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
-        return f"{shown}, which has other members: {listed}"
-    return None
 
 
 def open_root(root: RootSpec) -> tuple[int | None, list[Diagnostic]]:

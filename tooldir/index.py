@@ -58,7 +58,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO, Any
 
-from ._internal.atomic import write_atomic
+from ._internal.atomic import private_dirs, write_atomic
 from ._internal.strictjson import FrozenDict, freeze_arrays_in_place
 from .discover import MANIFEST, PackageScan, RootSpec, scan_package
 from .model import Diagnostic, ExecuteSpec, Manifest, PackageFile, Risk, Severity, Source, warning
@@ -658,7 +658,7 @@ class RootIndex:
             return None
         if self._table is None or self._blob is None:
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                private_dirs(self.path.parent)
                 self._table, self._blob = _Spool(self.path.parent), _Spool(self.path.parent)
             except OSError as exc:
                 self._fail(str(exc.strerror or exc))

@@ -45,7 +45,7 @@ from .index import enabled as index_enabled
 from .lockfile import UNLISTED
 from .model import BuiltinSpec, Diagnostic, PackageFile, Source, ToolRecord, warning
 from .names import skeleton
-from .policy import Policy, config_home, policy_diagnostics
+from .policy import Policy, check_trusted, config_home, policy_diagnostics, read_policy
 from .resolve import Assessed, resolve
 from .signatures import parse_allowed_signers
 from .snapshot import DiagEntry, RecordEntry, Snapshot, assemble, diag_entry, record_entry
@@ -111,10 +111,15 @@ class SignatureCheckFactory(Protocol):
 
 def read_allowed_signers(path: str | None) -> AllowedSigners:
     """Read the user's allowed_signers file (``~`` expanded) -> (signers, problems). A missing or
-    unreadable file means no SSH signer is trusted, and is reported as a problem."""
+    unreadable file means no SSH signer is trusted, and is reported as a problem.
+
+    Raises:
+        PolicyError: the file, or a folder on the way to it, is another user's or writable by others.
+    """
     if not path:
         return (), ()
     file = os.path.expanduser(path)
+    check_trusted(file, "allowed_signers file (keys.allowed_signers)", key="keys.allowed_signers")
     try:
         with open(file, "rb") as fh:
             data = fh.read(1 << 20)
@@ -155,7 +160,9 @@ def remember_load(state_dir: Path, records: Iterable[ToolRecord], *, loader: Loa
     """Write what a load established to user state: the high-water mark of every signed version
     seen (rollback protection) and, given the ``loader`` that made them, the verifications that
     succeeded in it. Every ``Loader`` build does this itself; a host calls it only for snapshots it
-    got another way (e.g. a ``read_only`` load it then decides to use)."""
+    got another way (e.g. a ``read_only`` load it then decides to use). A relative ``state_dir``
+    is refused (StateDirError)."""
+    state_dir = absolute_state_dir(state_dir, setting="remember_load(state_dir=...)")
     record_seen_versions(state_dir, records)
     if loader is not None:
         record_verified(state_dir, loader.trust_cache.verifications.verified_digests())
@@ -715,8 +722,11 @@ def make_config(
     index: bool | None = None,
     workers: int = 1,
 ) -> LoadConfig:
-    """Roots from the arguments (``user_dirs=None`` means the user's config dir; ``project=None``
-    means no project source). ``policy_file``: where ``policy`` was read from (for diagnostics).
+    """What the CLI loads by default: ``policy=None`` means the user's policy file
+    (``$XDG_CONFIG_HOME/tooldir/policy.toml``, read as ``tooldir scan`` reads it; the built-in
+    defaults only when there is none), ``user_dirs=None`` the user's config dir, ``state_dir=None``
+    ``$TOOLDIR_STATE_DIR`` or ``$XDG_STATE_HOME/tooldir``; ``project=None`` means no project
+    source. ``policy_file``: where ``policy`` was read from (for diagnostics).
     ``read_only``: inspection only, see :attr:`LoadConfig.read_only`. ``index``: use the content
     index (:attr:`LoadConfig.index`); None means yes unless ``$TOOLDIR_NO_INDEX`` is ``1``.
     ``workers``: processes that may share the reading of a large root (:attr:`LoadConfig.workers`;
@@ -724,6 +734,7 @@ def make_config(
 
     Raises:
         StateDirError: ``state_dir`` or ``$TOOLDIR_STATE_DIR`` is a relative path.
+        PolicyError: ``policy=None`` and the user's policy file is invalid, or another user's.
         ValueError: ``workers`` is not a positive number.
     """
     if type(workers) is not int or workers < 1:
@@ -735,9 +746,12 @@ def make_config(
         roots.extend(user_root(d) for d in user_dirs)
     if project is not None:
         roots.append(project_root(project))
+    if policy is None:  # what the CLI reads without --policy
+        effective = read_policy()
+        policy, policy_file = effective.policy, effective.file if policy_file is None else policy_file
     return LoadConfig(
         roots=tuple(roots),
-        policy=policy or Policy(),
+        policy=policy,
         state_dir=absolute_state_dir(state_dir, setting="state_dir") if state_dir is not None else default_state_dir(),
         builtins=tuple(builtins),
         signature_check=signature_check_factory,
@@ -757,6 +771,7 @@ def load(
     builtins: Iterable[BuiltinSpec] = (),
     now: datetime | None = None,
 ) -> Snapshot:
-    """Load every tool root once and return an immutable snapshot (generation 1)."""
+    """Load every tool root once and return an immutable snapshot (generation 1), with the
+    defaults of :func:`make_config` (the user's policy file, user root and state, as the CLI)."""
     config = make_config(project=project, user_dirs=user_dirs, policy=policy, state_dir=state_dir, builtins=builtins)
     return Loader(config).load(now=now)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ._internal.ownership import path_problem, refusal
 from ._internal.tomllines import key_lines, line_of
 from .errors import PolicyError
 from .model import Diagnostic, Risk, Source, warning
@@ -392,11 +393,25 @@ def read_policy(path: str | os.PathLike[str] | None = None) -> EffectivePolicy:
             return EffectivePolicy(Policy())
         path = candidate
     file = Path(path)
+    check_trusted(file, "policy file")
     try:
         text = file.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PolicyError(f"cannot read policy: {exc}", path=str(file)) from None
     return effective_policy(text, path=str(file))
+
+
+def check_trusted(file: str | os.PathLike[str], what: str, *, key: str | None = None) -> None:
+    """Refuse a file of the policy (the policy file itself, ``keys.allowed_signers``) that another
+    user could have changed: the ownership rule of discovery, for the file and the folders on the
+    way to it (:func:`tooldir._internal.ownership.path_problem`).
+
+    Raises:
+        PolicyError: naming the file and why.
+    """
+    problem = path_problem(file)
+    if problem is not None:
+        raise PolicyError(refusal(file, problem, what), path=str(file), key=key)
 
 
 def parse_policy(text: str, *, path: str = "<policy>") -> Policy:

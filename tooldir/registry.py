@@ -70,10 +70,11 @@ from .hooks import Deny, HookCall, HookSet, PostHook, PreHook, Redact, Rewrite, 
 from .model import BuiltinSpec, Risk, Source, Status, ToolRecord, is_runnable
 from .names import GUARD_TOOLS, explain_invalid, is_valid_name
 from .permissions import PermissionCheck, PermissionRequest, from_policy
-from .policy import Policy
+from .policy import Policy, load_policy
 from .sandbox import RunRequest, RunResult, Sandbox
 from .sandbox.output import sanitize_json, sanitize_text
 from .snapshot import Snapshot, SnapshotStore
+from .state import absolute_state_dir, default_state_dir
 from .trust import builtin_record
 
 log = logging.getLogger("tooldir")
@@ -158,21 +159,30 @@ class Registry:
 
     ``sandbox=None`` means: probe bubblewrap on the first directory-tool call and use it; if it does
     not work, refuse with ``sandbox-unavailable`` unless ``policy.sandbox.unsafe_allow_unsandboxed``.
+    ``policy=None`` and ``state_dir=None`` mean what the CLI uses: the user's policy file and state
+    folder (``$TOOLDIR_STATE_DIR`` or ``$XDG_STATE_HOME/tooldir``). A relative ``state_dir`` is
+    refused (StateDirError): the audit log would be written into the project.
     """
 
     def __init__(
         self,
         store: SnapshotStore,
         *,
-        policy: Policy,
-        state_dir: Path,
+        policy: Policy | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
         sandbox: Sandbox | None = None,
         audit: AuditSink | None = None,
         permissions: PermissionCheck | None = None,
     ) -> None:
+        if policy is None:
+            policy = load_policy()[0]
         self._store = store
         self._policy = policy
-        self._state_dir = Path(state_dir)
+        self._state_dir = (
+            absolute_state_dir(state_dir, setting="Registry(state_dir=...)")
+            if state_dir is not None
+            else default_state_dir()
+        )
         self._sandbox = sandbox
         self._own_sandbox = sandbox is None  # built (and re-probed) from the policy on demand
         self._own_permissions = permissions is None

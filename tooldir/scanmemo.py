@@ -94,7 +94,7 @@ STATE_IGNORED = frozenset({"audit.jsonl", "audit.head"})
 #: Diagnostics after which the next load behaves differently: never memoized.
 UNSTABLE_CODES = frozenset({"index-ignored", "state-unwritable"})
 PROJECT_PARTS = (".tooldir", "tools")  # = tooldir.loader.PROJECT_PARTS
-#: They decide whether a group-writable file is safe (tooldir.discover.shared_group).
+#: They decide whether a group-writable file is safe (tooldir._internal.ownership.shared_group).
 ACCOUNTS = ("/etc/passwd", "/etc/group")
 ABSENT = "-"
 
@@ -665,11 +665,11 @@ def save(pending: Pending, text: str, status: int) -> bool:
     data = encode(pending.key, table, pending.started_ns, text=text, status=status, req=req)
     if len(data) > MAX_MEMO_BYTES:
         return False
-    from ._internal.atomic import write_atomic  # standard library only
+    from ._internal.atomic import private_dirs, write_atomic  # standard library only
 
     path = Path(req.path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dirs(path.parent)
         write_atomic(path, data)
     except OSError:
         return False

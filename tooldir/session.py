@@ -44,10 +44,11 @@ from .defer import DeferralPlan
 from .model import BuiltinSpec, Status, ToolRecord
 from .names import GUARD_TOOLS
 from .permissions import PermissionCheck, from_policy
-from .policy import Policy
+from .policy import Policy, load_policy
 from .registry import CallError, CallResult, Registry
 from .search import ParsedQuery, Ranker, SearchIndex, lexical_scores, parse_query
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
+from .state import absolute_state_dir
 from .staticplan import View as _View
 from .staticplan import initial_plan
 from .staticplan import static_view as _static_view
@@ -151,14 +152,16 @@ class Session:
     """One conversation over the tools of ``store`` (see the module docstring).
 
     ``registry`` runs calls (and supplies builtins); without it :meth:`tool_search` and the
-    catalog work but :meth:`call` raises. ``state_dir`` (optional) holds persisted usage priors.
+    catalog work but :meth:`call` raises. ``policy``: None means the registry's, or without one
+    the user's policy file (as the CLI reads it). ``state_dir`` (optional) holds persisted usage
+    priors; it must be absolute (StateDirError), never a folder of the project.
     """
 
     def __init__(
         self,
         store: SnapshotStore,
         *,
-        policy: Policy,
+        policy: Policy | None = None,
         registry: Registry | None = None,
         builtins: Iterable[BuiltinSpec] = (),
         state_dir: str | Path | None = None,
@@ -166,6 +169,11 @@ class Session:
         counter: TokenCounter | None = None,
         session_id: str | None = None,
     ) -> None:
+        if policy is None:
+            policy = registry.policy if registry is not None else load_policy()[0]
+        self._state_dir = (
+            absolute_state_dir(state_dir, setting="Session(state_dir=...)") if state_dir is not None else None
+        )
         self.id = session_id or "sess-" + uuid.uuid4().hex[:12]
         self._store = store
         self._policy = policy
@@ -179,7 +187,6 @@ class Session:
         self._counter = counter or default_counter()
         self._permissions = from_policy(policy.permissions)
         self._policy_key = policy.model_dump_json()  # views are shared by content, never by object id
-        self._state_dir = Path(state_dir) if state_dir is not None else None
         self._priors = load_priors(self._state_dir) if self._state_dir is not None else {}
         self._lock = threading.RLock()
         self._view_cache: _View | None = None

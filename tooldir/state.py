@@ -3,7 +3,8 @@
 The location comes only from the CLI (``--state-dir``), the environment of the user's own shell
 (``TOOLDIR_STATE_DIR``, ``XDG_STATE_HOME``) or the default; never from a project. Files are JSON,
 written atomically (:func:`tooldir._internal.atomic.write_atomic`: temp file, fsync, ``os.replace``)
-with mode 0600, so a crash leaves the old or the new content, never a torn file.
+with mode 0600, so a crash leaves the old or the new content, never a torn file. A state file or
+folder another user could have changed is refused (:func:`check_trusted`), never obeyed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._internal.atomic import write_atomic
+from ._internal.atomic import private_dirs, write_atomic
+from ._internal.ownership import path_problem, refusal
 from .errors import StateDirError, StateError
 from .model import ToolRecord
 
@@ -73,7 +75,22 @@ class Approval:
         return {"name": self.name, "digest": self.digest, "time": self.time, "key": self.key, "files": dict(self.files)}
 
 
+def check_trusted(path: Path, what: str = "state file") -> None:
+    """Refuse a state file (or the state folder) another user could have changed: it, the state
+    folder and the folders on the way to it follow the ownership rule of discovery
+    (:func:`tooldir._internal.ownership.path_problem`). A state folder another user made (a 0777
+    one in a shared temporary folder) must never supply approvals, pins or marks.
+
+    Raises:
+        StateError: naming the file and why.
+    """
+    problem = path_problem(path)
+    if problem is not None:
+        raise StateError(refusal(path, problem, what), path=str(path))
+
+
 def read_json(path: Path, default: dict[str, Any]) -> dict[str, Any]:
+    check_trusted(path)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -90,7 +107,7 @@ def read_json(path: Path, default: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_json_atomic(path: Path, value: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dirs(path.parent)
     write_atomic(path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("utf-8"), sync_dir=True)
 
 
@@ -127,7 +144,8 @@ def save_approvals(state_dir: Path, approvals: dict[str, Approval]) -> None:
 @contextmanager
 def locked(state_dir: Path) -> Iterator[None]:
     """Serialise read-modify-write updates of state files between processes (``flock``)."""
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dirs(state_dir)
+    check_trusted(state_dir, "state folder")
     fd = os.open(state_dir / _LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -223,7 +241,10 @@ MAX_VERIFIED = 1 << 18
 
 
 def load_verified(state_dir: Path) -> frozenset[bytes]:
-    """The recorded digests; an unreadable or malformed file counts as empty (it is only a cache)."""
+    """The recorded digests; an unreadable or malformed file counts as empty (it is only a cache),
+    but one another user could have written is refused (StateError): it says which signatures
+    verified."""
+    check_trusted(state_dir / VERIFIED)
     try:
         with open(state_dir / VERIFIED, "rb") as fh:
             data = fh.read(len(_VERIFIED_MAGIC) + MAX_VERIFIED * _DIGEST + 1)

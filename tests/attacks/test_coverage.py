@@ -23,8 +23,6 @@ def threat_ids(text: str) -> set[str]:
 PENDING: dict[int, frozenset[str]] = {
     23: frozenset(
         {
-            "trust:foreign-files",
-            "host:defaults",
             "policy:hostile-file",
             "init:symlink",
             "sarif:bomb",

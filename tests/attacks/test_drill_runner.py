@@ -726,3 +726,84 @@ def test_a_scenario_listener_gets_a_port_for_the_tree_and_any_connection_fails_t
     assert check_outcome(scenario, arena, snapshot, 0.1, [], connections=0).passed
     failed = check_outcome(scenario, arena, snapshot, 0.1, [], connections=1)
     assert not failed.passed and "listener accepted 1 connection" in failed.message
+
+
+# --------------------------------------------------------------------------- expect.load_error, host
+
+
+def test_a_drill_expecting_a_refused_load_fails_when_the_load_succeeds(tmp_path: Path) -> None:
+    folder = write_scenario(
+        tmp_path / "trust-unapproved",
+        HEADER + '[expect]\nload_error = { error = "StateError", message_contains = ["writable by others"] }\n',
+        {"evil_new": HOSTILE},
+    )
+    result = run_drill(load_scenario(folder))
+    checks = {c.name: c for c in result.checks}
+    assert not result.passed
+    assert checks["outcome"].message == "expected the load to be refused with StateError, but it loaded"
+    assert checks["canary"].passed and checks["state"].passed
+
+
+@pytest.mark.parametrize(
+    ("want", "says", "message"),
+    [
+        ("PolicyError", "writable by others (mode 777)", "expected PolicyError, but the load raised StateError"),
+        ("StateError", "owned by uid 4242", "the error does not say 'owned by uid 4242'"),
+        ("StateError", "{state}, on the way to the state file,", "load refused as expected"),
+    ],
+)
+def test_a_refused_load_passes_only_with_the_named_error_saying_what_it_must(
+    tmp_path: Path, want: str, says: str, message: str
+) -> None:
+    toml = HEADER + textwrap.dedent(
+        f"""
+        [[steps]]
+        do = "plant"
+        plant = {{ kind = "mode", path = "home/.local/state/tooldir", mode = "0777" }}
+
+        [expect]
+        load_error = {{ error = "{want}", message_contains = ["{says}"] }}
+        """
+    )
+    result = run_drill(load_scenario(write_scenario(tmp_path / "trust-unapproved", toml, {"evil_new": HOSTILE})))
+    checks = {c.name: c for c in result.checks}
+    assert checks["outcome"].message.startswith(message), checks["outcome"].message
+    assert result.passed is (message == "load refused as expected")
+    assert sorted(checks) == ["arena", "canary", "outcome", "planted", "state"]
+
+
+def test_a_refused_load_without_expect_load_error_is_a_scenario_error(tmp_path: Path) -> None:
+    toml = (
+        HEADER
+        + '[[steps]]\ndo = "plant"\nplant = { kind = "mode", path = "home/.local/state/tooldir", mode = "0777" }\n'
+    )
+    result = run_drill(load_scenario(write_scenario(tmp_path / "trust-unapproved", toml, {"evil_new": HOSTILE})))
+    assert [c.name for c in result.checks] == ["runnable"]
+    assert "writable by others (mode 777)" in result.checks[0].message
+
+
+def test_expect_load_error_with_calls_or_statuses_is_refused_at_load(tmp_path: Path) -> None:
+    toml = HEADER + textwrap.dedent(
+        """
+        [[calls]]
+        tool = "evil_new"
+        input = { text = "x" }
+
+        [expect]
+        status = { evil_new = "pending" }
+        load_error = { error = "StateError" }
+        """
+    )
+    with pytest.raises(ScenarioError, match=r"the load is refused, so calls, expect\.status would never be checked"):
+        load_scenario(write_scenario(tmp_path / "trust-unapproved", toml, {"evil_new": HOSTILE}))
+
+
+def test_a_host_drill_loads_with_the_librarys_defaults_and_so_the_users_policy_file(tmp_path: Path) -> None:
+    toml = HEADER.replace(
+        "[control]", 'host = true\npolicy = """\n[sources.project]\nrequire = []\n"""\n\n[control]', 1
+    )
+    toml += '\n[expect]\nstatus = { evil_new = "active" }\n'  # the user's policy: project tools need no trust
+    scenario = load_scenario(write_scenario(tmp_path / "trust-unapproved", toml, {"evil_new": HOSTILE}))
+    assert scenario.host
+    result = run_drill(scenario)
+    assert result.passed, [c.message for c in result.checks if not c.passed]

@@ -74,7 +74,13 @@ def test_an_unprivileged_user_gets_exit_0_with_root_only_drills_reported_as_not_
     as_user: Any, part: int
 ) -> None:
     require_sandbox()
-    assert ROOT_ONLY == ["fs:perms/file", "fs:perms/owner", "fs:special/device"]
+    assert ROOT_ONLY == [
+        "fs:perms/file",
+        "fs:perms/owner",
+        "fs:special/device",
+        "trust:foreign-files/approvals-owner",
+        "trust:foreign-files/policy-owner",
+    ]
     chosen = SPLIT[part]
     # by folder name: a folder name is never another drill's threat id or drill id (those hold ':')
     done, report = as_user("--only", *(s.name for s in chosen))
@@ -111,6 +117,8 @@ def test_require_all_makes_an_unprivileged_run_with_root_only_drills_exit_1(as_u
         "fs:perms/owner": "not-runnable",
         "fs:prefix": "passed",
         "fs:special/device": "not-runnable",
+        "trust:foreign-files/approvals-owner": "not-runnable",
+        "trust:foreign-files/policy-owner": "not-runnable",
     }
     assert report["require_all"] is True and report["passed"] is False
     assert done.returncode == 1

@@ -6,6 +6,7 @@ see :mod:`tooldir.state`.)"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Iterable
@@ -36,3 +37,20 @@ def write_atomic(path: Path, data: bytes | Iterable[bytes], *, mode: int = 0o600
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def private_dirs(path: Path) -> None:
+    """Make ``path`` and every missing folder above it 0700, whatever the umask: ``Path.mkdir(
+    parents=True, mode=...)`` gives the folders above the last one the umask's mode, so under
+    umask 000 the state folder made as the parent of ``state/index`` would be 0777 (which
+    tooldir then refuses: :func:`tooldir._internal.ownership.path_problem`)."""
+    missing = []
+    folder = Path(path)
+    while not folder.is_dir():
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, 0o700)

@@ -337,6 +337,14 @@ class Refusal(_Frozen):
     """Substrings of the refusal (placeholders substituted)."""
 
 
+class LoadRefusal(_Frozen):
+    """The error the load must raise (trust:foreign-files): a ``ConfigError`` subclass by name."""
+
+    error: Literal["PolicyError", "StateError", "StateDirError"]
+    message_contains: tuple[str, ...] = ()
+    """Substrings of the error as the user sees it (``diagnostics()``; placeholders substituted)."""
+
+
 class Expect(_Frozen):
     refused: Refusal | None = None
     """The drill is about the runner: it must refuse this plant or step (and stops there; the
@@ -347,6 +355,9 @@ class Expect(_Frozen):
     never_mentioned: tuple[str, ...] = ()
     """Substrings that no record path and no diagnostic may contain (e.g. a sibling folder)."""
     max_seconds: float = Field(default=30.0, gt=0)
+    load_error: LoadRefusal | None = None
+    """The load must be refused with this error (nothing loads; the calls and the other
+    expectations do not apply)."""
     audit_verify: AuditVerify | None = None
     """After the calls and the after_calls steps, what ``tooldir.audit.verify`` must report."""
 
@@ -387,6 +398,9 @@ class Scenario(_Frozen):
     """A 127.0.0.1 listener open from materialisation to the end: ``{port}`` in tree files, plants,
     steps, the policy and call inputs; it must accept no connection (load, calls, everything)."""
     watch: WatchSpec | None = None
+    host: bool = False
+    """The load is a host's: ``tooldir.make_config(project=".")`` with every other default the
+    library's own (policy file, user root, state), instead of the CLI's ``tooldir scan``."""
     expect: Expect = Field(default_factory=Expect)
     folder: str = ""
 
@@ -425,6 +439,26 @@ class Scenario(_Frozen):
             raise ValueError(
                 f"expect.refused: the drill stops at {refused.at}, so {', '.join(named)} would never be checked"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _load_error_stops_the_drill(self) -> Scenario:
+        if self.expect.load_error is None:
+            return self
+        later = {
+            "expect.refused": self.expect.refused,
+            "after_load": self.after_load,
+            "calls": self.calls,
+            "after_calls": self.after_calls,
+            "storm": self.storm,
+            "watch": self.watch,
+            "expect.diagnostics": self.expect.diagnostics,
+            "expect.status": self.expect.status,
+            "expect.never_mentioned": self.expect.never_mentioned,
+            "expect.audit_verify": self.expect.audit_verify,
+        }
+        if named := [key for key, value in later.items() if value]:
+            raise ValueError(f"expect.load_error: the load is refused, so {', '.join(named)} would never be checked")
         return self
 
     @property
@@ -709,6 +743,25 @@ def _refusal(
     return DrillResult(scenario, observed, (planted, outcome, ck.check_canary(arena)), time.monotonic() - started)
 
 
+def _load_refused(
+    scenario: Scenario,
+    arena: Arena,
+    *,
+    planted: Check,
+    before: dict[str, str],
+    marks_before: dict[tuple[str, str], int] | None,
+    exc: ConfigError | None,
+    started: float,
+) -> DrillResult:
+    """The result of a drill whose load must be refused (``expect.load_error``): refused by ``exc``,
+    or (None) loaded."""
+    outcome = ck.check_load_error(scenario, arena, exc)
+    state = ck.check_state(before, fingerprint(arena), (ex.high_water_key(arena), marks_before, ex.high_water(arena)))
+    observed = f"load refused: {exc.diagnostics()}" if exc is not None else "the load was not refused"
+    checks = (planted, outcome, ck.check_canary(arena), state)
+    return DrillResult(scenario, observed, checks, time.monotonic() - started)
+
+
 def _failed(
     scenario: Scenario, started: float, check: str, message: str, unavailable: str | None = None
 ) -> DrillResult:
@@ -750,10 +803,19 @@ def _run(
     before = fingerprint(arena)
     marks_before = ex.high_water(arena)
     t0 = time.monotonic()
+    want_error = scenario.expect.load_error
     try:
-        snapshot = ex.load(builtins)
+        snapshot = ex.load(builtins, host=scenario.host)
     except ConfigError as exc:
-        raise ScenarioError(exc.diagnostics(), path=scenario.folder) from None
+        if want_error is None:
+            raise ScenarioError(exc.diagnostics(), path=scenario.folder) from None
+        return _load_refused(
+            scenario, arena, planted=planted, before=before, marks_before=marks_before, exc=exc, started=started
+        )
+    if want_error is not None:
+        return _load_refused(
+            scenario, arena, planted=planted, before=before, marks_before=marks_before, exc=None, started=started
+        )
     elapsed = time.monotonic() - t0
     runtime = ex.Runtime(snapshot, arena.state, builtins)
     for i, step in enumerate(scenario.after_load):

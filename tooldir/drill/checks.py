@@ -20,6 +20,7 @@ from .storm import StormReport
 from .watch import WatchReport
 
 if TYPE_CHECKING:
+    from ..errors import ConfigError
     from . import Scenario
 
 
@@ -275,6 +276,23 @@ def check_refusal(scenario: Scenario, arena: Arena, refusal: ArenaEscapeError | 
     if missing:
         return Check("outcome", False, f"the refusal does not say {', '.join(map(repr, missing))}: {refusal.message}")
     return Check("outcome", True, f"refused as expected: {refusal.message}")
+
+
+def check_load_error(scenario: Scenario, arena: Arena, error: ConfigError | None) -> Check:
+    """trust:foreign-files: the load was refused with exactly the error ``expect.load_error``
+    names, saying what it must (``error`` None: it loaded)."""
+    want = scenario.expect.load_error
+    if want is None:  # the caller only asks for drills that expect a refused load
+        raise ValueError("check_load_error needs a scenario with expect.load_error")
+    if error is None:
+        return Check("outcome", False, f"expected the load to be refused with {want.error}, but it loaded")
+    shown = error.diagnostics()
+    if type(error).__name__ != want.error:
+        return Check("outcome", False, f"expected {want.error}, but the load raised {type(error).__name__}: {shown}")
+    missing = [text for text in want.message_contains if arena.substitute(text) not in shown]
+    if missing:
+        return Check("outcome", False, f"the error does not say {', '.join(map(repr, missing))}: {shown}")
+    return Check("outcome", True, f"load refused as expected: {shown}")
 
 
 def tree_state(top: Path) -> dict[str, str]:

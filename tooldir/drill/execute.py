@@ -101,10 +101,15 @@ def clamped(policy: Policy) -> list[str]:
     return keys
 
 
-def load(builtins: tuple[BuiltinSpec, ...]) -> Snapshot:
+def load(builtins: tuple[BuiltinSpec, ...], *, host: bool = False) -> Snapshot:
     """Exactly what ``tooldir scan`` does inside the project with no options: default user root,
-    the user's policy and state (from the isolated HOME / XDG environment), the cwd as project."""
-    config = make_config(project=".", user_dirs=None, policy=user_policy(), state_dir=None, builtins=builtins)
+    the user's policy and state (from the isolated HOME / XDG environment), the cwd as project.
+    ``host``: what a host embedding the library loads, ``make_config(project=".")`` with the
+    library's own defaults for everything else (host:defaults)."""
+    if host:
+        config = make_config(project=".", builtins=builtins)
+    else:
+        config = make_config(project=".", user_dirs=None, policy=user_policy(), state_dir=None, builtins=builtins)
     snapshot = Loader(config).load()
     if any(t.server is not None for t in snapshot.tools):  # MCP server packages: their last listings
         from ..upstream import extend_snapshot, load_upstream_state

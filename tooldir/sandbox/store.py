@@ -20,6 +20,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from .._internal.atomic import private_dirs
 from ..errors import SandboxError
 from ..model import ToolRecord
 
@@ -124,7 +125,7 @@ def verified_files(record: ToolRecord, base: Path, *, create: bool = True) -> tu
     if not create:
         raise SandboxError(f"no verified copy of {record.name} in {base} yet", code="sandbox-failed")
     try:
-        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dirs(base)
         staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=base))
     except OSError as exc:
         raise SandboxError(f"cannot write the package store {base}: {exc.strerror}", code="sandbox-failed") from None

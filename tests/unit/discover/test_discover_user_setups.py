@@ -21,8 +21,8 @@ from shared_helpers import require_sandbox
 from toolkit import make_tool
 
 import tooldir
-from tooldir import discover
 from tooldir._cli import main
+from tooldir._internal import ownership
 from tooldir.model import Status
 from tooldir.state import load_approvals
 
@@ -56,17 +56,17 @@ def accounts(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Db]:
         users=[("alice", 1000, 1000), ("bob", 1001, 1001), ("carol", 1002, 1000), ("dave", 1003, 100)],
         groups=[("alice", 1000, []), ("bob", 1001, ["bob", "eve"]), ("staff", 50, ["alice"]), ("users", 100, [])],
     )
-    monkeypatch.setattr(discover, "pwd", db)
-    monkeypatch.setattr(discover, "grp", db)
-    discover._group_verdicts.clear()
+    monkeypatch.setattr(ownership, "pwd", db)
+    monkeypatch.setattr(ownership, "grp", db)
+    ownership._group_verdicts.clear()
     yield db
-    discover._group_verdicts.clear()
+    ownership._group_verdicts.clear()
 
 
 def test_the_owners_own_group_with_no_one_else_in_it_is_private(accounts: _Db) -> None:
     accounts.users = [u for u in accounts.users if u.pw_name != "carol"]
-    assert discover.shared_group(1000, 1000) is None
-    assert discover.shared_group(1003, 100) is None  # dave's primary group, named otherwise, his alone
+    assert ownership.shared_group(1000, 1000) is None
+    assert ownership.shared_group(1003, 100) is None  # dave's primary group, named otherwise, his alone
 
 
 @pytest.mark.parametrize(
@@ -82,7 +82,7 @@ def test_the_owners_own_group_with_no_one_else_in_it_is_private(accounts: _Db) -
 def test_a_group_anyone_else_may_be_in_is_shared_and_the_reason_names_it(
     accounts: _Db, uid: int, gid: int, says: str
 ) -> None:
-    why = discover.shared_group(uid, gid)
+    why = ownership.shared_group(uid, gid)
     assert why is not None and says in why
 
 
@@ -95,7 +95,7 @@ def test_group_writable_in_a_shared_group_is_unsafe_permissions_saying_why(tmp_p
     root = tmp_path / "tools"
     folder = make_tool(root, "shared")
     users = grp.getgrnam("users")
-    assert discover.shared_group(0, users.gr_gid) is not None
+    assert ownership.shared_group(0, users.gr_gid) is not None
     os.chown(folder / "run.py", -1, users.gr_gid)
     (folder / "run.py").chmod(0o664)
     snap = tooldir.load(project=None, user_dirs=[root], state_dir=tmp_path / "state")
