@@ -346,14 +346,35 @@ async def test_invalid_arguments_are_an_is_error_result_and_nothing_runs(tree: d
             assert error_code(result) == "invalid-input"
 
 
-def _read_lines_until_id(fd: int, wanted: int, *, deadline: float) -> list[bytes]:
-    """Raw stdout lines up to and including the response with id ``wanted`` (bounded by ``deadline``)."""
+# A server that has not answered after this much CPU time of its own is stuck, not slow; the wall
+# clock is only a backstop (a 2-core machine running other tests may give it a tenth of a core).
+ANSWER_CPU_S = WAIT_S
+ANSWER_WALL_BACKSTOP_S = 10 * ANSWER_CPU_S
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time of process ``pid`` and its reaped children (utime, stime, cutime, cstime)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / _CLOCK_TICKS
+
+
+def _read_lines_until_id(proc: subprocess.Popen[bytes], wanted: int) -> list[bytes]:
+    """Raw stdout lines up to and including the response with id ``wanted``: waits on the pipe
+    until the server has used ANSWER_CPU_S of CPU time without answering (or the wall backstop)."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
     buffer = b""
     lines: list[bytes] = []
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+    started = time.monotonic()
+    cpu_limit = _cpu_seconds(proc.pid) + ANSWER_CPU_S
+    while _cpu_seconds(proc.pid) < cpu_limit and time.monotonic() - started < ANSWER_WALL_BACKSTOP_S:
+        ready, _, _ = select.select([fd], [], [], 0.5)  # a slice: the CPU time is looked at between reads
         if not ready:
-            break
+            continue
         chunk = os.read(fd, 65536)
         if not chunk:
             break
@@ -363,7 +384,11 @@ def _read_lines_until_id(fd: int, wanted: int, *, deadline: float) -> list[bytes
             lines.append(line + b"\n")
             if json.loads(line).get("id") == wanted:
                 return lines
-    raise AssertionError(f"no response with id {wanted} before the deadline; got {lines!r}")
+    took = time.monotonic() - started
+    raise AssertionError(
+        f"no response with id {wanted} after {took:.1f} s ({_cpu_seconds(proc.pid):.1f} s of the server's CPU "
+        f"time, exit status {proc.poll()}); got {lines!r}"
+    )
 
 
 def _rpc(message: dict[str, object]) -> bytes:
@@ -410,7 +435,7 @@ def test_stdout_carries_only_protocol_messages_while_logs_go_to_stderr(tree: dic
         for message in requests:
             proc.stdin.write(_rpc(message))
         proc.stdin.flush()
-        lines = _read_lines_until_id(proc.stdout.fileno(), 3, deadline=time.monotonic() + WAIT_S)
+        lines = _read_lines_until_id(proc, 3)
         rest, stderr = proc.communicate(timeout=WAIT_S)  # closes stdin: the client hangs up
     lines += rest.splitlines(keepends=True)
     assert proc.returncode == 0
@@ -488,7 +513,7 @@ def test_tools_list_before_initialize_is_a_protocol_error_not_a_list(tree: dict[
         assert proc.stdout is not None
         proc.stdin.write(_rpc({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
         proc.stdin.flush()
-        lines = _read_lines_until_id(proc.stdout.fileno(), 1, deadline=time.monotonic() + WAIT_S)
+        lines = _read_lines_until_id(proc, 1)
         proc.communicate(timeout=WAIT_S)
     response = json.loads(lines[-1])
     assert "result" not in response
@@ -521,7 +546,7 @@ def test_sigterm_ends_the_server_cleanly(tree: dict[str, Path]) -> None:
         assert proc.stdout is not None
         proc.stdin.write(_rpc({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}))
         proc.stdin.flush()
-        _read_lines_until_id(proc.stdout.fileno(), 1, deadline=time.monotonic() + WAIT_S)  # serving now
+        _read_lines_until_id(proc, 1)  # serving now
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=WAIT_S)  # stdin is still open: only the signal can have ended it
         _, stderr = proc.communicate(timeout=WAIT_S)
