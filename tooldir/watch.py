@@ -434,9 +434,10 @@ class Watcher:
                 f"{self._rescan_interval:g} s",
             )
 
-    def _arm_packages(self, repack: dict[str, set[str]]) -> None:
-        """Re-arm the watches of the named packages only (a folder appeared or vanished in them);
-        a root whose entry count crossed ``max_root_entries`` gets a full re-arm."""
+    def _arm_packages(self, repack: dict[str, set[str]], stale: set[str] | frozenset[str] = frozenset()) -> None:
+        """Re-arm the watches of the named packages only (a folder appeared or vanished in them;
+        watches at or below a ``stale`` folder are renewed); a root whose entry count crossed
+        ``max_root_entries`` gets a full re-arm."""
         observer = self._observer
         if observer is None:
             return
@@ -451,7 +452,7 @@ class Watcher:
             )
             # a tool folder appeared or vanished: the root's entry count may have crossed the limit
             if appeared and (root_packages(target.path, limits) is None) != (target.path in self._overfull):
-                self._arm()
+                self._arm(stale)
                 return
             if target.path in self._overfull:
                 continue
@@ -462,7 +463,8 @@ class Watcher:
                 for _ in range(3):  # again while new folders appear under ones just watched
                     room = self._max_watches - len(self._watches)
                     folders, complete = package_folders(pkg, limits, limits.max_package_files)
-                    added, fits = self._sync_folders(pkg, dict(folders), room)
+                    added, fits = self._sync_folders(pkg, dict(folders), room, stale)
+                    stale = frozenset()  # renewed once; the next passes only add folders that appeared
                     if not added:
                         break
                 held = partial.setdefault(target.root.path, set())
@@ -474,15 +476,20 @@ class Watcher:
                     del partial[target.root.path]
         self._set_partial(partial)
 
-    def _sync_folders(self, top: str, want: dict[str, tuple[int, int]], room: int) -> tuple[bool, bool]:
+    def _sync_folders(
+        self, top: str, want: dict[str, tuple[int, int]], room: int, stale: set[str] | frozenset[str] = frozenset()
+    ) -> tuple[bool, bool]:
         """Make the watches at or below ``top`` exactly ``want`` (parents first), adding at most
-        ``room`` new ones. (anything added, everything fitted)."""
+        ``room`` new ones; watches at or below a ``stale`` folder are renewed. (anything added,
+        everything fitted)."""
         observer = self._observer
         assert observer is not None  # noqa: S101 - callers check
         prefix = top + os.sep
         for key, (watch, ident) in list(self._watches.items()):
             folder = key[0]
-            if (folder == top or folder.startswith(prefix)) and want.get(folder) != ident:
+            if (folder == top or folder.startswith(prefix)) and (
+                want.get(folder) != ident or any(_under(folder, s) is not None for s in stale)
+            ):
                 del self._watches[key]
                 try:
                     observer.unschedule(watch)
@@ -573,7 +580,7 @@ class Watcher:
         with self._cond:
             noted = False
             for path in paths:
-                noted = self._note(path, kind) or noted
+                noted = self._note(path, kind, folder=event.is_directory) or noted
             if noted:
                 now = time.monotonic()
                 if not self._pending.first:
@@ -581,7 +588,7 @@ class Watcher:
                 self._pending.last = now
                 self._cond.notify_all()
 
-    def _note(self, path: str, kind: str) -> bool:
+    def _note(self, path: str, kind: str, *, folder: bool = False) -> bool:
         """Record what ``path`` changing means. Called with ``_cond`` held."""
         pending = self._pending
         noted = False
@@ -593,6 +600,11 @@ class Watcher:
                     pending.touch(target.root.path, name)
                     if kind in _STRUCTURAL:  # a folder may have appeared or vanished: re-arm that package
                         pending.repack.setdefault(target.path, set()).add(name)
+                        if folder:
+                            # the kernel dropped the watch of a folder deleted here, and one made
+                            # again at once often has the same inode number (ext4): the same
+                            # identity must not keep the dead watch, so it is renewed
+                            pending.stale.add(path)
                     noted = True
                 elif target.kind == "state" and rel in (APPROVALS, HIGH_WATER):
                     pending.trust = noted = True
@@ -621,6 +633,9 @@ class Watcher:
         with self._cond:
             self._pending.full = True
             self._pending.rearm = True
+            # the lost events may include deletions: a folder made again with the same inode number
+            # would look watched, so every watch is renewed
+            self._pending.stale.update(t.base for t in self._targets)
             now = time.monotonic()
             self._pending.first = self._pending.first or now
             self._pending.last = now
@@ -686,7 +701,7 @@ class Watcher:
         if batch.rearm:
             self._arm(batch.stale)
         elif batch.repack:
-            self._arm_packages(batch.repack)
+            self._arm_packages(batch.repack, batch.stale)
         full = batch.full
         if batch.policy and self._policy_file is not None:
             reloaded = self._reload_policy()
