@@ -434,7 +434,27 @@ class Watcher:
                 f"{self._rescan_interval:g} s",
             )
 
-    def _arm_packages(self, repack: dict[str, set[str]], stale: set[str] | frozenset[str] = frozenset()) -> None:
+    def _relist_roots(self, added: set[str]) -> None:
+        """List again the roots whose watch was just added, now that their changes are seen, and
+        watch (parents first, listing each folder after its watch) every package in them."""
+        limits = self._loader.config.policy.limits
+        relist: dict[str, set[str]] = {}
+        for target in self._targets:
+            if target.kind != "root" or target.path not in added or target.path in self._overfull:
+                continue
+            packages = root_packages(target.path, limits)
+            if packages:
+                relist[target.path] = {os.path.basename(p) for p in packages}
+        if relist:
+            self._arm_packages(relist, relist=False)
+
+    def _arm_packages(
+        self,
+        repack: dict[str, set[str]],
+        stale: set[str] | frozenset[str] = frozenset(),
+        *,
+        relist: bool = True,
+    ) -> None:
         """Re-arm the watches of the named packages only (a folder appeared or vanished in them;
         watches at or below a ``stale`` folder are renewed); a root whose entry count crossed
         ``max_root_entries`` gets a full re-arm."""
@@ -452,7 +472,7 @@ class Watcher:
             )
             # a tool folder appeared or vanished: the root's entry count may have crossed the limit
             if appeared and (root_packages(target.path, limits) is None) != (target.path in self._overfull):
-                self._arm(stale)
+                self._arm(stale, relist=relist)
                 return
             if target.path in self._overfull:
                 continue
@@ -514,9 +534,11 @@ class Watcher:
             added = True
         return added, True
 
-    def _arm(self, stale: set[str] | frozenset[str] = frozenset()) -> None:
+    def _arm(self, stale: set[str] | frozenset[str] = frozenset(), *, relist: bool = True) -> None:
         """Bring the scheduled watches in line with the folders that exist now; watches at or
-        below a ``stale`` folder (deleted, moved or replaced) are renewed."""
+        below a ``stale`` folder (deleted, moved or replaced) are renewed. A root watched anew is
+        listed again once its watch exists (``relist``): a package made between the first listing
+        and the watch sent no event and would never be watched."""
         observer = self._observer
         if observer is None:
             return
@@ -529,6 +551,7 @@ class Watcher:
                     observer.unschedule(watch)
                 except (KeyError, OSError) as exc:  # the emitter may have stopped itself (folder deleted)
                     log.debug("unschedule %s: %s", key[0], exc)
+        added: set[str] = set()
         for key, ident in desired.items():
             if key in self._watches:
                 continue
@@ -543,7 +566,10 @@ class Watcher:
                     break  # the kernel's limit: the periodic full rescan covers the rest
                 continue
             self._watches[key] = (watch, ident)
+            added.add(folder)
         self._set_partial(partial)
+        if relist:
+            self._relist_roots(added)
         if self._degraded in ("inotify-limit", "watch-failed") and len(self._watches) == len(desired):
             with self._cond:
                 self._degraded = None
