@@ -17,11 +17,15 @@ root exactly the folders discovery reads - the tool folders and, below each, its
 user's inotify watches by planting folder trees (``watch:exhaust``); the user's state folder
 (approvals, signature high-water marks), so ``tooldir allow`` flips a tool from pending to active;
 and the policy file's folder. Folders that appear or vanish inside a package re-arm that package's
-watches only. A package with more folders than it may have watched, or any beyond the watcher's
+watches only; the watches at and below a folder an event reports deleted, moved or created are
+renewed (the kernel ends a deleted folder's watch, and a folder made again at once may have the
+same inode number, so an unchanged (st_dev, st_ino) does not prove a watch alive), and a root
+watched anew is listed again once its watch exists (a package made in between sends no event).
+A package with more folders than it may have watched, or any beyond the watcher's
 total ``max_watches``, is re-read every ``rescan_interval_s`` instead (reported once as
 ``watch-budget``). When the kernel runs out of inotify watches or instances, or drops events (queue
 overflow), the watcher says so (``WatchProblem``), logs it, and falls back to full rescans every
-``rescan_interval_s`` for as long as it is degraded.
+``rescan_interval_s`` for as long as it is degraded; an overflow's rescan renews every watch.
 """
 
 from __future__ import annotations
