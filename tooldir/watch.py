@@ -17,11 +17,15 @@ root exactly the folders discovery reads - the tool folders and, below each, its
 user's inotify watches by planting folder trees (``watch:exhaust``); the user's state folder
 (approvals, signature high-water marks), so ``tooldir allow`` flips a tool from pending to active;
 and the policy file's folder. Folders that appear or vanish inside a package re-arm that package's
-watches only. A package with more folders than it may have watched, or any beyond the watcher's
+watches only; the watches at and below a folder an event reports deleted, moved or created are
+renewed (the kernel ends a deleted folder's watch, and a folder made again at once may have the
+same inode number, so an unchanged (st_dev, st_ino) does not prove a watch alive), and a root
+watched anew is listed again once its watch exists (a package made in between sends no event).
+A package with more folders than it may have watched, or any beyond the watcher's
 total ``max_watches``, is re-read every ``rescan_interval_s`` instead (reported once as
 ``watch-budget``). When the kernel runs out of inotify watches or instances, or drops events (queue
 overflow), the watcher says so (``WatchProblem``), logs it, and falls back to full rescans every
-``rescan_interval_s`` for as long as it is degraded.
+``rescan_interval_s`` for as long as it is degraded; an overflow's rescan renews every watch.
 """
 
 from __future__ import annotations
@@ -434,9 +438,30 @@ class Watcher:
                 f"{self._rescan_interval:g} s",
             )
 
-    def _arm_packages(self, repack: dict[str, set[str]]) -> None:
-        """Re-arm the watches of the named packages only (a folder appeared or vanished in them);
-        a root whose entry count crossed ``max_root_entries`` gets a full re-arm."""
+    def _relist_roots(self, added: set[str]) -> None:
+        """List again the roots whose watch was just added, now that their changes are seen, and
+        watch (parents first, listing each folder after its watch) every package in them."""
+        limits = self._loader.config.policy.limits
+        relist: dict[str, set[str]] = {}
+        for target in self._targets:
+            if target.kind != "root" or target.path not in added or target.path in self._overfull:
+                continue
+            packages = root_packages(target.path, limits)
+            if packages:
+                relist[target.path] = {os.path.basename(p) for p in packages}
+        if relist:
+            self._arm_packages(relist, relist=False)
+
+    def _arm_packages(
+        self,
+        repack: dict[str, set[str]],
+        stale: set[str] | frozenset[str] = frozenset(),
+        *,
+        relist: bool = True,
+    ) -> None:
+        """Re-arm the watches of the named packages only (a folder appeared or vanished in them;
+        watches at or below a ``stale`` folder are renewed); a root whose entry count crossed
+        ``max_root_entries`` gets a full re-arm."""
         observer = self._observer
         if observer is None:
             return
@@ -451,7 +476,7 @@ class Watcher:
             )
             # a tool folder appeared or vanished: the root's entry count may have crossed the limit
             if appeared and (root_packages(target.path, limits) is None) != (target.path in self._overfull):
-                self._arm()
+                self._arm(stale, relist=relist)
                 return
             if target.path in self._overfull:
                 continue
@@ -462,7 +487,8 @@ class Watcher:
                 for _ in range(3):  # again while new folders appear under ones just watched
                     room = self._max_watches - len(self._watches)
                     folders, complete = package_folders(pkg, limits, limits.max_package_files)
-                    added, fits = self._sync_folders(pkg, dict(folders), room)
+                    added, fits = self._sync_folders(pkg, dict(folders), room, stale)
+                    stale = frozenset()  # renewed once; the next passes only add folders that appeared
                     if not added:
                         break
                 held = partial.setdefault(target.root.path, set())
@@ -474,15 +500,20 @@ class Watcher:
                     del partial[target.root.path]
         self._set_partial(partial)
 
-    def _sync_folders(self, top: str, want: dict[str, tuple[int, int]], room: int) -> tuple[bool, bool]:
+    def _sync_folders(
+        self, top: str, want: dict[str, tuple[int, int]], room: int, stale: set[str] | frozenset[str] = frozenset()
+    ) -> tuple[bool, bool]:
         """Make the watches at or below ``top`` exactly ``want`` (parents first), adding at most
-        ``room`` new ones. (anything added, everything fitted)."""
+        ``room`` new ones; watches at or below a ``stale`` folder are renewed. (anything added,
+        everything fitted)."""
         observer = self._observer
         assert observer is not None  # noqa: S101 - callers check
         prefix = top + os.sep
         for key, (watch, ident) in list(self._watches.items()):
             folder = key[0]
-            if (folder == top or folder.startswith(prefix)) and want.get(folder) != ident:
+            if (folder == top or folder.startswith(prefix)) and (
+                want.get(folder) != ident or any(_under(folder, s) is not None for s in stale)
+            ):
                 del self._watches[key]
                 try:
                     observer.unschedule(watch)
@@ -507,9 +538,11 @@ class Watcher:
             added = True
         return added, True
 
-    def _arm(self, stale: set[str] | frozenset[str] = frozenset()) -> None:
+    def _arm(self, stale: set[str] | frozenset[str] = frozenset(), *, relist: bool = True) -> None:
         """Bring the scheduled watches in line with the folders that exist now; watches at or
-        below a ``stale`` folder (deleted, moved or replaced) are renewed."""
+        below a ``stale`` folder (deleted, moved or replaced) are renewed. A root watched anew is
+        listed again once its watch exists (``relist``): a package made between the first listing
+        and the watch sent no event and would never be watched."""
         observer = self._observer
         if observer is None:
             return
@@ -522,6 +555,7 @@ class Watcher:
                     observer.unschedule(watch)
                 except (KeyError, OSError) as exc:  # the emitter may have stopped itself (folder deleted)
                     log.debug("unschedule %s: %s", key[0], exc)
+        added: set[str] = set()
         for key, ident in desired.items():
             if key in self._watches:
                 continue
@@ -536,7 +570,10 @@ class Watcher:
                     break  # the kernel's limit: the periodic full rescan covers the rest
                 continue
             self._watches[key] = (watch, ident)
+            added.add(folder)
         self._set_partial(partial)
+        if relist:
+            self._relist_roots(added)
         if self._degraded in ("inotify-limit", "watch-failed") and len(self._watches) == len(desired):
             with self._cond:
                 self._degraded = None
@@ -573,7 +610,7 @@ class Watcher:
         with self._cond:
             noted = False
             for path in paths:
-                noted = self._note(path, kind) or noted
+                noted = self._note(path, kind, folder=event.is_directory) or noted
             if noted:
                 now = time.monotonic()
                 if not self._pending.first:
@@ -581,7 +618,7 @@ class Watcher:
                 self._pending.last = now
                 self._cond.notify_all()
 
-    def _note(self, path: str, kind: str) -> bool:
+    def _note(self, path: str, kind: str, *, folder: bool = False) -> bool:
         """Record what ``path`` changing means. Called with ``_cond`` held."""
         pending = self._pending
         noted = False
@@ -593,6 +630,11 @@ class Watcher:
                     pending.touch(target.root.path, name)
                     if kind in _STRUCTURAL:  # a folder may have appeared or vanished: re-arm that package
                         pending.repack.setdefault(target.path, set()).add(name)
+                        if folder:
+                            # the kernel dropped the watch of a folder deleted here, and one made
+                            # again at once often has the same inode number (ext4): the same
+                            # identity must not keep the dead watch, so it is renewed
+                            pending.stale.add(path)
                     noted = True
                 elif target.kind == "state" and rel in (APPROVALS, HIGH_WATER):
                     pending.trust = noted = True
@@ -621,6 +663,9 @@ class Watcher:
         with self._cond:
             self._pending.full = True
             self._pending.rearm = True
+            # the lost events may include deletions: a folder made again with the same inode number
+            # would look watched, so every watch is renewed
+            self._pending.stale.update(t.base for t in self._targets)
             now = time.monotonic()
             self._pending.first = self._pending.first or now
             self._pending.last = now
@@ -686,7 +731,7 @@ class Watcher:
         if batch.rearm:
             self._arm(batch.stale)
         elif batch.repack:
-            self._arm_packages(batch.repack)
+            self._arm_packages(batch.repack, batch.stale)
         full = batch.full
         if batch.policy and self._policy_file is not None:
             reloaded = self._reload_policy()

@@ -80,7 +80,20 @@ class ScriptedObserver:
         self.deliver(FileClosedEvent(str(path)))
 
     def deleted(self, path: Path, *, folder: bool = True) -> None:
+        """``path`` was deleted; a folder's watches (at or below it) end, as the kernel's do, even
+        when a folder made again there gets the same inode number."""
         self.deliver(DirDeletedEvent(str(path)) if folder else FileDeletedEvent(str(path)))
+        if folder:
+            self.dropped(path)
+
+    def dropped(self, path: Path) -> None:
+        """The watches at or below the folder ``path`` end without an event (deleted while the
+        kernel queue overflowed)."""
+        top = str(path)
+        with self._lock:
+            for wd, (_handler, folder) in list(self._watches.items()):
+                if folder == top or folder.startswith(top + os.sep):
+                    del self._watches[wd]
 
     def overflow(self) -> None:
         """The kernel dropped events: every handler hears it once."""

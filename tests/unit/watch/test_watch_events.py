@@ -315,3 +315,106 @@ def test_trust_is_rechecked_periodically_even_without_events(tmp_path: Path) -> 
         assert watcher.store.current.by_name["alpha"].status is Status.PENDING
         approve(config.state_dir, folder)  # no observer will report it
         watcher.wait_for(lambda s: s.by_name["alpha"].status is Status.ACTIVE, WAIT_S)
+
+
+def test_a_package_folder_deleted_and_made_again_while_a_build_runs_is_watched_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The storm's lost reload (issue 22): the kernel drops a folder's watch when the folder is
+    deleted, and a folder made again at once often gets the same inode number (ext4 reuses it), so
+    the same (st_dev, st_ino) must not keep the dead watch. The worker is held in a build while the
+    package is deleted and made again, so both events reach it in one batch, as under load."""
+    user = tmp_path / "user"
+    make_tool(user, "alpha")
+    make_tool(user, "beta")
+    config = config_for(tmp_path, user=[user])
+    seen: list[tuple[str, str]] = []
+    noticed = threading.Condition()
+    real_event = Watcher._on_event
+
+    def on_event(self: Watcher, event: Any) -> None:
+        real_event(self, event)
+        with noticed:
+            seen.append((event.event_type, str(event.src_path)))
+            noticed.notify_all()
+
+    entered, release = threading.Event(), threading.Event()
+    real_rebuild = Loader.rebuild
+
+    def held_rebuild(self: Loader, *args: Any, **kwargs: Any) -> Any:
+        if not release.is_set():
+            entered.set()
+            assert release.wait(WAIT_S), "the test never released the build"
+        return real_rebuild(self, *args, **kwargs)
+
+    monkeypatch.setattr(Watcher, "_on_event", on_event)
+    with watching(config, rescan_on_start=False) as (watcher, _):
+        first = watcher.store.current.by_name["alpha"].digest
+        monkeypatch.setattr(Loader, "rebuild", held_rebuild)
+        (user / "beta" / "run.py").write_text("print('beta v2')\n")
+        assert entered.wait(WAIT_S), "no build started for beta"
+        shutil.rmtree(user / "alpha")
+        make_tool(user, "alpha", script="print('alpha, made again')\n")
+        with noticed:
+            assert noticed.wait_for(lambda: ("created", str(user / "alpha")) in seen, WAIT_S), seen
+        release.set()
+        snap = watcher.wait_for(lambda s: s.by_name["alpha"].digest != first, WAIT_S)
+        (user / "alpha" / "run.py").write_text("print('alpha, edited after')\n")
+        watcher.wait_for(lambda s: s.by_name["alpha"].digest != snap.by_name["alpha"].digest, WAIT_S)
+        settles_to_cold_load(watcher, config)
+
+
+def test_a_package_made_while_a_new_root_is_listed_before_its_watch_exists_is_watched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A root made again is listed and then watched: a package made in between sends no event
+    (nothing watches the root yet) and, unless the root is listed again, is never watched. The
+    worker is held in a build while the root is deleted and made again, so one re-arm sees both."""
+    user = tmp_path / "user"
+    make_tool(user, "alpha")
+    config = config_for(tmp_path, user=[user])
+    seen: list[tuple[str, str]] = []
+    noticed = threading.Condition()
+    real_event = Watcher._on_event
+
+    def on_event(self: Watcher, event: Any) -> None:
+        real_event(self, event)
+        with noticed:
+            seen.append((event.event_type, str(event.src_path)))
+            noticed.notify_all()
+
+    entered, release = threading.Event(), threading.Event()
+    real_rebuild = Loader.rebuild
+
+    def held_rebuild(self: Loader, *args: Any, **kwargs: Any) -> Any:
+        if not release.is_set():
+            entered.set()
+            assert release.wait(WAIT_S), "the test never released the build"
+        return real_rebuild(self, *args, **kwargs)
+
+    planted = threading.Event()
+    real_contents = Watcher._root_contents
+
+    def contents_then_plant(self: Watcher, want: dict[tuple[str, bool], tuple[int, int]]) -> Any:
+        partial = real_contents(self, want)
+        if release.is_set() and not planted.is_set() and (str(user), False) in want:
+            make_tool(user, "late")  # after the listing, before the root's watch
+            planted.set()
+        return partial
+
+    monkeypatch.setattr(Watcher, "_on_event", on_event)
+    with watching(config, rescan_on_start=False) as (watcher, _):
+        monkeypatch.setattr(Loader, "rebuild", held_rebuild)
+        monkeypatch.setattr(Watcher, "_root_contents", contents_then_plant)
+        (user / "alpha" / "run.py").write_text("print('alpha v2')\n")
+        assert entered.wait(WAIT_S), "no build started for alpha"
+        shutil.rmtree(user)
+        make_tool(user, "alpha")
+        with noticed:
+            assert noticed.wait_for(lambda: ("created", str(user)) in seen, WAIT_S), seen
+        release.set()
+        snap = watcher.wait_for(lambda s: "late" in s.by_name, WAIT_S)
+        assert planted.is_set()
+        (user / "late" / "run.py").write_text("print('late, edited')\n")
+        watcher.wait_for(lambda s: s.by_name["late"].digest != snap.by_name["late"].digest, WAIT_S)
+        settles_to_cold_load(watcher, config)

@@ -111,3 +111,44 @@ def test_a_policy_file_event_hands_the_reloaded_policy_to_on_policy(tmp_path: Pa
         observer.written(policy)
         assert got.wait(WAIT_S)
     assert received[-1].permissions.deny == ("alpha",)
+
+
+def test_a_package_folder_reported_deleted_is_watched_anew_though_the_folder_there_has_the_same_identity(
+    tmp_path: Path,
+) -> None:
+    """A folder deleted and made again at once often has the same inode number (ext4): on disk
+    here it is the very same folder, with new contents; the deletion ended its watch."""
+    user = tmp_path / "user"
+    folder = make_tool(user, "alpha")
+    config = config_for(tmp_path, user=[user])
+    observer = ScriptedObserver()
+    with watching(config, observer_factory=lambda: observer, rescan_on_start=False) as (watcher, _):
+        before = watcher.store.current.by_name["alpha"].digest
+        (folder / "run.py").write_text("print('made again')\n")
+        observer.deleted(folder)
+        snap = watcher.wait_for(lambda s: s.by_name["alpha"].digest != before, WAIT_S)
+        assert str(folder) in observer.watched()
+        (folder / "run.py").write_text("print('edited afterwards')\n")
+        observer.written(folder / "run.py")
+        watcher.wait_for(lambda s: s.by_name["alpha"].digest != snap.by_name["alpha"].digest, WAIT_S)
+        settles_to_cold_load(watcher, config)
+
+
+def test_after_lost_events_every_folder_is_watched_anew(tmp_path: Path) -> None:
+    """The lost events may have been a package's deletion and its folder made again with the same
+    inode number: the rescan after an overflow renews every watch, not only the missing ones."""
+    user = tmp_path / "user"
+    folder = make_tool(user, "alpha")
+    config = config_for(tmp_path, user=[user])
+    observer = ScriptedObserver()
+    with watching(config, observer_factory=lambda: observer, rescan_on_start=False) as (watcher, problems):
+        before = watcher.store.current.by_name["alpha"].digest
+        (folder / "run.py").write_text("print('made again')\n")
+        observer.dropped(folder)
+        observer.overflow()
+        snap = watcher.wait_for(lambda s: s.by_name["alpha"].digest != before, WAIT_S)
+        assert {str(tmp_path), str(user), str(folder)} <= observer.watched()
+        (folder / "run.py").write_text("print('edited afterwards')\n")
+        observer.written(folder / "run.py")
+        watcher.wait_for(lambda s: s.by_name["alpha"].digest != snap.by_name["alpha"].digest, WAIT_S)
+    assert [p.code for p in problems] == ["inotify-overflow"]
