@@ -72,6 +72,7 @@ _BACKOFF_MAX_S = 60.0
 _MAX_LINE = 4 << 20  # one JSON-RPC message from a server, at most
 _MAX_TOOLS = 256  # tools of one server's listing, at most (more: the listing is refused)
 _MAX_PAGES = 16  # tools/list pages of one listing, at most
+_MAX_DEFINITIONS_BYTES = 2 << 20  # bytes of all tool definitions of one server's listing (kept in state), at most
 _MAX_INSTRUCTIONS = 16 * 1024  # characters of one server's instructions passed on to a client
 _RELIST_MIN_S = 1.0  # re-listings of one server on its tools/list_changed, at most one per this
 
@@ -139,10 +140,22 @@ def _package_state(data: Mapping[str, Any], record: ToolRecord) -> Mapping[str, 
     return entry if isinstance(entry, Mapping) else {}
 
 
+def definitions_size(tools: Iterable[Mapping[str, Any]]) -> int:
+    """Bytes of the canonical JSON of every tool of a listing (what the state keeps of it)."""
+    return sum(len(canonical(dict(t)).encode()) for t in tools)
+
+
 def record_listing(state_dir: Path, record: ToolRecord, listing: Listing, *, approve: bool) -> dict[str, Any]:
     """Store ``listing`` as the package's last one; with ``approve`` (or when no pins exist for
-    this package version: its first trusted start), pin every definition and the instructions."""
+    this package version: its first trusted start), pin every definition and the instructions.
+    A listing over :data:`_MAX_DEFINITIONS_BYTES` is never stored (``upstream-over-limit``)."""
     state_dir = Path(state_dir)
+    if (size := definitions_size(listing.tools)) > _MAX_DEFINITIONS_BYTES:
+        raise ExecutionError(
+            f"MCP server {record.name!r} lists tool definitions of {size} bytes together "
+            f"(the limit is {_MAX_DEFINITIONS_BYTES}); none of this listing is stored",
+            code="upstream-over-limit",
+        )
     with locked(state_dir):
         data = load_upstream_state(state_dir)
         packages: dict[str, Any] = data.setdefault("packages", {})
@@ -758,6 +771,8 @@ class ServerSession:
                 over = f"lists more than {_MAX_TOOLS} tools (the limit)"
             elif result.next_cursor:
                 over = f"lists its tools in more than {_MAX_PAGES} pages (the limit)"
+            elif (size := definitions_size(tools)) > _MAX_DEFINITIONS_BYTES:
+                over = f"lists tool definitions of {size} bytes together (the limit is {_MAX_DEFINITIONS_BYTES})"
             else:
                 return Listing(tuple(tools), self.instructions, _now())
             raise ExecutionError(

@@ -31,7 +31,6 @@ PENDING: dict[int, frozenset[str]] = {
             "audit:disk-full",
             "mcp:server-memory",
             "mcp:name-squat",
-            "mcp:state-bloat",
         }
     ),
     24: frozenset({"sandbox:egress", "secrets:leak"}),
