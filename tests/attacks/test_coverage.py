@@ -30,7 +30,6 @@ PENDING: dict[int, frozenset[str]] = {
             "sarif:bomb",
             "audit:disk-full",
             "mcp:server-memory",
-            "mcp:name-squat",
         }
     ),
     24: frozenset({"sandbox:egress", "secrets:leak"}),
