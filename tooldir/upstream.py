@@ -72,6 +72,7 @@ _BACKOFF_MAX_S = 60.0
 _MAX_LINE = 4 << 20  # one JSON-RPC message from a server, at most
 _MAX_TOOLS = 256  # tools of one server's listing, at most (more: the listing is refused)
 _MAX_PAGES = 16  # tools/list pages of one listing, at most
+_MAX_DEFINITIONS_BYTES = 2 << 20  # bytes of all tool definitions of one server's listing (kept in state), at most
 _MAX_INSTRUCTIONS = 16 * 1024  # characters of one server's instructions passed on to a client
 _RELIST_MIN_S = 1.0  # re-listings of one server on its tools/list_changed, at most one per this
 
@@ -139,10 +140,22 @@ def _package_state(data: Mapping[str, Any], record: ToolRecord) -> Mapping[str, 
     return entry if isinstance(entry, Mapping) else {}
 
 
+def definitions_size(tools: Iterable[Mapping[str, Any]]) -> int:
+    """Bytes of the canonical JSON of every tool of a listing (what the state keeps of it)."""
+    return sum(len(canonical(dict(t)).encode()) for t in tools)
+
+
 def record_listing(state_dir: Path, record: ToolRecord, listing: Listing, *, approve: bool) -> dict[str, Any]:
     """Store ``listing`` as the package's last one; with ``approve`` (or when no pins exist for
-    this package version: its first trusted start), pin every definition and the instructions."""
+    this package version: its first trusted start), pin every definition and the instructions.
+    A listing over :data:`_MAX_DEFINITIONS_BYTES` is never stored (``upstream-over-limit``)."""
     state_dir = Path(state_dir)
+    if (size := definitions_size(listing.tools)) > _MAX_DEFINITIONS_BYTES:
+        raise ExecutionError(
+            f"MCP server {record.name!r} lists tool definitions of {size} bytes together "
+            f"(the limit is {_MAX_DEFINITIONS_BYTES}); none of this listing is stored",
+            code="upstream-over-limit",
+        )
     with locked(state_dir):
         data = load_upstream_state(state_dir)
         packages: dict[str, Any] = data.setdefault("packages", {})
@@ -297,7 +310,9 @@ def upstream_records(
     builtins: Iterable[BuiltinSpec] = (),
 ) -> tuple[list[ToolRecord], list[Diagnostic]]:
     """The upstream records of every runnable server package of ``snapshot`` whose last listing is
-    in ``data`` (user state), and diagnostics about the packages (instructions changed)."""
+    in ``data`` (user state), plus the directory tools of ``snapshot`` an upstream tool of a
+    higher-trust source beat (shadowed or refused, as directory tools beat each other; these have
+    no ``upstream``), and diagnostics about the packages (instructions changed)."""
     candidates: list[tuple[ToolRecord, Any, str | None]] = []
     extra: list[Diagnostic] = []
     refs: dict[str, UpstreamRef] = {}
@@ -349,20 +364,61 @@ def upstream_records(
     }
     reserved = set(GUARD_TOOLS) | set(policy.reserved.names) | {s.name for s in specs}
     out: list[ToolRecord] = []
+    displaced: dict[str, ToolRecord] = {}  # directory tools an upstream tool of a higher-trust source beat
     for found in resolved:
         record = replace(found, upstream=refs.get(found.name))
         other = taken.get(skeleton(record.name))
-        if record.status in (Status.ACTIVE, Status.PENDING) and (other is not None or record.name in reserved):
-            if record.name in reserved:
-                code, what = "reserved-name", "reserved for a builtin or guard tool"
-            else:
-                assert other is not None  # noqa: S101 - one of the two holds
-                code = "collision" if other.name == record.name else "confusable-name"
-                what = f"taken by (or looks like) the {other.source} tool {other.name!r} at {other.path}"
-            diag = error(code, f"{record.name!r} is {what}", tool=record.name, source=record.source, path=record.path)
+        if record.status in (Status.ACTIVE, Status.PENDING) and record.name in reserved:
+            diag = error(
+                "reserved-name", f"{record.name!r} is reserved for a builtin or guard tool",
+                tool=record.name, source=record.source, path=record.path,
+            )  # fmt: skip
             record = replace(record, status=Status.REJECTED, grant=None, diagnostics=(*record.diagnostics, diag))
+        elif record.status in (Status.ACTIVE, Status.PENDING) and other is not None:
+            record, beaten = _settle(record, other, policy)
+            if beaten is not None:
+                displaced[beaten.name] = beaten
+                del taken[skeleton(record.name)]
         out.append(record)
-    return out, extra
+    return [*out, *displaced.values()], extra
+
+
+def _settle(record: ToolRecord, other: ToolRecord, policy: Policy) -> tuple[ToolRecord, ToolRecord | None]:
+    """An upstream ``record`` against the live directory tool ``other`` whose name is (or looks
+    like) its own, by the rules of :func:`tooldir.resolve.resolve` for two sources: one source:
+    ``collision``/``confusable-name`` (the upstream tool is refused); look-alikes of two sources:
+    the one of the higher source (the lower-trust one) is refused (``confusable-name``); one name
+    of two sources: the higher source shadows the lower unless its policy says ``may_shadow =
+    false`` (``shadowed``). Returns the upstream record and the directory tool it beat, if any."""
+
+    def refuse(loser: ToolRecord, code: str, message: str) -> ToolRecord:
+        diag = error(code, message, tool=loser.name, source=loser.source, path=loser.path, pointer="/name")
+        return replace(loser, status=Status.REJECTED, grant=None, diagnostics=(*loser.diagnostics, diag))
+
+    def shadow(loser: ToolRecord, winner: ToolRecord) -> ToolRecord:
+        diag = warning(
+            "shadowed",
+            f"{loser.source} tool {loser.name!r} at {loser.path} is shadowed by the {winner.source} tool at {winner.path}",
+            tool=loser.name, source=loser.source, path=loser.path,
+        )  # fmt: skip
+        return replace(
+            loser, status=Status.SHADOWED, grant=None, shadowed_by=winner.path, diagnostics=(*loser.diagnostics, diag)
+        )
+
+    if record.source == other.source:
+        code = "collision" if other.name.lower() == record.name.lower() else "confusable-name"
+        what = f"taken by (or looks like) the {other.source} tool {other.name!r} at {other.path}"
+        return refuse(record, code, f"{record.name!r} is {what}"), None
+    high, low = (record, other) if record.source.rank > other.source.rank else (other, record)
+    if high.name != low.name:
+        refused = refuse(
+            high, "confusable-name", f"{high.name!r} looks like the {low.source} tool {low.name!r} ({low.path})"
+        )
+        return (refused, None) if high is record else (record, refused)
+    loser = low if policy.sources.for_source(high.source).may_shadow else high
+    if loser is record:
+        return shadow(record, other), None
+    return record, shadow(other, record)
 
 
 def extend_snapshot(
@@ -378,8 +434,9 @@ def extend_snapshot(
     server package comes back unchanged (the very object)."""
     if not any(t.server is not None for t in snapshot.tools):
         return snapshot
-    base = [t for t in snapshot.tools if t.upstream is None]
     records, extra = upstream_records(snapshot, data, policy, builtins)
+    beaten = {t.name for t in records if t.upstream is None}  # directory tools an upstream tool beat
+    base = [t for t in snapshot.tools if t.upstream is None and t.name not in beaten]
     extra = [*extra, *problems]
     if not records and not extra:
         return snapshot
@@ -758,6 +815,8 @@ class ServerSession:
                 over = f"lists more than {_MAX_TOOLS} tools (the limit)"
             elif result.next_cursor:
                 over = f"lists its tools in more than {_MAX_PAGES} pages (the limit)"
+            elif (size := definitions_size(tools)) > _MAX_DEFINITIONS_BYTES:
+                over = f"lists tool definitions of {size} bytes together (the limit is {_MAX_DEFINITIONS_BYTES})"
             else:
                 return Listing(tuple(tools), self.instructions, _now())
             raise ExecutionError(

@@ -28,8 +28,6 @@ PENDING: dict[int, frozenset[str]] = {
             "sarif:bomb",
             "audit:disk-full",
             "mcp:server-memory",
-            "mcp:name-squat",
-            "mcp:state-bloat",
         }
     ),
     24: frozenset({"sandbox:egress", "secrets:leak"}),

@@ -201,6 +201,14 @@ for line in sys.stdin:
         page = {"tools": tools()}
         if MODE == "endless-pages":
             page["nextCursor"] = f"page-{LISTS}"
+        if MODE == "bloat":  # 3 pages of 8 tools of ~120 KB: each within every per-message limit
+            number = int((msg.get("params") or {}).get("cursor") or "0")
+            page["tools"] = [{"name": f"b{number}x{i}", "description": "A bloated tool.", "inputSchema": OBJ,
+                              "annotations": {"title": "z" * (120 << 10)}} for i in range(8)]
+            if number == 0:
+                page["tools"] += tools()
+            if number < 2:
+                page["nextCursor"] = str(number + 1)
         send({"jsonrpc": "2.0", "id": msg_id, "result": page})
     elif method == "tools/call":
         name = msg["params"]["name"]

@@ -57,6 +57,20 @@ def test_a_listing_that_pages_without_end_is_refused_at_the_page_limit(tmp_path:
         assert not [t for t in r.snapshot.tools if t.upstream is not None]
 
 
+def test_a_listing_whose_definitions_together_are_over_the_per_server_cap_is_refused_and_not_stored(
+    tmp_path: Path, root: Path
+) -> None:
+    make_hostile(root, "bloat")
+    make_tool(root, "fine")
+    with rig(root, tmp_path / "state") as r:
+        over = [d for d in r.snapshot.diagnostics if d.code == "upstream-over-limit"]
+        assert over and over[0].tool == "evil" and str(2 << 20) in over[0].message
+        assert not [t for t in r.snapshot.tools if t.upstream is not None]
+        assert r.registry.call("fine", {"text": "hi"}).ok
+    state = tmp_path / "state" / "upstream.json"
+    assert not state.exists() or state.stat().st_size < 64 * 1024
+
+
 def test_a_message_over_the_size_limit_stops_the_server_with_a_diagnostic_naming_it(tmp_path: Path, root: Path) -> None:
     make_hostile(root, "huge-message")
     make_tool(root, "fine")
