@@ -27,7 +27,6 @@ PENDING: dict[int, frozenset[str]] = {
             "host:defaults",
             "policy:hostile-file",
             "init:symlink",
-            "sarif:bomb",
             "audit:disk-full",
             "mcp:server-memory",
             "mcp:name-squat",
