@@ -25,7 +25,6 @@ PENDING: dict[int, frozenset[str]] = {
         {
             "trust:foreign-files",
             "host:defaults",
-            "policy:hostile-file",
             "init:symlink",
             "audit:disk-full",
             "mcp:server-memory",
