@@ -25,7 +25,6 @@ PENDING: dict[int, frozenset[str]] = {
         {
             "trust:foreign-files",
             "host:defaults",
-            "init:symlink",
             "audit:disk-full",
             "mcp:server-memory",
             "mcp:name-squat",
