@@ -388,7 +388,14 @@ class JsonlAudit:
                     line["hash"] = prev
                     data.append(canonical(line) + b"\n")
                 joined = b"".join(data)
-                _write_all(fd, joined)
+                try:
+                    _write_all(fd, joined)
+                except BaseException:
+                    # a short write (ENOSPC, EIO, a signal) leaves no torn line: back to the last
+                    # complete one, still under the lock, so the chain verifies once space is back
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, size)
+                    raise
                 head = ChainHead(seq, prev, size + len(joined))
                 if self.sync_interval_s is not None and not self._closed:
                     # synced, and the head recorded, by the flusher within the interval

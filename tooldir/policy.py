@@ -11,6 +11,7 @@ import fnmatch
 import json
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -394,11 +395,57 @@ def read_policy(path: str | os.PathLike[str] | None = None) -> EffectivePolicy:
         path = candidate
     file = Path(path)
     check_trusted(file, "policy file")
+    return effective_policy(_read_policy_file(file), path=str(file))
+
+
+MAX_POLICY_BYTES = 1024 * 1024
+"""A policy file is at most this large (the bundled presets are under 2 KB)."""
+
+
+def _read_policy_file(file: Path) -> str:
+    """The text of the policy file: a regular file of at most :data:`MAX_POLICY_BYTES`, opened
+    without blocking (a FIFO or a device is refused, never waited on or read until memory runs
+    out) and valid UTF-8; anything else is a one-line :class:`PolicyError` naming the file."""
+    where = str(file)
     try:
-        text = file.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError(f"cannot read policy: {exc}", path=str(file)) from None
-    return effective_policy(text, path=str(file))
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise PolicyError(f"cannot read policy: {exc.strerror or exc}", path=where) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise PolicyError(f"cannot read policy: it is {_file_kind(info.st_mode)}, not a regular file", path=where)
+        if info.st_size > MAX_POLICY_BYTES:
+            raise PolicyError(
+                f"cannot read policy: it is {info.st_size} bytes; a policy file is at most {MAX_POLICY_BYTES}",
+                path=where,
+            )
+        chunks: list[bytes] = []
+        held = 0
+        while chunk := os.read(fd, MAX_POLICY_BYTES + 1 - held):
+            chunks.append(chunk)
+            held += len(chunk)
+            if held > MAX_POLICY_BYTES:  # it grew while being read
+                raise PolicyError(f"cannot read policy: it is over {MAX_POLICY_BYTES} bytes", path=where)
+    except OSError as exc:
+        raise PolicyError(f"cannot read policy: {exc.strerror or exc}", path=where) from None
+    finally:
+        os.close(fd)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"cannot read policy: invalid UTF-8 at byte {exc.start}", path=where) from None
+
+
+def _file_kind(mode: int) -> str:
+    kinds: tuple[tuple[Callable[[int], bool], str], ...] = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a file")
 
 
 def check_trusted(file: str | os.PathLike[str], what: str, *, key: str | None = None) -> None:
@@ -471,6 +518,8 @@ def effective_policy(text: str, *, path: str = "<policy>") -> EffectivePolicy:
 def _parse_toml(text: str, path: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
+    except RecursionError:
+        raise PolicyError("not valid TOML: arrays or tables nested too deeply", path=path) from None
     except tomllib.TOMLDecodeError as exc:
         found = re.search(r"line (\d+)", str(exc))
         line = int(found.group(1)) if found else None

@@ -5,7 +5,8 @@ and other CI security dashboards. Pure: the caller says where each diagnostic is
   order, so a ``ruleIndex`` never changes between runs), with the help text of
   :data:`tooldir.codes.DIAGNOSTIC_HELP`;
 * one result per diagnostic: ``level`` (error / warning / note), the message (characters that
-  could hide or rewrite text shown as ``<U+XXXX>``), and, when it has a file, a location: inside
+  could hide or rewrite text shown as ``<U+XXXX>``; link and placeholder syntax escaped, see
+  :func:`message_text`), and, when it has a file, a location: inside
   the repository root a URI relative to it under ``uriBaseId`` :data:`ROOT_ID`, elsewhere (a user
   tool root, the policy file) an absolute ``file:`` URI; a ``region``: the pointer's line, or line 1
   for a whole file or package; the tool as a logical location; a stable ``partialFingerprints`` entry.
@@ -51,6 +52,19 @@ def _shown(text: str) -> str:
     return _HIDDEN.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
 
 
+_MESSAGE_SYNTAX = re.compile(r"\\(?=[\[\]])|[\[\]{}]")
+_MESSAGE_ESCAPE = {"\\": "\\\\", "[": "\\[", "]": "\\]", "{": "{{", "}": "}}"}
+
+
+def message_text(text: str) -> str:
+    """``text`` as a SARIF plain-text message that reads as itself: literal braces doubled
+    (SARIF 2.1.0 §3.11.5: ``{0}`` is a placeholder) and literal square brackets backslash-escaped,
+    with a backslash before one doubled (§3.11.6: ``[text](url)`` is an embedded link), after
+    hidden characters are shown as ``<U+XXXX>``. A manifest's name or text quoted in a message
+    never becomes a link or a placeholder in a code-scanning dashboard."""
+    return _MESSAGE_SYNTAX.sub(lambda m: _MESSAGE_ESCAPE[m.group()], _shown(text))
+
+
 def rules() -> list[dict[str, Any]]:
     out = []
     for code in DiagnosticCode:
@@ -84,7 +98,7 @@ def result(diagnostic: Diagnostic, *, index: int, root: Path, locate: Locate) ->
     out: dict[str, Any] = {
         "ruleId": diagnostic.code,
         "level": _LEVEL[diagnostic.severity],
-        "message": {"text": _shown(diagnostic.message)},
+        "message": {"text": message_text(diagnostic.message)},
     }
     if index >= 0:
         out["ruleIndex"] = index

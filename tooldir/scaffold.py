@@ -85,16 +85,35 @@ def package_files(name: str, lang: str) -> dict[str, str]:
     }
 
 
+def _refuse_links(root: Path) -> None:
+    """Every existing component of ``root`` as given is a real folder, not a symlink."""
+    walked = Path(root.anchor)
+    for part in root.parts[len(root.parts[:1]) if root.anchor else 0 :]:
+        walked = walked / part
+        try:
+            info = os.lstat(walked)
+        except FileNotFoundError:
+            return  # the rest is created by mkdir, which makes no links
+        if stat.S_ISLNK(info.st_mode):
+            raise ValueError(
+                f"{walked} is a symlink: a tool root reached through a link is refused (as discovery refuses it); "
+                "pass the real folder"
+            )
+
+
 def create_package(root: str | os.PathLike[str], name: str, lang: str) -> tuple[Path, list[str]]:
     """Write package ``name`` under ``root`` (created if missing); returns (folder, file names).
 
     Raises:
-        ValueError: a bad name or language.
+        ValueError: a bad name or language, or ``root`` is reached through a symlink (any
+            existing component of the path as given: a project-planted ``.tooldir`` link into
+            your own tool root would make the new package run there without approval).
         FileExistsError: ``root/name`` already exists (nothing is written).
         OSError: the folder or a file could not be created.
     """
     files = package_files(name, lang)
     base = Path(root)
+    _refuse_links(base)
     missing = [p for p in (base, *base.parents) if not p.exists()]
     base.mkdir(parents=True, exist_ok=True)
     for made in missing:  # discovery refuses group/world-writable folders; a stricter umask stays

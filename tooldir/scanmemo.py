@@ -263,13 +263,26 @@ def _distributions() -> tuple[list[list[Any]], list[str]]:
     return found, paths
 
 
+MAX_POLICY_BYTES = 1024 * 1024
+"""= :data:`tooldir.policy.MAX_POLICY_BYTES` (this module does not import the policy model)."""
+
+
 def _policy_bytes(path: str) -> str | None:
-    """sha256 of the policy file's bytes, None when it does not exist; raises OSError otherwise."""
+    """sha256 of the policy file's bytes, None when it does not exist; raises OSError otherwise,
+    also for what the policy load refuses (not a regular file, too large), without blocking on a
+    FIFO: then the normal path runs and reports it."""
     try:
-        with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_POLICY_BYTES:
+            raise OSError(f"{path}: not a policy file the load would read")
+        data = fh.read(MAX_POLICY_BYTES + 1)
+        if len(data) > MAX_POLICY_BYTES:
+            raise OSError(f"{path}: not a policy file the load would read")
+        return hashlib.sha256(data).hexdigest()
 
 
 def key_material(req: Request, code: str, dists: list[list[Any]], env: Mapping[str, str] | None = None) -> list[Any]:

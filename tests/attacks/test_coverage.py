@@ -23,9 +23,6 @@ def threat_ids(text: str) -> set[str]:
 PENDING: dict[int, frozenset[str]] = {
     23: frozenset(
         {
-            "policy:hostile-file",
-            "init:symlink",
-            "sarif:bomb",
             "audit:disk-full",
             "mcp:server-memory",
         }

@@ -222,6 +222,7 @@ class Step(_Frozen):
     keep_times: bool = False  # write, replace: the file keeps its access and modification times
     stdout_includes: tuple[str, ...] = ()  # tooldir, python-m-tooldir: text its stdout must hold
     stdout_excludes: tuple[str, ...] = ()  # tooldir, python-m-tooldir: text its stdout must not hold
+    max_rss_mb: int | None = Field(default=None, ge=1)  # python-m-tooldir: bound on its peak resident memory
 
     @model_validator(mode="after")
     def _fields_for_kind(self) -> Step:
@@ -232,6 +233,8 @@ class Step(_Frozen):
             raise ValueError("a 'write' step needs exactly one of text, hex")
         if self.do in ("tooldir", "python-m-tooldir", "forge-scanmemo") and not self.args:
             raise ValueError(f'a {self.do!r} step needs args, e.g. ["scan", "--json"]')
+        if self.max_rss_mb is not None and self.do != "python-m-tooldir":
+            raise ValueError("max_rss_mb is measured only for a 'python-m-tooldir' step (a process of its own)")
         return self
 
 

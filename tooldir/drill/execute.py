@@ -224,7 +224,9 @@ def _apply_step(
             )
         os.environ[name] = arena.substitute(value)
     elif do == "python-m-tooldir":
-        out = run_python_m(arena, [arena.substitute(a) for a in step.args], step.exit, where)
+        out = run_python_m(
+            arena, [arena.substitute(a) for a in step.args], step.exit, where, max_rss_mb=step.max_rss_mb
+        )
         check_stdout(step, out, arena, where)
     elif do == "forge-index":
         forge_index(arena, arena.resolve(given(step.tool), where), where)
@@ -528,32 +530,74 @@ def run_cli(arena: Arena, args: list[str], expected_exit: int, where: str) -> st
     return out.getvalue()
 
 
-def run_python_m(arena: Arena, args: list[str], expected_exit: int, where: str) -> str:
+def run_python_m(
+    arena: Arena, args: list[str], expected_exit: int, where: str, *, max_rss_mb: int | None = None
+) -> str:
     """``python3 -m tooldir ARGS`` as a new process inside the project (the working directory),
-    with the drill's environment and stdin closed; returns its stdout."""
+    with the drill's environment and stdin closed; returns its stdout. With ``max_rss_mb``, the
+    process's peak resident memory (its own ``ru_maxrss``, from ``wait4``) must stay within it."""
     import sys
 
     check_command(arena, args, where, PROCESS_STEPS)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "tooldir", *args],
-            cwd=arena.project,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
+    returncode, stdout, stderr, peak_kib = _run_measured([sys.executable, "-m", "tooldir", *args], arena.project)
+    if returncode is None:
+        raise ScenarioError(f"{where}: 'python3 -m tooldir {args[0]}' did not finish in 120 s", path=arena.scenario)
+    if returncode != expected_exit:
+        detail = " ".join((stderr or stdout).decode(errors="replace").split())[-300:]
         raise ScenarioError(
-            f"{where}: 'python3 -m tooldir {args[0]}' did not finish in 120 s", path=arena.scenario
-        ) from None
-    if done.returncode != expected_exit:
-        detail = " ".join((done.stderr or done.stdout).decode(errors="replace").split())[-300:]
-        raise ScenarioError(
-            f"{where}: 'python3 -m tooldir {args[0]}' exited {done.returncode}, expected {expected_exit}: {detail}",
+            f"{where}: 'python3 -m tooldir {args[0]}' exited {returncode}, expected {expected_exit}: {detail}",
             path=arena.scenario,
         )
-    return done.stdout.decode(errors="replace")
+    if max_rss_mb is not None and peak_kib > max_rss_mb * 1024:
+        raise ScenarioError(
+            f"{where}: 'python3 -m tooldir {args[0]}' peaked at {peak_kib // 1024} MiB resident, "
+            f"over its bound of {max_rss_mb} MiB",
+            path=arena.scenario,
+        )
+    return stdout.decode(errors="replace")
+
+
+_MEASURE = """
+import os, sys
+report = int(sys.argv[1])
+pid = os.posix_spawn(sys.argv[2], sys.argv[2:], os.environ, file_actions=[(os.POSIX_SPAWN_CLOSE, report)])
+_, status, usage = os.wait4(pid, 0)
+os.write(report, f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}".encode())
+"""
+"""Run argv[2:] and report its exit code and its own peak resident KiB on descriptor argv[1]. A child's
+``ru_maxrss`` keeps the resident size its parent had when it forked (Linux carries it across
+``execve``), so the target is started by this small process, never by the drill itself."""
+
+
+def _run_measured(argv: list[str], cwd: Path, timeout: float = 120.0) -> tuple[int | None, bytes, bytes, int]:
+    """Run ``argv`` with stdin closed and its output captured; ``(exit code, or None when it was
+    killed at ``timeout`` seconds, stdout, stderr, its own peak resident KiB)``."""
+    import sys
+
+    report_r, report_w = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _MEASURE, str(report_w), *argv],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(report_w,),
+            start_new_session=True,  # a timeout kills the target with its starter
+        )
+    finally:
+        os.close(report_w)
+    with os.fdopen(report_r, "rb") as report:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return None, b"", b"", 0
+        code, _, peak = report.read().decode().partition(" ")
+    if proc.returncode != 0 or not peak:
+        raise RuntimeError(f"the measuring starter of {argv[0]} failed: {stderr.decode(errors='replace')[-300:]}")
+    return int(code), stdout, stderr, int(peak)
 
 
 def sign_ssh(arena: Arena, key: str, path: str, namespace: str, where: str) -> None:
