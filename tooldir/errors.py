@@ -24,7 +24,8 @@ Internal signals: raised and caught inside tooldir, never raised to a caller of 
     ├── LockError                     tooldir.lockfile: malformed tool.lock (-> diagnostic)
     │   └── _DuplicateKeyError        private to the lock parser
     ├── StrictJSONError               tooldir._internal.strictjson (-> diagnostic)
-    └── RetrievalRefusedError         tooldir._internal.inputschema: a $ref that would fetch
+    ├── RetrievalRefusedError         tooldir._internal.inputschema: a $ref that would fetch
+    └── AllowEntryError               tooldir.netallow: a malformed HOST:PORT entry (-> diagnostic)
     Exception
     ├── BudgetExceededError           tooldir._internal.schema_worker (-> invalid-input result)
     ├── WorkerFailedError             tooldir._internal.schema_worker

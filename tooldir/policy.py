@@ -394,8 +394,9 @@ def read_policy(path: str | os.PathLike[str] | None = None) -> EffectivePolicy:
             return EffectivePolicy(Policy())
         path = candidate
     file = Path(path)
+    text = _read_policy_file(file)  # what kind of file it is first: a FIFO or device is refused as such
     check_trusted(file, "policy file")
-    return effective_policy(_read_policy_file(file), path=str(file))
+    return effective_policy(text, path=str(file))
 
 
 MAX_POLICY_BYTES = 1024 * 1024
