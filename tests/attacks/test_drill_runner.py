@@ -715,7 +715,7 @@ def test_a_scenario_listener_gets_a_port_for_the_tree_and_any_connection_fails_t
     import dataclasses
 
     from tooldir import load
-    from tooldir.drill.checks import check_outcome
+    from tooldir.drill.checks import LoadTime, check_outcome
 
     folder = write_scenario(tmp_path / "trust-unapproved", "listen = true\n" + HEADER, {"evil_new": HOSTILE})
     scenario = load_scenario(folder)
@@ -723,9 +723,31 @@ def test_a_scenario_listener_gets_a_port_for_the_tree_and_any_connection_fails_t
     arena = dataclasses.replace(make_arena(tmp_path / "arena", str(folder)), port="4242")
     assert arena.substitute("http://127.0.0.1:{port}/x") == "http://127.0.0.1:4242/x"
     snapshot = load(project=None, user_dirs=[], state_dir=tmp_path / "state")
-    assert check_outcome(scenario, arena, snapshot, 0.1, [], connections=0).passed
-    failed = check_outcome(scenario, arena, snapshot, 0.1, [], connections=1)
+    quick = LoadTime(cpu=0.1, wall=0.1)
+    assert check_outcome(scenario, arena, snapshot, quick, [], connections=0).passed
+    failed = check_outcome(scenario, arena, snapshot, quick, [], connections=1)
     assert not failed.passed and "listener accepted 1 connection" in failed.message
+
+
+def test_the_load_bound_is_cpu_time_so_a_starved_load_passes_until_the_wall_clock_backstop(tmp_path: Path) -> None:
+    from tooldir import load
+    from tooldir.drill.checks import LOAD_WALL_BACKSTOP, LoadTime, check_outcome
+
+    folder = write_scenario(tmp_path / "trust-unapproved", HEADER, {"evil_new": HOSTILE})
+    scenario = load_scenario(folder)
+    bound = scenario.expect.max_seconds
+    arena = make_arena(tmp_path / "arena", str(folder))
+    snapshot = load(project=None, user_dirs=[], state_dir=tmp_path / "state")
+
+    def outcome(cpu: float, wall: float) -> tuple[bool, str]:
+        check = check_outcome(scenario, arena, snapshot, LoadTime(cpu=cpu, wall=wall), [], connections=0)
+        return check.passed, check.message
+
+    assert outcome(bound / 10, bound * 3)[0]  # off the CPU most of the time: not the load's fault
+    over_cpu = outcome(bound + 0.5, bound + 0.5)
+    assert not over_cpu[0] and f"of CPU time; the bound is {bound} s" in over_cpu[1]
+    stuck = outcome(0.0, LOAD_WALL_BACKSTOP * bound + 1)
+    assert not stuck[0] and "(wall clock)" in stuck[1]
 
 
 # --------------------------------------------------------------------------- expect.load_error, host

@@ -358,6 +358,9 @@ class Expect(_Frozen):
     never_mentioned: tuple[str, ...] = ()
     """Substrings that no record path and no diagnostic may contain (e.g. a sibling folder)."""
     max_seconds: float = Field(default=30.0, gt=0)
+    """Bound on the load's CPU time (this process and the children it reaped); the wall clock
+    bounds it only at ``LOAD_WALL_BACKSTOP`` times that, so a loaded machine slows a drill
+    without failing it."""
     load_error: LoadRefusal | None = None
     """The load must be refused with this error (nothing loads; the calls and the other
     expectations do not apply)."""
@@ -805,7 +808,7 @@ def _run(
         return _refusal(scenario, arena, progress, started, None)
     before = fingerprint(arena)
     marks_before = ex.high_water(arena)
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), ck.cpu_seconds()
     want_error = scenario.expect.load_error
     try:
         snapshot = ex.load(builtins, host=scenario.host)
@@ -819,7 +822,7 @@ def _run(
         return _load_refused(
             scenario, arena, planted=planted, before=before, marks_before=marks_before, exc=None, started=started
         )
-    elapsed = time.monotonic() - t0
+    elapsed = ck.LoadTime(cpu=ck.cpu_seconds() - cpu0, wall=time.monotonic() - t0)
     runtime = ex.Runtime(snapshot, arena.state, builtins)
     for i, step in enumerate(scenario.after_load):
         ex.apply_step(step, arena, builtins, f"after_load[{i}] ({step.do})", runtime)
