@@ -317,6 +317,48 @@ def test_trust_is_rechecked_periodically_even_without_events(tmp_path: Path) -> 
         watcher.wait_for(lambda s: s.by_name["alpha"].status is Status.ACTIVE, WAIT_S)
 
 
+class HeldBuild:
+    """Holds the watcher's worker in its next build until ``release`` is set (so the events made
+    meanwhile reach it in one batch, as under load), and records every event the watcher handles.
+    Patch ``Watcher._on_event`` with :meth:`on_event` and ``Loader.rebuild`` with :meth:`rebuild`."""
+
+    _real_event = Watcher._on_event
+    _real_rebuild = Loader.rebuild
+
+    def __init__(self) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+        self._seen: list[tuple[str, str]] = []
+        self._noticed = threading.Condition()
+
+    @property
+    def on_event(self) -> Any:
+        held = self
+
+        def on_event(watcher: Watcher, event: Any) -> None:
+            HeldBuild._real_event(watcher, event)
+            with held._noticed:
+                held._seen.append((event.event_type, str(event.src_path)))
+                held._noticed.notify_all()
+
+        return on_event
+
+    @property
+    def rebuild(self) -> Any:
+        held = self
+
+        def rebuild(loader: Loader, *args: Any, **kwargs: Any) -> Any:
+            if not held.release.is_set():
+                held.entered.set()
+                assert held.release.wait(WAIT_S), "the test never released the build"
+            return HeldBuild._real_rebuild(loader, *args, **kwargs)
+
+        return rebuild
+
+    def wait_for_event(self, kind: str, path: Path) -> None:
+        with self._noticed:
+            assert self._noticed.wait_for(lambda: (kind, str(path)) in self._seen, WAIT_S), self._seen
+
+
 def test_a_package_folder_deleted_and_made_again_while_a_build_runs_is_watched_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -328,35 +370,18 @@ def test_a_package_folder_deleted_and_made_again_while_a_build_runs_is_watched_a
     make_tool(user, "alpha")
     make_tool(user, "beta")
     config = config_for(tmp_path, user=[user])
-    seen: list[tuple[str, str]] = []
-    noticed = threading.Condition()
-    real_event = Watcher._on_event
+    held = HeldBuild()
+    entered, release = held.entered, held.release
 
-    def on_event(self: Watcher, event: Any) -> None:
-        real_event(self, event)
-        with noticed:
-            seen.append((event.event_type, str(event.src_path)))
-            noticed.notify_all()
-
-    entered, release = threading.Event(), threading.Event()
-    real_rebuild = Loader.rebuild
-
-    def held_rebuild(self: Loader, *args: Any, **kwargs: Any) -> Any:
-        if not release.is_set():
-            entered.set()
-            assert release.wait(WAIT_S), "the test never released the build"
-        return real_rebuild(self, *args, **kwargs)
-
-    monkeypatch.setattr(Watcher, "_on_event", on_event)
+    monkeypatch.setattr(Watcher, "_on_event", held.on_event)
     with watching(config, rescan_on_start=False) as (watcher, _):
         first = watcher.store.current.by_name["alpha"].digest
-        monkeypatch.setattr(Loader, "rebuild", held_rebuild)
+        monkeypatch.setattr(Loader, "rebuild", held.rebuild)
         (user / "beta" / "run.py").write_text("print('beta v2')\n")
         assert entered.wait(WAIT_S), "no build started for beta"
         shutil.rmtree(user / "alpha")
         make_tool(user, "alpha", script="print('alpha, made again')\n")
-        with noticed:
-            assert noticed.wait_for(lambda: ("created", str(user / "alpha")) in seen, WAIT_S), seen
+        held.wait_for_event("created", user / "alpha")
         release.set()
         snap = watcher.wait_for(lambda s: s.by_name["alpha"].digest != first, WAIT_S)
         (user / "alpha" / "run.py").write_text("print('alpha, edited after')\n")
@@ -373,24 +398,8 @@ def test_a_package_made_while_a_new_root_is_listed_before_its_watch_exists_is_wa
     user = tmp_path / "user"
     make_tool(user, "alpha")
     config = config_for(tmp_path, user=[user])
-    seen: list[tuple[str, str]] = []
-    noticed = threading.Condition()
-    real_event = Watcher._on_event
-
-    def on_event(self: Watcher, event: Any) -> None:
-        real_event(self, event)
-        with noticed:
-            seen.append((event.event_type, str(event.src_path)))
-            noticed.notify_all()
-
-    entered, release = threading.Event(), threading.Event()
-    real_rebuild = Loader.rebuild
-
-    def held_rebuild(self: Loader, *args: Any, **kwargs: Any) -> Any:
-        if not release.is_set():
-            entered.set()
-            assert release.wait(WAIT_S), "the test never released the build"
-        return real_rebuild(self, *args, **kwargs)
+    held = HeldBuild()
+    entered, release = held.entered, held.release
 
     planted = threading.Event()
     real_contents = Watcher._root_contents
@@ -402,16 +411,15 @@ def test_a_package_made_while_a_new_root_is_listed_before_its_watch_exists_is_wa
             planted.set()
         return partial
 
-    monkeypatch.setattr(Watcher, "_on_event", on_event)
+    monkeypatch.setattr(Watcher, "_on_event", held.on_event)
     with watching(config, rescan_on_start=False) as (watcher, _):
-        monkeypatch.setattr(Loader, "rebuild", held_rebuild)
+        monkeypatch.setattr(Loader, "rebuild", held.rebuild)
         monkeypatch.setattr(Watcher, "_root_contents", contents_then_plant)
         (user / "alpha" / "run.py").write_text("print('alpha v2')\n")
         assert entered.wait(WAIT_S), "no build started for alpha"
         shutil.rmtree(user)
         make_tool(user, "alpha")
-        with noticed:
-            assert noticed.wait_for(lambda: ("created", str(user)) in seen, WAIT_S), seen
+        held.wait_for_event("created", user)
         release.set()
         snap = watcher.wait_for(lambda s: "late" in s.by_name, WAIT_S)
         assert planted.is_set()
