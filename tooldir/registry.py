@@ -168,6 +168,8 @@ class Registry:
     folder (``$TOOLDIR_STATE_DIR`` or ``$XDG_STATE_HOME/tooldir``). A relative ``state_dir`` is
     refused (StateDirError): the audit log would be written into the project. ``secrets_file=None``
     is the CLI's too: ``$XDG_CONFIG_HOME/tooldir/secrets.toml``, read at each call that needs it.
+    ``secret_commands=False`` makes a secret given by a command unavailable instead of running it
+    (``tooldir drill``: a downloaded scenario's secrets file never runs anything on the host).
     """
 
     def __init__(
@@ -180,6 +182,7 @@ class Registry:
         audit: AuditSink | None = None,
         permissions: PermissionCheck | None = None,
         secrets_file: str | os.PathLike[str] | None = None,
+        secret_commands: bool = True,
     ) -> None:
         if policy is None:
             policy = load_policy()[0]
@@ -204,6 +207,7 @@ class Registry:
         self._validators_lock = threading.Lock()
         self._upstream: UpstreamCaller | None = None  # MCP server packages (tooldir.upstream)
         self._secrets_file = None if secrets_file is None else Path(secrets_file)
+        self._secret_commands = secret_commands
 
     # ----------------------------------------------------------------------------- registration
 
@@ -593,7 +597,13 @@ class Registry:
         if not declared:
             return {}
         try:
-            return resolve_secrets(record.name, declared, self._policy.secrets.grants, secrets_file=self._secrets_file)
+            return resolve_secrets(
+                record.name,
+                declared,
+                self._policy.secrets.grants,
+                secrets_file=self._secrets_file,
+                run_commands=self._secret_commands,
+            )
         except SecretUnavailableError as exc:
             raise _Stop("secret-unavailable", exc.message) from None
 

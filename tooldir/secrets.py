@@ -409,9 +409,11 @@ def resolve(
     grants: Mapping[str, Sequence[str]],
     *,
     secrets_file: str | os.PathLike[str] | None = None,
+    run_commands: bool = True,
 ) -> dict[str, str]:
     """The values of the secrets ``tool`` declares, each granted by the policy and present in the
-    secrets file (a command is run now). Nothing is read or run when a declared name is not granted.
+    secrets file (a command is run now; with ``run_commands=False`` a command secret is
+    unavailable instead). Nothing is read or run when a declared name is not granted.
 
     Raises:
         SecretUnavailableError: the first name that cannot be given, and the key to set.
@@ -442,6 +444,12 @@ def resolve(
         )
     assert entries is not None  # noqa: S101 - missing is empty
     values: dict[str, str] = {}
+    if not run_commands:
+        for name in ok:
+            if entries[name].command is not None:
+                raise SecretUnavailableError(
+                    name, f"secret {name} is given by a command, and this registry runs no secret commands"
+                )
     for name in ok:
         entry = entries[name]
         values[name] = entry.value if entry.value is not None else run_secret_command(name, entry.command or ())
