@@ -190,6 +190,29 @@ def granted(tool: str, declared: Sequence[str], grants: Mapping[str, Sequence[st
     return ok, [n for n in declared if n not in allowed]
 
 
+def describe(
+    tool: str,
+    declared: Sequence[str],
+    grants: Mapping[str, Sequence[str]],
+    entries: Mapping[str, SecretEntry] | None,
+    problem: str | None = None,
+) -> list[dict[str, Any]]:
+    """What ``tooldir show`` says of each declared secret, never its value: ``granted`` (by the
+    policy) and ``value`` -- ``"set"`` (in the secrets file), ``"command"`` (run at call time),
+    ``"missing"``, or why the file cannot be used (``problem``)."""
+    ok, _ = granted(tool, declared, grants)
+    out: list[dict[str, Any]] = []
+    for name in declared:
+        if problem is not None:
+            value = f"unusable: {problem}"
+        elif entries is None or name not in entries:
+            value = "missing"
+        else:
+            value = "command" if entries[name].command is not None else "set"
+        out.append({"name": name, "granted": name in ok, "value": value})
+    return out
+
+
 def encoded_forms(value: str) -> list[str]:
     """The forms of ``value`` that are redacted: itself, base64 (standard and URL-safe, with and
     without padding) of its UTF-8 bytes, and URL-encoded (``quote`` with and without '/' safe,

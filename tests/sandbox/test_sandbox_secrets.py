@@ -234,3 +234,29 @@ def test_the_cli_and_a_host_get_the_same_grants_from_the_users_policy_file(
     refused = host.call("greedy_tool", {"text": "env"})
     assert refused.error is not None and refused.error.code == "secret-unavailable"
     assert VALUE.encode() not in everything_written(tmp_path)
+
+
+def test_show_says_which_secrets_are_granted_and_set_never_their_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_secrets(f'[secrets]\nJIRA_TOKEN = "{VALUE}"\n')
+    policy_file = Path(os.environ["XDG_CONFIG_HOME"]) / "tooldir" / "policy.toml"
+    policy_file.write_text(GRANTED)
+    user = tools(tmp_path)
+    common = ["--user-dir", str(user), "--project", str(tmp_path), "--state-dir", str(tmp_path / "s")]
+    assert main(["show", "jira_get_issue", "--json", *common]) == 0
+    (record,) = json.loads(capsys.readouterr().out)["records"]
+    assert record["secrets"] == [{"name": "JIRA_TOKEN", "granted": True, "value": "set"}]
+    assert main(["show", "greedy_tool", "--json", *common]) == 0
+    (record,) = json.loads(capsys.readouterr().out)["records"]
+    assert record["secrets"] == [{"name": "JIRA_TOKEN", "granted": False, "value": "set"}]
+    assert main(["show", "jira_get_issue", *common]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # as read, whatever the console's width wrapped
+    assert "JIRA_TOKEN: granted; set in secrets.toml" in text and VALUE not in text
+    assert main(["show", "greedy_tool", *common]) == 0
+    assert "NOT granted (add it to [secrets.grants] greedy_tool" in " ".join(capsys.readouterr().out.split())
+    default_secrets_path().chmod(0o644)
+    assert main(["show", "jira_get_issue", "--json", *common]) == 0
+    (record,) = json.loads(capsys.readouterr().out)["records"]
+    assert record["secrets"][0]["value"].startswith("unusable: secrets file") and VALUE not in json.dumps(record)
+    assert VALUE.encode() not in everything_written(tmp_path)
