@@ -287,3 +287,10 @@ def test_redaction_reaches_every_string_of_json_and_keeps_bytes_that_are_not_utf
 
 def test_secret_entries_never_show_their_value() -> None:
     assert VALUE not in repr(SecretEntry("X", value=VALUE)) and VALUE not in str(SecretEntry("X", value=VALUE))
+
+
+def test_a_run_request_never_shows_its_secrets_in_its_repr() -> None:
+    from tooldir.sandbox import RunRequest
+
+    request = RunRequest(None, b"", 1.0, {"LANG": "C"}, False, {"JIRA_TOKEN": VALUE})  # type: ignore[arg-type]
+    assert VALUE not in repr(request) and "LANG" in repr(request)
