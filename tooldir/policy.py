@@ -251,6 +251,32 @@ class AuditPolicy(_Frozen):
     """With ``durability = "interval"``: the longest an audit line stays unsynced (50 to 200 ms)."""
 
 
+class SecretsPolicy(_Frozen):
+    """``[secrets]``: which tool receives which secret (DESIGN §11). Only the user's policy grants;
+    the values live in ``secrets.toml`` beside it (:mod:`tooldir.secrets`)."""
+
+    grants: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    """tool name -> names of the secrets it receives (each as that environment variable)."""
+
+    @field_validator("grants")
+    @classmethod
+    def _grants_are_names(cls, grants: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        from .names import is_valid_name
+
+        for tool, names in grants.items():
+            if not is_valid_name(tool):
+                raise ValueError(f"grant for {tool!r}: not a valid tool name")
+            for name in names:
+                if _SECRET_NAME.fullmatch(name) is None:
+                    raise ValueError(
+                        f"grant for {tool!r}: {name!r} is not a secret name ([A-Z][A-Z0-9_]*, at most 128)"
+                    )
+        return grants
+
+
+_SECRET_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,127}")
+
+
 class Limits(_Frozen):
     max_manifest_bytes: int = Field(default=256 * 1024, ge=1024)
     max_file_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
@@ -271,6 +297,7 @@ class Policy(_Frozen):
     sandbox: SandboxPolicy = Field(default_factory=SandboxPolicy)
     exec: ExecPolicy = Field(default_factory=ExecPolicy)
     audit: AuditPolicy = Field(default_factory=AuditPolicy)
+    secrets: SecretsPolicy = Field(default_factory=SecretsPolicy)
     limits: Limits = Field(default_factory=Limits)
 
     @field_validator("pins")
@@ -684,13 +711,13 @@ WEAKENING_RULES: Mapping[str, _Rule] = MappingProxyType(
         **{f"limits.{key}": _higher(_LARGER) for key in Limits.model_fields},
     }
 )
-#: Keys that are not protections: the user's own trust anchors and pins (adding one is how trust is
-#: granted, and it is always explicit), deferral budgets, and the sandbox uid (another unused uid
-#: is as good or better).
+#: Keys that are not protections: the user's own trust anchors, pins and secret grants (adding one
+#: is how trust or a secret is granted, and it is always explicit), deferral budgets, and the
+#: sandbox uid (another unused uid is as good or better).
 NEUTRAL_KEYS: frozenset[str] = frozenset(
     # audit.sync_interval_ms is bounded (50-200 ms) and matters only under durability = "interval",
     # which is itself reported
-    {"keys.minisign", "keys.allowed_signers", "pins", "sandbox.run_as_uid", "sandbox.cgroup_parent"}
+    {"keys.minisign", "keys.allowed_signers", "pins", "secrets.grants", "sandbox.run_as_uid", "sandbox.cgroup_parent"}
     | {"audit.sync_interval_ms"}
     | {f"defer.{key}" for key in DeferPolicy.model_fields}
 )
