@@ -7,11 +7,11 @@ project. Every field has a safe default, so ``Policy()`` is the default policy a
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import json
 import os
 import re
-import stat
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ._internal.ownership import path_problem, refusal
+from ._internal.smallfile import MAX_POLICY_BYTES, Unreadable, read_small_file
 from ._internal.tomllines import key_lines, line_of
 from .errors import PolicyError
 from .model import Diagnostic, Risk, Source, warning
@@ -426,7 +427,6 @@ def read_policy(path: str | os.PathLike[str] | None = None) -> EffectivePolicy:
     return effective_policy(text, path=str(file))
 
 
-MAX_POLICY_BYTES = 1024 * 1024
 """A policy file is at most this large (the bundled presets are under 2 KB)."""
 
 
@@ -436,44 +436,15 @@ def _read_policy_file(file: Path) -> str:
     out) and valid UTF-8; anything else is a one-line :class:`PolicyError` naming the file."""
     where = str(file)
     try:
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise PolicyError(f"cannot read policy: {exc.strerror or exc}", path=where) from None
+        read = read_small_file(file, MAX_POLICY_BYTES, what="a policy file")
+    except Unreadable as exc:
+        raise PolicyError(f"cannot read policy: {exc.why}", path=where) from None
+    if read is None:
+        raise PolicyError(f"cannot read policy: {os.strerror(errno.ENOENT)}", path=where)
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise PolicyError(f"cannot read policy: it is {_file_kind(info.st_mode)}, not a regular file", path=where)
-        if info.st_size > MAX_POLICY_BYTES:
-            raise PolicyError(
-                f"cannot read policy: it is {info.st_size} bytes; a policy file is at most {MAX_POLICY_BYTES}",
-                path=where,
-            )
-        chunks: list[bytes] = []
-        held = 0
-        while chunk := os.read(fd, MAX_POLICY_BYTES + 1 - held):
-            chunks.append(chunk)
-            held += len(chunk)
-            if held > MAX_POLICY_BYTES:  # it grew while being read
-                raise PolicyError(f"cannot read policy: it is over {MAX_POLICY_BYTES} bytes", path=where)
-    except OSError as exc:
-        raise PolicyError(f"cannot read policy: {exc.strerror or exc}", path=where) from None
-    finally:
-        os.close(fd)
-    try:
-        return b"".join(chunks).decode("utf-8")
+        return read.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PolicyError(f"cannot read policy: invalid UTF-8 at byte {exc.start}", path=where) from None
-
-
-def _file_kind(mode: int) -> str:
-    kinds: tuple[tuple[Callable[[int], bool], str], ...] = (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    )
-    return next((name for test, name in kinds if test(mode)), "not a file")
 
 
 def check_trusted(file: str | os.PathLike[str], what: str, *, key: str | None = None) -> None:

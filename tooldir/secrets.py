@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ._internal.ownership import path_problem
+from ._internal.smallfile import Unreadable, read_small_file
 from .errors import ConfigError
 
 SECRETS_FILE_NAME = "secrets.toml"
@@ -288,45 +289,30 @@ def read_secrets_file(path: str | os.PathLike[str] | None = None) -> dict[str, S
     """
     file = Path(path) if path is not None else default_secrets_path()
     where = str(file)
-    try:
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno == getattr(os, "ELOOP", 40):
-            raise SecretsFileError("it is a symbolic link; keep the secrets file a regular file", path=where) from None
-        raise SecretsFileError(f"cannot read it: {exc.strerror or exc}", path=where) from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise SecretsFileError("it is not a regular file", path=where)
-        euid = os.geteuid()
+    euid = os.geteuid()
+
+    def private(info: os.stat_result) -> str | None:
         if info.st_uid != euid:
-            raise SecretsFileError(f"it is owned by uid {info.st_uid}, not by you (uid {euid})", path=where)
+            return f"it is owned by uid {info.st_uid}, not by you (uid {euid})"
         mode = stat.S_IMODE(info.st_mode)
         if mode & 0o077:
-            raise SecretsFileError(
-                f"its mode is {mode:04o}: group or others may read or write it; run chmod 600 {where}", path=where
-            )
-        if info.st_size > MAX_SECRETS_FILE_BYTES:
-            raise SecretsFileError(f"it is {info.st_size} bytes; at most {MAX_SECRETS_FILE_BYTES}", path=where)
+            return f"its mode is {mode:04o}: group or others may read or write it; run chmod 600 {where}"
         problem = path_problem(file.parent)
         if problem is not None:
             folder, why = problem
-            raise SecretsFileError(f"the folder {folder} is {why}: another user could replace the file", path=where)
-        chunks: list[bytes] = []
-        held = 0
-        while chunk := os.read(fd, MAX_SECRETS_FILE_BYTES + 1 - held):
-            chunks.append(chunk)
-            held += len(chunk)
-            if held > MAX_SECRETS_FILE_BYTES:
-                raise SecretsFileError(f"it is over {MAX_SECRETS_FILE_BYTES} bytes", path=where)
-    except OSError as exc:
-        raise SecretsFileError(f"cannot read it: {exc.strerror or exc}", path=where) from None
-    finally:
-        os.close(fd)
+            return f"the folder {folder} is {why}: another user could replace the file"
+        return None
+
     try:
-        text = b"".join(chunks).decode("utf-8")
+        data = read_small_file(file, MAX_SECRETS_FILE_BYTES, what="a secrets file", follow_links=False, check=private)
+    except Unreadable as exc:
+        if exc.why == "it is a symbolic link":
+            raise SecretsFileError("it is a symbolic link; keep the secrets file a regular file", path=where) from None
+        raise SecretsFileError(f"cannot read it: {exc.why}" if exc.os_error else exc.why, path=where) from None
+    if data is None:
+        return None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SecretsFileError(f"invalid UTF-8 at byte {exc.start}", path=where) from None
     return parse_secrets(text, path=where)

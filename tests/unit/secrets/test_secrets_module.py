@@ -130,7 +130,7 @@ def test_a_fifo_is_refused_without_blocking() -> None:
 
 def test_a_huge_secrets_file_is_refused() -> None:
     secrets_file("#" * (MAX_SECRETS_FILE_BYTES + 1) + "\n")
-    with pytest.raises(SecretsFileError, match="bytes; at most"):
+    with pytest.raises(SecretsFileError, match="bytes; a secrets file is at most"):
         read_secrets_file()
 
 
