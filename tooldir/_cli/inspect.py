@@ -113,38 +113,38 @@ def cmd_scan(args: argparse.Namespace) -> int:
     has_errors = any(d.severity == "error" for d in snap.diagnostics)
     status = EXIT_FOUND_ERRORS if args.strict and has_errors else EXIT_OK
     if pending is None:
-        print_scan(fmt, snap, plan, args)
+        print_scan(fmt, snap, plan, args, config)
         return status
-    text = render_scan(fmt, snap, plan, args)
+    text = render_scan(fmt, snap, plan, args, config)
     sys.stdout.write(text)
     sys.stdout.flush()
     _memo_save(pending, config, snap, text, status)
     return status
 
 
-def print_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Namespace) -> None:
+def print_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Namespace, config: LoadConfig) -> None:
     if fmt == "json":
         print_json(scan_json(snap, plan))
     elif fmt == "sarif":
         from .sarif_out import scan_sarif
 
-        print_json(scan_sarif(snap, project=args.project))
+        print_json(scan_sarif(snap, project=args.project, config=config))
     else:
         print_tools(snap.tools, plan, title=f"tooldir scan — snapshot {snap.id} (generation {snap.generation})")
         print_diagnostics(snap)
 
 
-def render_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Namespace) -> str:
+def render_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Namespace, config: LoadConfig) -> str:
     """What :func:`print_scan` prints into a pipe or a file (never a terminal), as text."""
     if fmt == "table":
         with console().capture() as captured:
-            print_scan(fmt, snap, plan, args)
+            print_scan(fmt, snap, plan, args, config)
         return captured.get()
     if fmt == "json":
         return render_json(scan_json(snap, plan))
     from .sarif_out import scan_sarif
 
-    return render_json(scan_sarif(snap, project=args.project))
+    return render_json(scan_sarif(snap, project=args.project, config=config))
 
 
 def _memo_lookup(args: argparse.Namespace, fmt: str) -> int | scanmemo.Pending | None:
