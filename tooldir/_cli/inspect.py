@@ -229,7 +229,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         raise CommandError(f"no tool named {args.name!r} in any root", exit_code=EXIT_FOUND_ERRORS)
     if args.json:
         details = [detail_json(r, plan) for r in records]
-        if any(r.upstream is not None for r in records):
+        if any(r.upstream is not None or r.server is not None for r in records):
             from .upstream import upstream_detail
 
             details = [upstream_detail(r, d, args) for r, d in zip(records, details, strict=True)]
