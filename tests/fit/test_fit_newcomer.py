@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 import stat
 import subprocess
 from pathlib import Path
 
 from plaininstall import PlainInstall
+from shared_helpers import require_sandbox
 
 from tooldir._cli.common import UNWRAPPED_WIDTH, output_width
 
@@ -86,3 +88,27 @@ def test_output_width_is_columns_when_set_else_the_terminal_or_unwrapped() -> No
     assert output_width(terminal=True, environ={}) is None
     for nonsense in ("0", "-5", "wide", "99999999"):
         assert output_width(terminal=False, environ={"COLUMNS": nonsense}) == UNWRAPPED_WIDTH
+
+
+def test_an_mcp_server_package_that_cannot_start_names_its_stderr_and_the_missing_runtime_root(
+    plain: PlainInstall, elsewhere: Path
+) -> None:
+    require_sandbox()
+    package = elsewhere / "proj" / ".tooldir" / "tools" / "notes"
+    shutil.copytree(
+        Path(__file__).resolve().parents[2] / "fixtures" / "example" / "project" / ".tooldir" / "tools" / "notes",
+        package,
+    )
+    common = ["--project", "proj", "--user-dir", "none", "--state-dir", str(elsewhere / "state")]
+    (elsewhere / "none").mkdir()
+    allowed = plain.run([plain.tooldir, "allow", "notes", "--yes", *common], elsewhere)
+    assert allowed.returncode == 1
+    for text in (allowed.stderr, plain.run([plain.tooldir, "show", "notes", *common], elsewhere).stdout):
+        flat = " ".join(text.split())
+        assert "ModuleNotFoundError: No module named 'mcp'" in flat, text
+        assert (
+            "likely cause: a module it imports is not in the sandbox" in flat
+            and "sandbox.runtime_roots (now: none)" in flat
+        )
+    ran = plain.run([plain.tooldir, "run", "notes__add", "--input", '{"text": "x"}', *common], elsewhere)
+    assert ran.returncode == 1 and "No module named 'mcp'" in ran.stderr and "sandbox.runtime_roots" in ran.stderr
