@@ -26,6 +26,7 @@ to run still have to agree with each other where the README says they do.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -285,3 +286,16 @@ def test_every_readme_example_that_claims_an_output_prints_it(tmp_path: Path) ->
                     + "\n".join(actual)
                 )
     assert failures == [], "\n\n".join(failures)
+
+
+def test_the_manifests_the_readme_shows_are_the_ones_the_example_project_ships() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    shown: dict[str, object] = {}
+    for n, line in enumerate(lines):
+        if line == "```json":
+            _, body, _ = _fenced(lines, n)
+            document = json.loads("\n".join(body))
+            shown[document["name"]] = document
+    tools = REPO / "fixtures" / "example" / "project" / ".tooldir" / "tools"
+    assert shown["jira_get_issue"] == json.loads((tools / "jira_get_issue" / "schema.json").read_text("utf-8"))
+    assert shown["notes"] == json.loads((tools / "notes" / "server.json").read_text("utf-8"))
