@@ -112,3 +112,22 @@ def test_an_mcp_server_package_that_cannot_start_names_its_stderr_and_the_missin
         )
     ran = plain.run([plain.tooldir, "run", "notes__add", "--input", '{"text": "x"}', *common], elsewhere)
     assert ran.returncode == 1 and "No module named 'mcp'" in ran.stderr and "sandbox.runtime_roots" in ran.stderr
+
+
+def test_piped_headings_are_one_short_line_not_a_rule_of_the_unwrapped_width(
+    plain: PlainInstall, elsewhere: Path
+) -> None:
+    done = plain.run([plain.tooldir, "init", "piped_tool"], elsewhere)
+    assert done.returncode == 0, done.stderr
+    common = ["--user-dir", str(elsewhere / "none"), "--state-dir", str(elsewhere / "s")]
+    for argv in (["allow", "piped_tool", "--yes"], ["show", "piped_tool"], ["verify", ".tooldir/tools/piped_tool"]):
+        shown = plain.run([plain.tooldir, *argv, *common], elsewhere)
+        assert shown.returncode == 0, shown.stderr
+        headings = [line for line in shown.stdout.splitlines() if line.startswith("──")]
+        assert headings and all(line.endswith(" ──") and len(line) < 200 for line in headings), shown.stdout
+    narrow = subprocess.run(
+        [plain.tooldir, "show", "piped_tool", *common],
+        cwd=elsewhere, env=dict(plain.env, COLUMNS="60"), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    [heading] = [line for line in narrow.stdout.splitlines() if line.startswith("──")]
+    assert len(heading) == 60  # with COLUMNS, rich's rule across that width

@@ -16,6 +16,7 @@ from .common import (
     console,
     print_json,
     render_json,
+    rule,
     safe,
     stdout_is_terminal,
 )
@@ -237,7 +238,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         return EXIT_OK
     out = console()
     for record in records:
-        out.rule(safe(f"{record.name} ({record.source}) — {record.status}"))
+        rule(out, safe(f"{record.name} ({record.source}) — {record.status}"))
         out.print(safe(f"path:   {record.path}"))
         out.print(safe(f"trust:  {record.trust.method}"))
         out.print(safe(f"digest: {record.digest}"))

@@ -23,7 +23,7 @@ from ..upstream import (
     visible,
 )
 from ..upstream_names import SEPARATOR
-from .common import config_from_args, console, console_err, safe
+from .common import config_from_args, console, console_err, rule, safe
 
 
 def pin_after_allow(config: LoadConfig, path: str, *, quiet: bool) -> dict[str, Any] | None:
@@ -46,7 +46,7 @@ def pin_after_allow(config: LoadConfig, path: str, *, quiet: bool) -> dict[str, 
         return {"error": {"code": exc.code, "message": exc.message}}
     if not quiet:
         out = console()
-        out.rule(safe(f"MCP server {record.name}: {len(listing.tools)} tool(s), listed {listing.listed_at}"))
+        rule(out, safe(f"MCP server {record.name}: {len(listing.tools)} tool(s), listed {listing.listed_at}"))
         out.print("instructions (escapes visible):")
         out.print(safe(visible(listing.instructions)))
         for code, message in instructions_problems(listing.instructions):
