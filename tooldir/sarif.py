@@ -8,7 +8,8 @@ and other CI security dashboards. Pure: the caller says where each diagnostic is
   could hide or rewrite text shown as ``<U+XXXX>``; link and placeholder syntax escaped, see
   :func:`message_text`), and, when it has a file, a location: a URI relative to the most specific
   base folder that holds it, under that base's ``uriBaseId`` (:data:`ROOT_ID` the repository,
-  :data:`USER_ROOT_ID` a user tool root, :data:`USER_CONFIG_ID` the folder of the user's policy file),
+  :data:`USER_ROOT_ID` a user tool root, :data:`USER_CONFIG_ID` the folder of the user's policy file,
+  :data:`USER_STATE_ID` the user's state folder),
   each base named in the run's ``originalUriBaseIds``; a file under none of them keeps an absolute
   ``file:`` URI; a ``region``: the pointer's line, or line 1 for a whole file or package; the tool as
   a logical location; a stable ``partialFingerprints`` entry;
@@ -35,6 +36,7 @@ SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schem
 ROOT_ID = "PROJECTROOT"
 USER_ROOT_ID = "USERROOT"  # the first user tool root; the next ones USERROOT2, USERROOT3, ...
 USER_CONFIG_ID = "USERCONFIG"  # the folder of the user's policy file (keys, allowed_signers beside it)
+USER_STATE_ID = "USERSTATE"  # the user's state folder (approvals, the content index)
 FINGERPRINT = "tooldirDiagnostic/v1"
 
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
@@ -155,14 +157,19 @@ def artifact_location(path: str, root: Path | Bases) -> dict[str, Any]:
     return {"uri": _uri(best[2]), "uriBaseId": best[1]}
 
 
-def user_bases(user_roots: Sequence[str | Path], config_dir: str | Path | None) -> dict[str, Path]:
+def user_bases(
+    user_roots: Sequence[str | Path], config_dir: str | Path | None, state_dir: str | Path | None = None
+) -> dict[str, Path]:
     """The base ids of the user's side: :data:`USER_ROOT_ID` for the first user root (``USERROOT2``,
-    ... for the next ones), :data:`USER_CONFIG_ID` for ``config_dir``; all made absolute."""
+    ... for the next ones), :data:`USER_CONFIG_ID` for ``config_dir``, :data:`USER_STATE_ID` for
+    ``state_dir``; all made absolute."""
     out: dict[str, Path] = {}
     for i, user_root in enumerate(user_roots):
         out[USER_ROOT_ID if i == 0 else f"{USER_ROOT_ID}{i + 1}"] = Path(user_root).resolve()
     if config_dir is not None:
         out[USER_CONFIG_ID] = Path(config_dir).resolve()
+    if state_dir is not None:
+        out[USER_STATE_ID] = Path(state_dir).resolve()
     return out
 
 
@@ -170,6 +177,7 @@ _BASE_TEXT = {
     ROOT_ID: "the repository (the scanned project)",
     USER_ROOT_ID: "the user's tool root, outside the repository",
     USER_CONFIG_ID: "the folder of the user's tooldir policy, outside the repository",
+    USER_STATE_ID: "the user's tooldir state folder, outside the repository",
 }
 
 

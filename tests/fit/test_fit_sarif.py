@@ -128,6 +128,7 @@ def test_sarif_gives_user_root_and_user_policy_findings_their_own_uri_base_ids(
         "PROJECTROOT": repo.resolve().as_uri() + "/",
         "USERROOT": (elsewhere / "user").resolve().as_uri() + "/",
         "USERCONFIG": config.resolve().as_uri() + "/",
+        "USERSTATE": (elsewhere / "state").resolve().as_uri() + "/",
     }
     assert all(v["description"]["text"] for v in bases.values())
     located = {

@@ -23,12 +23,12 @@ MAX_READ = 4 * 1024 * 1024  # a file larger than this gets no line (discovery re
 
 
 def scan_sarif(snap: Snapshot, *, project: str, config: LoadConfig) -> dict[str, Any]:
-    """``config``'s user roots and the folder of its policy file (the default one when it read
-    none) get ``uriBaseId``s of their own."""
+    """``config``'s user roots, the folder of its policy file (the default one when it read none)
+    and its state folder get ``uriBaseId``s of their own."""
     root = Path(project).resolve()
     user_roots = [spec.path for spec in config.roots if spec.source == Source.USER]
     config_dir = Path(config.policy_file).parent if config.policy_file else default_policy_path().parent
-    bases = user_bases(user_roots, config_dir)
+    bases = user_bases(user_roots, config_dir, config.state_dir)
     return sarif_log(snap.diagnostics, root=root, version=_version(), locate=_locator(snap.diagnostics), bases=bases)
 
 
