@@ -20,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from ._internal.ownership import path_problem, refusal
 from ._internal.smallfile import MAX_POLICY_BYTES, Unreadable, read_small_file
@@ -44,7 +44,7 @@ class SourcePolicy(_Frozen):
     require: tuple[TrustMethod, ...]
     """Trust methods of which any one suffices; empty means the source needs no trust."""
     max_risk: Risk
-    may_shadow: bool
+    may_shadow: StrictBool
     """May a tool of this source shadow a same-named tool of a lower source?"""
 
 
@@ -53,7 +53,7 @@ class ProjectSourcePolicy(SourcePolicy):
 
     require: tuple[TrustMethod, ...] = ("approval", "signature", "pin")
     max_risk: Risk = Risk.WRITE
-    may_shadow: bool = True
+    may_shadow: StrictBool = True
 
 
 class UserSourcePolicy(SourcePolicy):
@@ -61,7 +61,7 @@ class UserSourcePolicy(SourcePolicy):
 
     require: tuple[TrustMethod, ...] = ()
     max_risk: Risk = Risk.EXEC
-    may_shadow: bool = True
+    may_shadow: StrictBool = True
 
 
 #: Builtins are the host application's own code, registered in Python: nothing to verify.
@@ -135,7 +135,7 @@ class DeferPolicy(_Frozen):
     max_schema_tokens_per_turn: int = Field(default=20000, ge=100)
     """Schema tokens tool_search may load in one turn."""
     # Re-deferral of idle loaded tools by a discounted Beta usage model.
-    redefer: bool = True
+    redefer: StrictBool = True
     discount: float = Field(default=0.8, gt=0, le=1)
     """Per-turn discount of past usage evidence."""
     prior_strength: float = Field(default=2.0, gt=0, le=100)
@@ -189,7 +189,7 @@ class PermissionsPolicy(_Frozen):
 
 
 class SandboxPolicy(_Frozen):
-    network: bool = False
+    network: StrictBool = False
     timeout_s: float = Field(default=30, gt=0, le=3600)
     memory_mb: int = Field(default=512, ge=16, le=65536)
     max_processes: int = Field(default=64, ge=1, le=4096)
@@ -197,7 +197,7 @@ class SandboxPolicy(_Frozen):
     scratch_mb: int = Field(default=64, ge=1, le=4096)
     env_allow: tuple[str, ...] = ()
     """Environment variable names a tool may receive if it declares them."""
-    unsafe_allow_unsandboxed: bool = False
+    unsafe_allow_unsandboxed: StrictBool = False
     cpu_s: int = Field(default=30, ge=1, le=3600)
     """CPU seconds (RLIMIT_CPU) per tool run."""
     max_file_mb: int = Field(default=64, ge=1, le=65536)
@@ -218,7 +218,7 @@ class SandboxPolicy(_Frozen):
     address_space_slack_mb: int = Field(default=512, ge=0, le=65536)
     """Without a cgroup, RLIMIT_AS is memory_mb plus this: address space runtimes reserve without
     using it (node's V8 needs ~700 MiB at start). 0 = RLIMIT_AS exactly memory_mb."""
-    unsafe_allow_no_seccomp: bool = False
+    unsafe_allow_no_seccomp: StrictBool = False
     """On an architecture with no tabulated seccomp filter (not x86-64 or aarch64), run sandboxed
     tools without one (logged on every run) instead of refusing them."""
     runtime_roots: tuple[str, ...] = ()
@@ -258,7 +258,7 @@ class SecretsPolicy(_Frozen):
 
     grants: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     """tool name -> names of the secrets it receives (each as that environment variable)."""
-    project_tools: bool = False
+    project_tools: StrictBool = False
     """A granted secret also reaches a *project* tool of that name (WEAKER: by default only tools
     from your own folders get secrets, so a repository's tool that takes a granted name, even
     once approved for its code, never receives your token without this)."""

@@ -19,6 +19,7 @@ from tooldir.policy import (
     Policy,
     effective_policy,
     load_policy,
+    parse_policy,
     read_policy,
     weakenings,
 )
@@ -344,3 +345,13 @@ def test_type_errors_speak_toml_not_python(text: str, words: str) -> None:
         effective_policy(text)
     assert words in caught.value.message and "tuple" not in caught.value.message
     assert "instance" not in caught.value.message
+
+
+@pytest.mark.parametrize("written", ['"yes"', '"true"', "1", '"on"'])
+@pytest.mark.parametrize("key", ["sandbox.network", "sandbox.unsafe_allow_unsandboxed", "sources.project.may_shadow"])
+def test_a_policy_switch_written_as_anything_but_a_toml_boolean_is_refused_not_read_as_true(
+    key: str, written: str
+) -> None:
+    table, _, leaf = key.rpartition(".")
+    with pytest.raises(PolicyError, match=leaf):
+        parse_policy(f"[{table}]\n{leaf} = {written}\n")
