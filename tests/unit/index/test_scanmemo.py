@@ -124,7 +124,14 @@ def test_the_memo_module_imports_only_the_standard_library() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = json.loads(done.stdout)
     ours = {m for m in loaded if m.startswith("tooldir")}
-    assert ours <= {"tooldir", "tooldir._safepath", "tooldir.scanmemo"}
+    # only stdlib-only modules of ours (the shared small-file reader among them)
+    assert ours <= {
+        "tooldir",
+        "tooldir._safepath",
+        "tooldir.scanmemo",
+        "tooldir._internal",
+        "tooldir._internal.smallfile",
+    }
     assert not {m.split(".")[0] for m in loaded} & {"pydantic", "pydantic_core", "jsonschema_rs", "rich", "tomllib"}
 
 
