@@ -55,7 +55,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -126,9 +126,13 @@ class AuditEvent:
     tool_sha256: str | None = None
     """sha256 of the requested name when ``tool`` is an escaped or capped form of it (else None,
     and the key is left out of the line)."""
+    network: Sequence[Mapping[str, Any]] | None = None
+    """A run behind the egress proxy: its connections (host, port, address, bytes_up, bytes_down,
+    refused); the key is left out of the line otherwise."""
 
     def fields(self) -> dict[str, Any]:
         extra = {} if self.tool_sha256 is None else {"tool_sha256": self.tool_sha256}
+        after = {} if self.network is None else {"network": list(self.network)}
         return {
             **extra,
             "tool": self.tool,
@@ -142,7 +146,12 @@ class AuditEvent:
             "duration_ms": self.duration_ms,
             "snapshot": self.snapshot,
             "session": self.session,
+            **after,
         }
+
+
+NETWORK_CAP = 64
+"""Connections written into one audit line at most (``network_more`` counts the rest)."""
 
 
 def bounded_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -155,6 +164,10 @@ def bounded_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = value
         elif isinstance(value, float):
             out[key] = round(value, 3) if math.isfinite(value) else None
+        elif key == "network" and isinstance(value, list):  # the egress proxy's connections
+            out[key] = [bounded_fields(c) for c in value[:NETWORK_CAP] if isinstance(c, Mapping)]
+            if len(value) > NETWORK_CAP:
+                out["network_more"] = len(value) - NETWORK_CAP
         else:
             text = value if isinstance(value, str) else _repr(value)
             shown = _SURROGATE.sub("\ufffd", text[: _CAPS.get(key, TEXT_CAP)])

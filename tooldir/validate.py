@@ -48,6 +48,7 @@ from .model import (
     warning,
 )
 from .names import explain_invalid, is_valid_name
+from .netallow import AllowEntryError, parse_entry
 from .policy import Policy
 from .text import check_strings, plainly_clean
 
@@ -228,6 +229,7 @@ class _Validation:
             self.fail("name-mismatch", f"manifest name {name!r} differs from its folder name {scan.name!r}", "/name")
         self._check_input_schema(data["input_schema"], meta_checked=fast)
         self._check_command(data["execute"]["command"])
+        self._check_network(data["execute"].get("network"), "/execute/network")
         if any(d.severity is Severity.ERROR for d in self.diags):
             return None
         freeze_arrays_in_place(data["input_schema"])  # the only part kept as parsed (the rest becomes tuples)
@@ -370,6 +372,17 @@ class _Validation:
                 f"{self.command_pointer}/0",
             )
 
+    def _check_network(self, network: Any, pointer: str) -> None:
+        """Each ``network.allow`` entry the schema's pattern let through is a real ``HOST:PORT``
+        (a port from 1 to 65535, host labels of at most 63 characters, a valid address)."""
+        if not isinstance(network, dict):
+            return
+        for index, entry in enumerate(network.get("allow", ())):
+            try:
+                parse_entry(entry)
+            except AllowEntryError as exc:
+                self.fail("schema-invalid", f"network.allow: {exc}", f"{pointer}/allow/{index}")
+
     def _check_text(self, data: dict[str, Any]) -> None:
         """Every string of the manifest, keys included (text:schema-fields, text:control). At
         most ``_MAX_TEXT_FINDINGS`` diagnostics of each kind, then one that counts the rest."""
@@ -427,6 +440,7 @@ class _ServerValidation(_Validation):
                 "name-mismatch", f"manifest name {data['name']!r} differs from its folder name {scan.name!r}", "/name"
             )
         self._check_command(data["server"]["command"])
+        self._check_network(data["server"].get("network"), "/server/network")
         if any(d.severity is Severity.ERROR for d in self.diags):
             return None
         try:

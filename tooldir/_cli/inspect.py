@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from ..defer import DeferralPlan
     from ..loader import LoadConfig
     from ..model import ToolRecord
+    from ..netallow import Grant
+    from ..policy import Policy
     from ..snapshot import Snapshot
 
 # keyed by the values of tooldir.model's Status and Severity (StrEnums): the model stays unimported
@@ -52,11 +54,11 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=cmd_show)
 
 
-def load_snapshot(args: argparse.Namespace) -> tuple[Snapshot, DeferralPlan]:
-    """The snapshot and the static deferral plan a fresh session over it would start from (so
-    ``deferred`` here is what ``catalog``, a session and ``tooldir serve`` do)."""
-    _, snap, plan = _load(args)
-    return snap, plan
+def load_snapshot(args: argparse.Namespace) -> tuple[Snapshot, DeferralPlan, Policy]:
+    """The snapshot, the static deferral plan a fresh session over it would start from (so
+    ``deferred`` here is what ``catalog``, a session and ``tooldir serve`` do) and the policy."""
+    config, snap, plan = _load(args)
+    return snap, plan, config.policy
 
 
 def _load(args: argparse.Namespace) -> tuple[LoadConfig, Snapshot, DeferralPlan]:
@@ -73,10 +75,13 @@ def _load(args: argparse.Namespace) -> tuple[LoadConfig, Snapshot, DeferralPlan]
     return config, snap, initial_plan(snap, policy=config.policy, builtins=config.builtins, by_bounds=True)
 
 
-def record_json(record: ToolRecord, plan: DeferralPlan) -> dict[str, Any]:
-    """A record as ``scan``/``list``/``show`` print it: ``deferred`` is the plan's decision."""
+def record_json(record: ToolRecord, plan: DeferralPlan, policy: Policy) -> dict[str, Any]:
+    """A record as ``scan``/``list``/``show`` print it: ``deferred`` is the plan's decision,
+    ``network`` what the policy grants it (``false``, ``true`` or ``{"allow": [...]}``)."""
     data = record.to_json()
     data["deferred"] = plan.is_deferred(record.name)
+    grant = network_grant(record, policy)
+    data["network"] = None if grant is None else grant.to_json()
     if record.upstream is not None:  # an MCP server package's tool: when it was last listed
         data["upstream"] = {
             "package": record.upstream.package,
@@ -87,12 +92,30 @@ def record_json(record: ToolRecord, plan: DeferralPlan) -> dict[str, Any]:
     return data
 
 
-def scan_json(snap: Snapshot, plan: DeferralPlan) -> dict[str, Any]:
+def network_grant(record: ToolRecord, policy: Policy) -> Grant | None:
+    """The network the policy grants ``record`` (None for a builtin)."""
+    spec = record.manifest.execute if record.manifest is not None else None
+    if spec is None and record.server is not None:
+        spec = record.server.server
+    return None if spec is None else policy.sandbox.network_grant(spec.declared_network())
+
+
+def network_text(grant: Grant) -> str:
+    """What ``show`` prints about a tool's network."""
+    if grant.kind == "unrestricted":
+        return "unrestricted (any host: sandbox.network_unrestricted = true)"
+    if grant.kind == "allow":
+        listed = ", ".join(str(e) for e in grant.allow) or "nothing (the policy's sandbox.network_allow covers none)"
+        return f"only through tooldir's proxy, to {listed}"
+    return "none" + (f" ({grant.why})" if grant.why else "")
+
+
+def scan_json(snap: Snapshot, plan: DeferralPlan, policy: Policy) -> dict[str, Any]:
     """The ``scan --json`` document (:meth:`Snapshot.to_json` with the plan's ``deferred``; built
     once, not rendered twice: at 10k tools the first rendering alone held ~6 MB)."""
     return {
         "snapshot": {"id": snap.id, "generation": snap.generation},
-        "tools": [record_json(t, plan) for t in snap.tools],
+        "tools": [record_json(t, plan, policy) for t in snap.tools],
         "diagnostics": [d.to_json() for d in snap.diagnostics],
     }
 
@@ -110,21 +133,22 @@ def cmd_scan(args: argparse.Namespace) -> int:
     if isinstance(pending, int):  # a memo hit: its output is printed, this is its exit status
         return pending
     config, snap, plan = _load(args)
+    policy = config.policy
     has_errors = any(d.severity == "error" for d in snap.diagnostics)
     status = EXIT_FOUND_ERRORS if args.strict and has_errors else EXIT_OK
     if pending is None:
-        print_scan(fmt, snap, plan, args)
+        print_scan(fmt, snap, plan, args, policy)
         return status
-    text = render_scan(fmt, snap, plan, args)
+    text = render_scan(fmt, snap, plan, args, policy)
     sys.stdout.write(text)
     sys.stdout.flush()
     _memo_save(pending, config, snap, text, status)
     return status
 
 
-def print_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Namespace) -> None:
+def print_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Namespace, policy: Policy) -> None:
     if fmt == "json":
-        print_json(scan_json(snap, plan))
+        print_json(scan_json(snap, plan, policy))
     elif fmt == "sarif":
         from .sarif_out import scan_sarif
 
@@ -134,14 +158,14 @@ def print_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Name
         print_diagnostics(snap)
 
 
-def render_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Namespace) -> str:
+def render_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Namespace, policy: Policy) -> str:
     """What :func:`print_scan` prints into a pipe or a file (never a terminal), as text."""
     if fmt == "table":
         with console().capture() as captured:
-            print_scan(fmt, snap, plan, args)
+            print_scan(fmt, snap, plan, args, policy)
         return captured.get()
     if fmt == "json":
-        return render_json(scan_json(snap, plan))
+        return render_json(scan_json(snap, plan, policy))
     from .sarif_out import scan_sarif
 
     return render_json(scan_sarif(snap, project=args.project))
@@ -211,11 +235,14 @@ def _memo_save(pending: scanmemo.Pending, config: LoadConfig, snap: Snapshot, te
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    snap, plan = load_snapshot(args)
+    snap, plan, policy = load_snapshot(args)
     tools = snap.tools if args.all else tuple(snap.by_name.values())
     if args.json:
         print_json(
-            {"snapshot": {"id": snap.id, "generation": snap.generation}, "tools": [record_json(t, plan) for t in tools]}
+            {
+                "snapshot": {"id": snap.id, "generation": snap.generation},
+                "tools": [record_json(t, plan, policy) for t in tools],
+            }
         )
     else:
         print_tools(tools, plan, title="tools")
@@ -223,12 +250,12 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    snap, plan = load_snapshot(args)
+    snap, plan, policy = load_snapshot(args)
     records = snap.records(args.name)
     if not records:
         raise CommandError(f"no tool named {args.name!r} in any root", exit_code=EXIT_FOUND_ERRORS)
     if args.json:
-        details = [detail_json(r, plan) for r in records]
+        details = [detail_json(r, plan, policy) for r in records]
         if any(r.upstream is not None for r in records):
             from .upstream import upstream_detail
 
@@ -247,6 +274,9 @@ def cmd_show(args: argparse.Namespace) -> int:
             from .upstream import print_upstream
 
             print_upstream(record, args)
+        grant = network_grant(record, policy)
+        if grant is not None:
+            out.print(safe(f"network: {network_text(grant)}"))
         if record.manifest is not None:
             out.print(safe("manifest:"))
             out.print(safe(json.dumps(record.manifest.model_dump(mode="json"), indent=2, ensure_ascii=False)))
@@ -262,8 +292,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def detail_json(record: ToolRecord, plan: DeferralPlan) -> dict[str, Any]:
-    data = record_json(record, plan)
+def detail_json(record: ToolRecord, plan: DeferralPlan, policy: Policy) -> dict[str, Any]:
+    data = record_json(record, plan, policy)
     data["manifest"] = None if record.manifest is None else record.manifest.model_dump(mode="json")
     data["files"] = [
         {"path": f.path, "sha256": f.sha256, "size": f.size, "executable": f.executable} for f in record.files
