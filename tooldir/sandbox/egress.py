@@ -36,8 +36,8 @@ PROXY_PORT = 3128
 PROXY_URL = f"http://{PROXY_HOST}:{PROXY_PORT}"
 PROXY_ENV_NAMES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy")
 MAX_HEAD = 16 * 1024  # a request line and its headers
-MAX_CONNECTIONS = 256  # per run; past it a connection is refused (and still recorded, up to MAX_RECORDED)
-MAX_RECORDED = 512
+MAX_OPEN = 64  # connections open at once per run; past it a new one is refused (and recorded)
+MAX_RECORDED = 512  # connections recorded one by one per run; the rest are summed in one more record
 HEAD_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 CHUNK = 64 * 1024
@@ -120,7 +120,8 @@ class EgressProxy:
         self._wake_read, self._wake_write = os.pipe2(os.O_CLOEXEC)
         self._lock = threading.Lock()
         self._connections: list[Connection] = []
-        self._asked = 0
+        self._overflow = Connection("", None)
+        self._overflowed = 0
         self._open: set[socket.socket] = set()
         self._threads: list[threading.Thread] = []
         self._closed = False
@@ -156,7 +157,14 @@ class EgressProxy:
             with contextlib.suppress(OSError):
                 os.close(fd)
         with self._lock:
-            return list(self._connections)
+            out = list(self._connections)
+            if self._overflowed:
+                self._overflow.refused = (
+                    f"more: {self._overflowed} further connection(s) past the first {MAX_RECORDED}, summed here "
+                    "(host and port not kept)"
+                )
+                out.append(self._overflow)
+            return out
 
     # -- the listener ---------------------------------------------------------------------------
 
@@ -177,12 +185,12 @@ class EgressProxy:
                     if self._closed:
                         client.close()
                         return
-                    self._asked += 1
-                    over = self._asked > MAX_CONNECTIONS
+                    over = sum(1 for t in self._threads if t.is_alive()) >= MAX_OPEN
+                    self._threads = [t for t in self._threads if t.is_alive()]
                     self._open.add(client)
                 if over:
-                    self._record(Connection("", None, refused=f"too-many-connections: more than {MAX_CONNECTIONS}"))
-                    self._drop(client, _reply(429, "too many connections"))
+                    self._record(Connection("", None, refused=f"too-many-connections: {MAX_OPEN} are open"))
+                    self._drop(client, _reply(429, f"too many connections: {MAX_OPEN} are open"))
                     continue
                 thread = threading.Thread(target=self._handle, args=(client,), name="tooldir-egress-conn", daemon=True)
                 self._threads.append(thread)
@@ -220,6 +228,10 @@ class EgressProxy:
         with self._lock:
             if len(self._connections) < MAX_RECORDED:
                 self._connections.append(connection)
+            else:
+                self._overflowed += 1
+                self._overflow.bytes_up += connection.bytes_up
+                self._overflow.bytes_down += connection.bytes_down
 
     def _drop(self, sock: socket.socket, reply: bytes | None = None) -> None:
         if reply is not None:

@@ -212,3 +212,17 @@ def test_every_proxy_variable_names_the_proxy_and_nothing_bypasses_it() -> None:
     for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"):
         assert env[name] == "http://127.0.0.1:3128"
     assert env["NO_PROXY"] == env["no_proxy"] == ""
+
+
+def test_past_the_recorded_bound_further_connections_are_summed_in_one_last_record(
+    origin: Origin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tooldir.sandbox import egress
+
+    monkeypatch.setattr(egress, "MAX_RECORDED", 2)
+    with running([f"127.0.0.1:{origin.port}"]) as (proxy, port):
+        replies = [ask(port, f"CONNECT 127.0.0.1:{n} HTTP/1.1\r\n\r\n".encode()) for n in (1, 2, 3, 4)]
+    assert all(r.startswith(b"HTTP/1.1 403") for r in replies)
+    connections = proxy.close()
+    assert [c.port for c in connections] == [1, 2, None]
+    assert connections[-1].refused is not None and connections[-1].refused.startswith("more: 2 further connection(s)")
