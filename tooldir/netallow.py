@@ -200,7 +200,7 @@ GrantKind = Literal["none", "allow", "unrestricted"]
 
 
 @dataclass(frozen=True, slots=True)
-class Grant:
+class NetworkGrant:
     """The network one tool gets: ``none``; ``allow`` -- only ``allow`` (maybe empty: every
     connection is refused, and reported), through the proxy; or ``unrestricted`` (the host's
     network). ``why`` says, for ``none``, what the tool declared that it does not get."""
@@ -218,20 +218,20 @@ class Grant:
 
 def grant(
     declared: bool | Sequence[str], *, master: bool, unrestricted: bool, ceiling: Sequence[AllowEntry] | None
-) -> Grant:
+) -> NetworkGrant:
     """What a tool that declares ``declared`` (``execute.network``: a bool or its allow list) gets
     under the policy's ``sandbox.network`` (``master``), ``sandbox.network_unrestricted`` and
     ``sandbox.network_allow`` (``ceiling``; None: no ceiling)."""
     if declared is False:
-        return Grant("none")
+        return NetworkGrant("none")
     if not master:
-        return Grant("none", why="the policy's sandbox.network is false")
+        return NetworkGrant("none", why="the policy's sandbox.network is false")
     if declared is True:
         if unrestricted:
-            return Grant("unrestricted")
-        return Grant(
+            return NetworkGrant("unrestricted")
+        return NetworkGrant(
             "none",
             why="the tool declares network: true (any host); that needs sandbox.network_unrestricted = true, or "
             'declare {"allow": ["HOST:PORT", ...]}',
         )
-    return Grant("allow", intersect(parse_entries(declared), ceiling))
+    return NetworkGrant("allow", intersect(parse_entries(declared), ceiling))

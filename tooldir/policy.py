@@ -27,7 +27,7 @@ from ._internal.tomllines import key_lines, line_of
 from .errors import PolicyError
 from .model import Diagnostic, Risk, Source, warning
 from .names import GUARD_TOOLS
-from .netallow import MAX_ENTRIES, AllowEntry, Grant, grant, parse_entries
+from .netallow import MAX_ENTRIES, AllowEntry, NetworkGrant, grant, parse_entries
 
 TrustMethod = Literal["approval", "signature", "pin"]
 
@@ -244,7 +244,7 @@ class SandboxPolicy(_Frozen):
     def network_ceiling(self) -> tuple[AllowEntry, ...] | None:
         return None if self.network_allow is None else parse_entries(self.network_allow)
 
-    def network_grant(self, declared: bool | Sequence[str]) -> Grant:
+    def network_grant(self, declared: bool | Sequence[str]) -> NetworkGrant:
         """The network a tool declaring ``declared`` (``execute.network``) gets under this policy."""
         return grant(
             declared, master=self.network, unrestricted=self.network_unrestricted, ceiling=self.network_ceiling()

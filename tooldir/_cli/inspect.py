@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ..defer import DeferralPlan
     from ..loader import LoadConfig
     from ..model import ToolRecord
-    from ..netallow import Grant
+    from ..netallow import NetworkGrant
     from ..policy import Policy
     from ..snapshot import Snapshot
 
@@ -92,7 +92,7 @@ def record_json(record: ToolRecord, plan: DeferralPlan, policy: Policy) -> dict[
     return data
 
 
-def network_grant(record: ToolRecord, policy: Policy) -> Grant | None:
+def network_grant(record: ToolRecord, policy: Policy) -> NetworkGrant | None:
     """The network the policy grants ``record`` (None for a builtin)."""
     spec = record.manifest.execute if record.manifest is not None else None
     if spec is None and record.server is not None:
@@ -100,7 +100,7 @@ def network_grant(record: ToolRecord, policy: Policy) -> Grant | None:
     return None if spec is None else policy.sandbox.network_grant(spec.declared_network())
 
 
-def network_text(grant: Grant) -> str:
+def network_text(grant: NetworkGrant) -> str:
     """What ``show`` prints about a tool's network."""
     if grant.kind == "unrestricted":
         return "unrestricted (any host: sandbox.network_unrestricted = true)"
