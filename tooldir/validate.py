@@ -264,7 +264,7 @@ class _Validation:
                     self.fail("invalid-name", f"name {err.instance!r}: {explain_invalid(err.instance)}", pointer)
                     named = True
                 continue
-            message = _schema_message(err)
+            message = _allow_entry_message(err, pointer) or _schema_message(err)
             if pointer == "/input_schema" or pointer.startswith("/input_schema/"):
                 self.fail("invalid-input-schema", f"input_schema: {message}", pointer)
                 continue
@@ -448,6 +448,21 @@ class _ServerValidation(_Validation):
         except (KeyError, TypeError, ValueError) as exc:  # pragma: no cover - the schema rules it out
             self.fail("schema-invalid", f"the manifest model cannot hold what the schema accepted: {exc}", "")
             return None
+
+
+_ALLOW_ENTRY_POINTER = re.compile(r"/(execute|server)/network/allow/[0-9]+")
+
+
+def _allow_entry_message(err: Any, pointer: str) -> str | None:
+    """What is wrong with a ``network.allow`` entry the schema's pattern refused, in
+    :func:`tooldir.netallow.parse_entry`'s words (never the bare regular expression)."""
+    if err.kind.name != "pattern" or not isinstance(err.instance, str) or not _ALLOW_ENTRY_POINTER.fullmatch(pointer):
+        return None
+    try:
+        parse_entry(err.instance)
+    except AllowEntryError as exc:
+        return f"network.allow: {exc}"
+    return None
 
 
 def _unsafe_arg(arg: str) -> str | None:
