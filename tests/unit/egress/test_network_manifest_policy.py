@@ -179,3 +179,27 @@ def test_show_and_scan_json_print_the_granted_network_as_the_manifest_writes_it(
     assert main(["show", "any_host", *common]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "network: none (the tool declares network: true (any host); that needs sandbox.network_unrestricted" in text
+
+
+def test_a_tool_with_an_allowlist_is_never_run_unsandboxed_even_where_unsandboxed_runs_are_allowed(
+    tmp_path: Path,
+) -> None:
+    from tooldir.loader import Loader, make_config
+    from tooldir.registry import Registry
+    from tooldir.sandbox import UnsafeUnsandboxed
+    from tooldir.snapshot import SnapshotStore
+
+    canary = tmp_path / "ran"
+    script = f"open({str(canary)!r}, 'w').write('x')\nprint('{{\"ok\": true, \"content\": 1}}')\n"
+    user = tmp_path / "user"
+    make_tool(user, "net_tool", script=script, execute=execute({"allow": ["127.0.0.1:9"]}))
+    policy = parse_policy("[sandbox]\nnetwork = true\nunsafe_allow_unsandboxed = true\n")
+    config = make_config(project=None, user_dirs=[user], policy=policy, state_dir=tmp_path / "state")
+    unsafe = UnsafeUnsandboxed(policy.sandbox, tmp_path / "state")
+    registry = Registry(
+        SnapshotStore(Loader(config).load()), policy=policy, state_dir=tmp_path / "state", sandbox=unsafe
+    )
+    result = registry.call("net_tool", {"text": "x"})
+    assert result.error is not None and result.error.code == "sandbox-unavailable"
+    assert "only the sandbox can enforce" in result.error.message
+    assert not canary.exists()
