@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import errno
 import os
 import select
 import socket
@@ -263,15 +264,10 @@ class EgressProxy:
                 raise _Refused(f"not-allowed: {_shown(host, port)} is not on the tool's network allowlist")
             address = self._pick_address(kind, name, port, connection)
             connection.address = address
-            try:
-                upstream = socket.create_connection((address, port), timeout=CONNECT_TIMEOUT_S)
-            except OSError as exc:
-                raise _Refused(f"connect-failed: {address} port {port}: {exc.strerror or exc}", 502) from None
-            with self._lock:
-                if self._closed:
-                    upstream.close()
-                    return
-                self._open.add(upstream)
+            upstream = self._connect(address, port)
+            if upstream is None:
+                connection.refused = f"connect-failed: {address} port {port}: the run ended while connecting"
+                return
             if method == "CONNECT":
                 client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 first = rest
@@ -295,6 +291,36 @@ class EgressProxy:
             if upstream is not None:
                 self._drop(upstream)
             self._drop(client)
+
+    def _connect(self, address: str, port: int) -> socket.socket | None:
+        """A connection to ``address``, waiting at most :data:`CONNECT_TIMEOUT_S`, and no longer
+        than the run: :meth:`close` wakes it (None then)."""
+        sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
+        with self._lock:
+            if self._closed:
+                sock.close()
+                return None
+            self._open.add(sock)
+        try:
+            sock.setblocking(False)
+            code = sock.connect_ex((address, port))
+            if code not in (0, errno.EINPROGRESS):
+                raise OSError(code, os.strerror(code))
+            if code:
+                _, writable, _ = select.select([self._wake_read], [sock.fileno()], [], CONNECT_TIMEOUT_S)
+                if not writable:
+                    if self._closed:
+                        self._drop(sock)
+                        return None
+                    raise OSError(errno.ETIMEDOUT, f"no answer within {CONNECT_TIMEOUT_S:g} s")
+                code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if code:
+                    raise OSError(code, os.strerror(code))
+            sock.setblocking(True)
+        except OSError as exc:
+            self._drop(sock)
+            raise _Refused(f"connect-failed: {address} port {port}: {exc.strerror or exc}", 502) from None
+        return sock
 
     def _pick_address(self, kind: str, name: str, port: int, connection: Connection) -> str:
         """The address to connect to: the literal itself, or the first address ``name``
