@@ -123,6 +123,7 @@ class EgressProxy:
         self._connections: list[Connection] = []
         self._overflow = Connection("", None)
         self._overflowed = 0
+        self._unlisted: set[int] = set()
         self._open: set[socket.socket] = set()
         self._threads: list[threading.Thread] = []
         self._closed = False
@@ -189,11 +190,14 @@ class EgressProxy:
                     over = sum(1 for t in self._threads if t.is_alive()) >= MAX_OPEN
                     self._threads = [t for t in self._threads if t.is_alive()]
                     self._open.add(client)
+                    connection = self._slot()  # recorded in the order asked for, filled in as it goes
                 if over:
-                    self._record(Connection("", None, refused=f"too-many-connections: {MAX_OPEN} are open"))
+                    connection.refused = f"too-many-connections: {MAX_OPEN} are open"
                     self._drop(client, _reply(429, f"too many connections: {MAX_OPEN} are open"))
                     continue
-                thread = threading.Thread(target=self._handle, args=(client,), name="tooldir-egress-conn", daemon=True)
+                thread = threading.Thread(
+                    target=self._handle, args=(client, connection), name="tooldir-egress-conn", daemon=True
+                )
                 self._threads.append(thread)
                 thread.start()
 
@@ -225,12 +229,21 @@ class EgressProxy:
             return None
         return sock
 
-    def _record(self, connection: Connection) -> None:
+    def _slot(self) -> Connection:
+        """A new connection's record, listed now (under the lock) if within :data:`MAX_RECORDED`;
+        past it the record is summed into the last entry when its connection ends."""
+        connection = Connection("", None)
+        if len(self._connections) < MAX_RECORDED:
+            self._connections.append(connection)
+        else:
+            self._overflowed += 1
+            self._unlisted.add(id(connection))
+        return connection
+
+    def _ended(self, connection: Connection) -> None:
         with self._lock:
-            if len(self._connections) < MAX_RECORDED:
-                self._connections.append(connection)
-            else:
-                self._overflowed += 1
+            if id(connection) in self._unlisted:
+                self._unlisted.discard(id(connection))
                 self._overflow.bytes_up += connection.bytes_up
                 self._overflow.bytes_down += connection.bytes_down
 
@@ -244,8 +257,7 @@ class EgressProxy:
 
     # -- one connection -------------------------------------------------------------------------
 
-    def _handle(self, client: socket.socket) -> None:
-        connection = Connection("", None)
+    def _handle(self, client: socket.socket, connection: Connection) -> None:
         upstream: socket.socket | None = None
         try:
             client.settimeout(HEAD_TIMEOUT_S)
@@ -286,8 +298,7 @@ class EgressProxy:
         except OSError:
             pass  # the tool went away, or the run ended; what was relayed is recorded
         finally:
-            if connection.host or connection.refused:
-                self._record(connection)
+            self._ended(connection)
             if upstream is not None:
                 self._drop(upstream)
             self._drop(client)
