@@ -694,7 +694,9 @@ WEAKENING_RULES: Mapping[str, _Rule] = MappingProxyType(
         "permissions.allow": _allow,
         "permissions.deny": _drops("a denied tool name may run"),
         "permissions.max_risk": _risk_cap,
-        "sandbox.network": _turned_on("a tool that declares network gets it"),
+        "sandbox.network": _turned_on(
+            "a tool that declares network destinations reaches them (within sandbox.network_allow)"
+        ),
         "sandbox.network_unrestricted": _turned_on(
             "a tool that declares network: true reaches any host and address, with no proxy and no report"
         ),
