@@ -126,12 +126,17 @@ class AuditEvent:
     tool_sha256: str | None = None
     """sha256 of the requested name when ``tool`` is an escaped or capped form of it (else None,
     and the key is left out of the line)."""
+    secrets: tuple[str, ...] = ()
+    """The names (never the values) of the secrets given to the tool's run (DESIGN §11), written
+    comma-separated (``"JIRA_TOKEN,GH_TOKEN"``); the key is left out of the line when none were."""
     network: Sequence[Mapping[str, Any]] | None = None
     """A run behind the egress proxy: its connections (host, port, address, bytes_up, bytes_down,
     refused); the key is left out of the line otherwise."""
 
     def fields(self) -> dict[str, Any]:
-        extra = {} if self.tool_sha256 is None else {"tool_sha256": self.tool_sha256}
+        extra: dict[str, Any] = {} if self.tool_sha256 is None else {"tool_sha256": self.tool_sha256}
+        if self.secrets:
+            extra["secrets"] = ",".join(self.secrets)  # names hold no ','; a plain string, as every field
         after = {} if self.network is None else {"network": list(self.network)}
         return {
             **extra,

@@ -87,6 +87,7 @@ class CallErrorCode(enum.StrEnum):
     PERMISSION_DENIED = "permission-denied"
     HOOK_DENIED = "hook-denied"
     HOOK_FAILED = "hook-failed"
+    SECRET_UNAVAILABLE = "secret-unavailable"  # noqa: S105 - a code: a declared secret not granted or not set
     SANDBOX_UNAVAILABLE = "sandbox-unavailable"
     SANDBOX_FAILED = "sandbox-failed"
     CHANGED_SINCE_VERIFICATION = "changed-since-verification"

@@ -9,6 +9,7 @@
     │   ├── ScenarioError             .path (tooldir.drill.confine)
     │   │   └── ArenaEscapeError      .where, .target: a plant or step acting outside its arena
     │   ├── HttpSetupError            --http / --token-file unusable (tooldir.mcp_http)
+    │   ├── SecretsFileError          .path: the user's secrets.toml cannot be used (tooldir.secrets)
     │   └── ConfigFileError           an MCP client's config file cannot be merged (tooldir.clientconfig)
     ├── DiscoveryError                a tool root cannot be opened
     ├── PackageError                  .path, .reason, .found (tooldir.manage: approve, lock, sign, ...)
@@ -31,6 +32,7 @@ Internal signals: raised and caught inside tooldir, never raised to a caller of 
     ├── WorkerFailedError             tooldir._internal.schema_worker
     │   └── MemoryBoundError          tooldir._internal.schema_worker (-> invalid-input result)
     ├── SchemaCompileError            tooldir._internal.schema_worker
+    ├── SecretUnavailableError        tooldir.secrets (-> secret-unavailable result)
     ├── NotRunnableError              tooldir.drill.confine: a drill that cannot run here
     ├── UnavailableError              tooldir.drill.confine
     ├── CommandError                  tooldir._cli.common: the CLI's exit code and message

@@ -252,6 +252,9 @@ def candidate_from_entry(entry: Entry, root: RootSpec) -> Candidate | None:
     return Candidate(scan, manifest, entry.diagnostics)
 
 
+_EXECUTE_KEYS = frozenset({"command", "timeout_s", "network", "env", "secrets"})
+
+
 def manifest_from_json(data: dict[str, Any]) -> Manifest:
     """The :class:`Manifest` that validation made of ``data`` (a manifest it accepted, parsed with
     every object a :class:`FrozenDict`), built without validating again: the same values and types
@@ -271,6 +274,10 @@ def manifest_from_json(data: dict[str, Any]) -> Manifest:
         )
     if "env" in raw:
         execute["env"] = tuple(raw["env"])
+    if "secrets" in raw:
+        execute["secrets"] = tuple(raw["secrets"])
+    if set(raw) - _EXECUTE_KEYS:  # never drop what the manifest says: an entry that cannot say it is unusable
+        raise ValueError("unknown execute keys")
     values: dict[str, Any] = {
         "name": str(data["name"]),
         "description": str(data["description"]),

@@ -133,6 +133,12 @@ def _env_chars_only(value: str) -> str:
     return value
 
 
+def _secret_chars_only(value: str) -> str:
+    if _SECRET_FORBIDDEN.search(value) is not None:
+        raise ValueError("a secret name uses only ASCII capital letters, digits and '_' ([A-Z][A-Z0-9_]*)")
+    return value
+
+
 def _object_schema(value: FrozenDict) -> FrozenDict:
     if value.get("type") != "object":
         raise ValueError('input_schema must have "type": "object"')
@@ -142,6 +148,10 @@ def _object_schema(value: FrozenDict) -> FrozenDict:
 _NAME_FORBIDDEN = re.compile(NAME_FORBIDDEN)
 _ENV_FORBIDDEN_CLASS = "[^A-Za-z0-9_]"
 _ENV_FORBIDDEN = re.compile(_ENV_FORBIDDEN_CLASS)
+_SECRET_FORBIDDEN_CLASS = "[^A-Z0-9_]"  # noqa: S105 - a character class, not a password
+_SECRET_FORBIDDEN = re.compile(_SECRET_FORBIDDEN_CLASS)
+#: At most this many secrets per tool (DESIGN §11).
+MAX_SECRETS = 16
 
 #: A tool name (:mod:`tooldir.names` holds the rule); the schema never uses an anchored pattern.
 ToolName = Annotated[
@@ -163,6 +173,23 @@ EnvName = Annotated[
             "maxLength": 128,
             "pattern": "^[A-Za-z_]",
             "not": {"pattern": _ENV_FORBIDDEN_CLASS},
+        }
+    ),
+]
+#: A secret's name (DESIGN §11): ``[A-Z][A-Z0-9_]*``, at most 128 characters.
+SecretName = Annotated[
+    StrictStr,
+    StringConstraints(min_length=1, max_length=128, pattern="^[A-Z]"),
+    AfterValidator(_secret_chars_only),
+    WithJsonSchema(
+        {
+            "$comment": "A secret's name: a capital letter, then capitals, digits, '_'; at most 128. "
+            "No regex '$' (see name).",
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 128,
+            "pattern": "^[A-Z]",
+            "not": {"pattern": _SECRET_FORBIDDEN_CLASS},
         }
     ),
 ]
@@ -232,6 +259,13 @@ class ExecuteSpec(BaseModel):
         max_length=64,
         strict=False,
         description="environment variable names to pass through, if policy allows",
+    )
+    secrets: tuple[SecretName, ...] = Field(
+        default=(),
+        max_length=MAX_SECRETS,
+        strict=False,
+        description="names of secrets (values in the user's secrets.toml) the tool needs, if the user's policy "
+        "grants them; each arrives as that environment variable",
     )
 
     def declared_network(self) -> bool | tuple[str, ...]:
@@ -323,7 +357,7 @@ class ServerManifest(BaseModel):
     server: ServerSpec
 
 
-#: One ``model_fields_set`` object per distinct set of given keys (at most 2**6 for a manifest, 2**4
+#: One ``model_fields_set`` object per distinct set of given keys (at most 2**6 for a manifest, 2**5
 #: for its execute spec), shared by every model built from checked data: a pydantic model keeps
 #: its own set (~0.9 KB a tool, 9 MB at 10k) and a frozen one never changes it.
 _FIELDS_SETS: dict[frozenset[str], set[str]] = {}
@@ -354,6 +388,7 @@ def _spec(cls: type[_S], raw: Mapping[str, Any]) -> _S:
         "timeout_s": float(raw["timeout_s"]) if "timeout_s" in raw else None,  # strict float: an int becomes a float
         "network": _network(raw.get("network", False)),
         "env": tuple(raw["env"]) if "env" in raw else (),
+        "secrets": tuple(raw["secrets"]) if "secrets" in raw else (),
     }
     return _built(cls, values, raw)
 

@@ -7,11 +7,11 @@ project. Every field has a safe default, so ``Policy()`` is the default policy a
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import json
 import os
 import re
-import stat
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ._internal.ownership import path_problem, refusal
+from ._internal.smallfile import MAX_POLICY_BYTES, Unreadable, read_small_file
 from ._internal.tomllines import key_lines, line_of
 from .errors import PolicyError
 from .model import Diagnostic, Risk, Source, warning
@@ -276,6 +277,32 @@ class AuditPolicy(_Frozen):
     """With ``durability = "interval"``: the longest an audit line stays unsynced (50 to 200 ms)."""
 
 
+class SecretsPolicy(_Frozen):
+    """``[secrets]``: which tool receives which secret (DESIGN §11). Only the user's policy grants;
+    the values live in ``secrets.toml`` beside it (:mod:`tooldir.secrets`)."""
+
+    grants: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    """tool name -> names of the secrets it receives (each as that environment variable)."""
+
+    @field_validator("grants")
+    @classmethod
+    def _grants_are_names(cls, grants: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        from .names import is_valid_name
+
+        for tool, names in grants.items():
+            if not is_valid_name(tool):
+                raise ValueError(f"grant for {tool!r}: not a valid tool name")
+            for name in names:
+                if _SECRET_NAME.fullmatch(name) is None:
+                    raise ValueError(
+                        f"grant for {tool!r}: {name!r} is not a secret name ([A-Z][A-Z0-9_]*, at most 128)"
+                    )
+        return grants
+
+
+_SECRET_NAME = re.compile(r"[A-Z][A-Z0-9_]{0,127}")
+
+
 class Limits(_Frozen):
     max_manifest_bytes: int = Field(default=256 * 1024, ge=1024)
     max_file_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
@@ -296,6 +323,7 @@ class Policy(_Frozen):
     sandbox: SandboxPolicy = Field(default_factory=SandboxPolicy)
     exec: ExecPolicy = Field(default_factory=ExecPolicy)
     audit: AuditPolicy = Field(default_factory=AuditPolicy)
+    secrets: SecretsPolicy = Field(default_factory=SecretsPolicy)
     limits: Limits = Field(default_factory=Limits)
 
     @field_validator("pins")
@@ -424,7 +452,6 @@ def read_policy(path: str | os.PathLike[str] | None = None) -> EffectivePolicy:
     return effective_policy(text, path=str(file))
 
 
-MAX_POLICY_BYTES = 1024 * 1024
 """A policy file is at most this large (the bundled presets are under 2 KB)."""
 
 
@@ -434,44 +461,15 @@ def _read_policy_file(file: Path) -> str:
     out) and valid UTF-8; anything else is a one-line :class:`PolicyError` naming the file."""
     where = str(file)
     try:
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise PolicyError(f"cannot read policy: {exc.strerror or exc}", path=where) from None
+        read = read_small_file(file, MAX_POLICY_BYTES, what="a policy file")
+    except Unreadable as exc:
+        raise PolicyError(f"cannot read policy: {exc.why}", path=where) from None
+    if read is None:
+        raise PolicyError(f"cannot read policy: {os.strerror(errno.ENOENT)}", path=where)
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise PolicyError(f"cannot read policy: it is {_file_kind(info.st_mode)}, not a regular file", path=where)
-        if info.st_size > MAX_POLICY_BYTES:
-            raise PolicyError(
-                f"cannot read policy: it is {info.st_size} bytes; a policy file is at most {MAX_POLICY_BYTES}",
-                path=where,
-            )
-        chunks: list[bytes] = []
-        held = 0
-        while chunk := os.read(fd, MAX_POLICY_BYTES + 1 - held):
-            chunks.append(chunk)
-            held += len(chunk)
-            if held > MAX_POLICY_BYTES:  # it grew while being read
-                raise PolicyError(f"cannot read policy: it is over {MAX_POLICY_BYTES} bytes", path=where)
-    except OSError as exc:
-        raise PolicyError(f"cannot read policy: {exc.strerror or exc}", path=where) from None
-    finally:
-        os.close(fd)
-    try:
-        return b"".join(chunks).decode("utf-8")
+        return read.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PolicyError(f"cannot read policy: invalid UTF-8 at byte {exc.start}", path=where) from None
-
-
-def _file_kind(mode: int) -> str:
-    kinds: tuple[tuple[Callable[[int], bool], str], ...] = (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    )
-    return next((name for test, name in kinds if test(mode)), "not a file")
 
 
 def check_trusted(file: str | os.PathLike[str], what: str, *, key: str | None = None) -> None:
@@ -725,13 +723,13 @@ WEAKENING_RULES: Mapping[str, _Rule] = MappingProxyType(
         **{f"limits.{key}": _higher(_LARGER) for key in Limits.model_fields},
     }
 )
-#: Keys that are not protections: the user's own trust anchors and pins (adding one is how trust is
-#: granted, and it is always explicit), deferral budgets, and the sandbox uid (another unused uid
-#: is as good or better).
+#: Keys that are not protections: the user's own trust anchors, pins and secret grants (adding one
+#: is how trust or a secret is granted, and it is always explicit), deferral budgets, and the
+#: sandbox uid (another unused uid is as good or better).
 NEUTRAL_KEYS: frozenset[str] = frozenset(
     # audit.sync_interval_ms is bounded (50-200 ms) and matters only under durability = "interval",
     # which is itself reported
-    {"keys.minisign", "keys.allowed_signers", "pins", "sandbox.run_as_uid", "sandbox.cgroup_parent"}
+    {"keys.minisign", "keys.allowed_signers", "pins", "secrets.grants", "sandbox.run_as_uid", "sandbox.cgroup_parent"}
     | {"audit.sync_interval_ms"}
     | {f"defer.{key}" for key in DeferPolicy.model_fields}
 )

@@ -18,6 +18,8 @@ denials included, is one audit line. Error codes (``CallResult.error.code``) are
 ``permission-denied``         a policy rule, the plan mode or the risk cap refused the tool
 ``hook-denied``               a pre hook refused the call
 ``hook-failed``               a hook raised, or returned something that is not a hook result
+``secret-unavailable``        a secret the tool declares is not granted by the user's policy, not in
+                              the secrets file, or its command failed (message: which, what to set)
 ``sandbox-unavailable``       no working sandbox and the policy does not allow unsandboxed runs
 ``sandbox-failed``            the sandbox could not start the run
 ``changed-since-verification`` the package's bytes no longer match the snapshot (nothing ran)
@@ -47,7 +49,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -73,6 +75,8 @@ from .permissions import PermissionCheck, PermissionRequest, from_policy
 from .policy import Policy, load_policy
 from .sandbox import RunRequest, RunResult, Sandbox
 from .sandbox.output import sanitize_json, sanitize_text
+from .secrets import Redactor, SecretUnavailableError, declared_names
+from .secrets import resolve as resolve_secrets
 from .snapshot import Snapshot, SnapshotStore
 from .state import absolute_state_dir, default_state_dir
 from .trust import builtin_record
@@ -159,6 +163,7 @@ class _Trace:
     ran: bool = False
     started: float = field(default_factory=time.perf_counter)
     network: tuple[Mapping[str, Any], ...] | None = None
+    secrets: tuple[str, ...] = ()  # the names given to the run (its audit line lists them)
 
 
 class Registry:
@@ -168,7 +173,10 @@ class Registry:
     not work, refuse with ``sandbox-unavailable`` unless ``policy.sandbox.unsafe_allow_unsandboxed``.
     ``policy=None`` and ``state_dir=None`` mean what the CLI uses: the user's policy file and state
     folder (``$TOOLDIR_STATE_DIR`` or ``$XDG_STATE_HOME/tooldir``). A relative ``state_dir`` is
-    refused (StateDirError): the audit log would be written into the project.
+    refused (StateDirError): the audit log would be written into the project. ``secrets_file=None``
+    is the CLI's too: ``$XDG_CONFIG_HOME/tooldir/secrets.toml``, read at each call that needs it.
+    ``secret_commands=False`` makes a secret given by a command unavailable instead of running it
+    (``tooldir drill``: a downloaded scenario's secrets file never runs anything on the host).
     """
 
     def __init__(
@@ -180,6 +188,8 @@ class Registry:
         sandbox: Sandbox | None = None,
         audit: AuditSink | None = None,
         permissions: PermissionCheck | None = None,
+        secrets_file: str | os.PathLike[str] | None = None,
+        secret_commands: bool = True,
     ) -> None:
         if policy is None:
             policy = load_policy()[0]
@@ -203,6 +213,8 @@ class Registry:
         self._validators: OrderedDict[str, Any] = OrderedDict()
         self._validators_lock = threading.Lock()
         self._upstream: UpstreamCaller | None = None  # MCP server packages (tooldir.upstream)
+        self._secrets_file = None if secrets_file is None else Path(secrets_file)
+        self._secret_commands = secret_commands
 
     # ----------------------------------------------------------------------------- registration
 
@@ -560,20 +572,55 @@ class Registry:
             )
         sp = self._policy.sandbox
         envelope = json.dumps({"version": 1, "input": data, "context": ctx}, ensure_ascii=False, allow_nan=False)
-        request = self._run_request(record, envelope.encode())
+        secrets = self._resolve_secrets(record)  # after validation, permission and hooks; before the run
+        if trace is not None:
+            trace.secrets = tuple(secrets)
+        redactor = Redactor(secrets)
+        request = self._run_request(record, envelope.encode(), secrets)
         timeout = request.timeout_s
         try:
-            result = box.run(request)
-        except ExecutionError as exc:
-            raise _Stop(exc.code, exc.message) from None
-        except OSError as exc:  # the backend failed at the OS level: never a traceback to the caller
-            raise _Stop("sandbox-failed", f"the sandbox could not run the tool: {exc}") from None
-        if trace is not None:
-            trace.network = result.network
-        return _interpret(result, timeout, sp.max_output_bytes)
+            try:
+                result = box.run(request)
+            except ExecutionError as exc:
+                raise _Stop(exc.code, exc.message) from None
+            except OSError as exc:  # the backend failed at the OS level: never a traceback to the caller
+                raise _Stop("sandbox-failed", f"the sandbox could not run the tool: {exc}") from None
+            if trace is not None and result.network is not None:
+                # a host name the tool asked for can carry a secret's value: redacted like its output
+                network = [dict(c) for c in result.network]
+                trace.network = tuple(redactor.json(network) if redactor else network)
+            if redactor:  # what leaves the sandbox never carries a secret's value (raw, base64, URL-encoded)
+                result = replace(result, stdout=redactor.data(result.stdout), stderr=redactor.data(result.stderr))
+            return redactor.json(_interpret(result, timeout, sp.max_output_bytes))
+        except _Stop as stop:
+            if not redactor:
+                raise
+            raise _Stop(
+                stop.code, redactor.text(stop.message), ran=stop.ran, content=redactor.json(stop.content)
+            ) from None
 
-    def _run_request(self, record: ToolRecord, stdin: bytes) -> RunRequest:
-        """The sandbox run of ``record`` as the policy and the environment say now."""
+    def _resolve_secrets(self, record: ToolRecord) -> dict[str, str]:
+        """The values of the secrets ``record`` declares, as the user's policy grants and the
+        secrets file holds them (commands run now); ``secret-unavailable`` for the first that is not."""
+        manifest = record.manifest
+        assert manifest is not None  # noqa: S101 - only active directory tools reach here
+        declared = declared_names(manifest.execute.secrets)
+        if not declared:
+            return {}
+        try:
+            return resolve_secrets(
+                record.name,
+                declared,
+                self._policy.secrets.grants,
+                secrets_file=self._secrets_file,
+                run_commands=self._secret_commands,
+            )
+        except SecretUnavailableError as exc:
+            raise _Stop("secret-unavailable", exc.message) from None
+
+    def _run_request(self, record: ToolRecord, stdin: bytes, secrets: Mapping[str, str] | None = None) -> RunRequest:
+        """The sandbox run of ``record`` as the policy and the environment say now (with the
+        secrets resolved for it, if any)."""
         manifest = record.manifest
         assert manifest is not None  # noqa: S101 - only active directory tools reach here
         sp = self._policy.sandbox
@@ -587,7 +634,7 @@ class Registry:
                 record.name,
             )
         egress = grant.allow if grant.kind == "allow" else None
-        return RunRequest(record, stdin, timeout, env, grant.kind == "unrestricted", egress)
+        return RunRequest(record, stdin, timeout, env, grant.kind == "unrestricted", dict(secrets or {}), egress=egress)
 
     def _prepare_ahead(self, record: ToolRecord, *, create_copy: bool = False) -> threading.Thread | None:
         """Ask the sandbox to set up ``record``'s run in the background now (bubblewrap started,
@@ -596,6 +643,8 @@ class Registry:
         Returns the thread that probes the sandbox first and then asks (a process's first call),
         which the call's run joins; None when the request was made here."""
         if record.upstream is not None or record.manifest is None:
+            return None
+        if record.manifest.execute.secrets:  # its run needs its secrets, resolved only after the hooks
             return None
         request = self._run_request(record, b"")
         if self._sandbox is None and self._sandbox_problem is None:
@@ -621,7 +670,7 @@ class Registry:
         """Set up, in the background, the sandboxes of the first runs of directory tools of the
         current snapshot (``names``, or the active ones, eager before deferred), so such a first call only releases a
         sandbox that waits ready. At most ``tooldir.sandbox.bubblewrap.MAX_SPARES`` are held
-        (the newest asked win); none for tools with network, or without a working bubblewrap.
+        (the newest asked win); none for tools with network or secrets, or without a working bubblewrap.
         Nothing runs: a prepared sandbox starts its tool only when a call of it passed
         validation, permission and hooks. Returns how many were asked for."""
         from .sandbox.bubblewrap import MAX_SPARES
@@ -636,7 +685,9 @@ class Registry:
         records = [
             r
             for r in records
-            if r.manifest is not None and sp.network_grant(r.manifest.execute.declared_network()).kind == "none"
+            if r.manifest is not None
+            and sp.network_grant(r.manifest.execute.declared_network()).kind == "none"
+            and not r.manifest.execute.secrets
         ]
         records = records[:MAX_SPARES]
         for record in records:
@@ -676,6 +727,7 @@ class Registry:
             snapshot=snapshot_id,
             session=None if session_id is None else _utf8_safe(str(session_id))[:AUDIT_NAME_MAX],
             network=trace.network,
+            secrets=trace.secrets,
         )
         try:
             audit_id = self._audit.record(event)

@@ -76,6 +76,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ._internal.smallfile import MAX_POLICY_BYTES, Unreadable, read_small_file
+
 FORMAT = "tooldir-scanmemo-v1"
 MAGIC = b"tooldir-scanmemo-v1\n"
 INDEX_DIR = "index"  # = tooldir.index.INDEX_DIR
@@ -263,26 +265,15 @@ def _distributions() -> tuple[list[list[Any]], list[str]]:
     return found, paths
 
 
-MAX_POLICY_BYTES = 1024 * 1024
-"""= :data:`tooldir.policy.MAX_POLICY_BYTES` (this module does not import the policy model)."""
-
-
 def _policy_bytes(path: str) -> str | None:
     """sha256 of the policy file's bytes, None when it does not exist; raises OSError otherwise,
     also for what the policy load refuses (not a regular file, too large), without blocking on a
     FIFO: then the normal path runs and reports it."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_POLICY_BYTES:
-            raise OSError(f"{path}: not a policy file the load would read")
-        data = fh.read(MAX_POLICY_BYTES + 1)
-        if len(data) > MAX_POLICY_BYTES:
-            raise OSError(f"{path}: not a policy file the load would read")
-        return hashlib.sha256(data).hexdigest()
+        read = read_small_file(path, MAX_POLICY_BYTES, what="a policy file")
+    except Unreadable as exc:
+        raise OSError(f"{path}: not a policy file the load would read: {exc.why}") from None
+    return None if read is None else hashlib.sha256(read).hexdigest()
 
 
 def key_material(req: Request, code: str, dists: list[list[Any]], env: Mapping[str, str] | None = None) -> list[Any]:

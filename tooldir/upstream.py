@@ -569,6 +569,13 @@ class ServerSession:
         with self._lock:
             if self.running:
                 return
+            spec = self.record.server
+            if spec is not None and spec.server.secrets:  # fail closed: not delivered, never half-delivered
+                self.problem = (
+                    f"it declares secrets ({', '.join(spec.server.secrets)}); this version gives secrets to "
+                    "directory tools only, so the server is not started"
+                )
+                raise unavailable(f"MCP server {self.record.name!r} could not be started: {self.problem}")
             wait = self.next_start - _backoff_clock()
             if wait > 0:
                 raise unavailable(

@@ -716,7 +716,13 @@ def test_a_tooldir_step_that_could_run_a_tool_is_a_scenario_error(tmp_path: Path
     [
         ('policy = """\n[sandbox]\nnetwork = true\n"""\n', '["run", "good_user_tool"]', "grants sandbox.network"),
         ("", '["run", "good_user_tool", "--policy", "{project}/loose.toml"]', "may not pass --policy"),
+        (
+            'policy = """\n[secrets.grants]\ngood_user_tool = ["X_TOKEN"]\n"""\n',
+            '["run", "good_user_tool"]',
+            "may not be used with [secrets.grants]",
+        ),
     ],
+    ids=["network", "policy-option", "secret-grants"],
 )
 def test_a_run_step_that_could_loosen_the_drill_ceiling_is_a_scenario_error(
     tmp_path: Path, policy: str, args: str, refusal: str

@@ -5,19 +5,16 @@ is not sent twice, and anything but a well-formed handshake ``initialize`` is le
 from __future__ import annotations
 
 import json
-import os
-import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import mcp_types as types
 import pytest
-from mcp_harness import WAIT_S
 from mcp_types import methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
+from server_clock import communicate, read_until_id
 from toolkit import make_tool
 
 from tooldir._mcp_early import HANDSHAKE_VERSIONS, early_answer, initialize_result
@@ -45,25 +42,13 @@ def _serve(tmp_path: Path, *extra: str) -> subprocess.Popen[bytes]:
 
 
 def _responses(proc: subprocess.Popen[bytes], lines: list[bytes], wanted: int | str) -> list[dict[str, Any]]:
-    """Send ``lines``; every message on stdout up to the response with id ``wanted``; then hang up."""
-    assert proc.stdin is not None and proc.stdout is not None
+    """Send ``lines``; every message on stdout up to the response with id ``wanted``; then hang up
+    and wait for the server to end (each wait bounded by the server's CPU time: server_clock)."""
+    assert proc.stdin is not None
     proc.stdin.write(b"".join(lines))
     proc.stdin.flush()
-    fd, buffer, out = proc.stdout.fileno(), b"", []
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline and not any(m.get("id") == wanted for m in out):
-        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-        chunk = os.read(fd, 65536) if ready else b""
-        if not chunk:
-            break
-        buffer += chunk
-        *complete, buffer = buffer.split(b"\n")
-        out += [json.loads(c) for c in complete if c.strip()]
-    proc.stdin.close()
-    proc.wait(timeout=WAIT_S)
-    proc.stdout.close()
-    assert proc.stderr is not None
-    proc.stderr.close()
+    out = [json.loads(line) for line in read_until_id(proc, wanted) if line.strip()]
+    communicate(proc)
     return out
 
 
@@ -98,7 +83,7 @@ def test_a_load_that_fails_after_the_early_answer_exits_2_with_the_diagnostic_an
     state.mkdir(mode=0o700)
     (state / "approvals.json").write_text("{not json")
     proc = _serve(tmp_path)
-    out, err = proc.communicate(_line(_initialize(1, "2025-11-25")), timeout=WAIT_S)
+    out, err = communicate(proc, _line(_initialize(1, "2025-11-25")))
     assert proc.returncode == 2
     assert [json.loads(line)["id"] for line in out.splitlines()] == [1]  # only the early answer
     assert b"approvals.json" in err and b"Traceback" not in err

@@ -5,26 +5,23 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from mcp_harness import ENV_KEYS, serve_args
+from server_clock import read_line, wait_exit
 from toolkit import make_tool
 
 from tooldir._mcp_stdio import MAX_LINE, classify
-
-WAIT_S = 20.0
 
 
 class RawServer:
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self.proc = proc
-        self.buffer = b""
+        self.buffer = bytearray()
 
     def send(self, message: bytes | dict[str, Any]) -> None:
         data = message if isinstance(message, bytes) else json.dumps(message).encode() + b"\n"
@@ -32,21 +29,9 @@ class RawServer:
         self.proc.stdin.write(data)
         self.proc.stdin.flush()
 
-    def receive(self, timeout: float = WAIT_S) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self.buffer:
-            left = deadline - time.monotonic()
-            ready, _, _ = select.select([fd], [], [], max(left, 0))
-            if not ready:
-                raise TimeoutError("no answer from tooldir serve")
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                raise EOFError("tooldir serve closed stdout")
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        answer: dict[str, Any] = json.loads(line)
+    def receive(self) -> dict[str, Any]:
+        """The next message on stdout, bounded by the server's CPU time (server_clock)."""
+        answer: dict[str, Any] = json.loads(read_line(self.proc, self.buffer, "answer"))
         return answer
 
     def request(self, message: bytes | dict[str, Any]) -> dict[str, Any]:
@@ -94,11 +79,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawServer]:
     finally:
         if proc.stdin is not None:
             proc.stdin.close()
-        try:
-            proc.wait(timeout=WAIT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        wait_exit(proc)
         if proc.stdout is not None:
             proc.stdout.close()
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -15,7 +14,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from mcp_harness import WAIT_S, error_code, processes_mentioning, serve, text_of
+import server_clock
+from mcp_harness import error_code, processes_mentioning, serve, text_of
+from server_clock import communicate, read_until_id, wait_exit
 from toolkit import make_tool, project_tools
 
 pytestmark = pytest.mark.anyio
@@ -235,12 +236,8 @@ async def test_shutdown_is_clean_and_leaves_no_processes(tree: dict[str, Path]) 
 def test_bad_configuration_exits_2_with_a_diagnostic_before_speaking_mcp(
     tmp_path: Path, args: list[str], expected: str
 ) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tooldir", "serve", "--state-dir", str(tmp_path / "s"), *args],
-        input=b"",
-        capture_output=True,
-        timeout=WAIT_S,
-        cwd=tmp_path,
+    proc = server_clock.run(
+        [sys.executable, "-m", "tooldir", "serve", "--state-dir", str(tmp_path / "s"), *args], cwd=tmp_path
     )
     assert proc.returncode == 2
     assert proc.stdout == b""
@@ -249,9 +246,7 @@ def test_bad_configuration_exits_2_with_a_diagnostic_before_speaking_mcp(
 
 
 def test_module_entry_point_runs_the_cli(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "tooldir", "serve", "--help"], capture_output=True, timeout=WAIT_S, cwd=tmp_path
-    )
+    proc = server_clock.run([sys.executable, "-m", "tooldir", "serve", "--help"], cwd=tmp_path)
     assert proc.returncode == 0
     assert "--no-watch" in proc.stdout.decode()
 
@@ -264,13 +259,11 @@ rules = ["NoDefer(echo_eager)", "NoDefer(project_tool)", "Defer(*)"]
 
 
 def _allow(project: Path, package: Path, state_dir: Path, policy: Path) -> None:
-    proc = subprocess.run(
+    proc = server_clock.run(
         [
             *(sys.executable, "-m", "tooldir", "allow", str(package), "--yes", "--project", str(project)),
             *("--state-dir", str(state_dir), "--policy", str(policy), "--json"),
-        ],
-        capture_output=True,
-        timeout=WAIT_S,
+        ]
     )
     assert proc.returncode == 0, proc.stderr.decode()
 
@@ -346,51 +339,6 @@ async def test_invalid_arguments_are_an_is_error_result_and_nothing_runs(tree: d
             assert error_code(result) == "invalid-input"
 
 
-# A server that has not answered after this much CPU time of its own is stuck, not slow; the wall
-# clock is only a backstop (a 2-core machine running other tests may give it a tenth of a core).
-ANSWER_CPU_S = WAIT_S
-ANSWER_WALL_BACKSTOP_S = 10 * ANSWER_CPU_S
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_seconds(pid: int) -> float:
-    """CPU time of process ``pid`` and its reaped children (utime, stime, cutime, cstime)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / _CLOCK_TICKS
-
-
-def _read_lines_until_id(proc: subprocess.Popen[bytes], wanted: int) -> list[bytes]:
-    """Raw stdout lines up to and including the response with id ``wanted``: waits on the pipe
-    until the server has used ANSWER_CPU_S of CPU time without answering (or the wall backstop)."""
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    buffer = b""
-    lines: list[bytes] = []
-    started = time.monotonic()
-    cpu_limit = _cpu_seconds(proc.pid) + ANSWER_CPU_S
-    while _cpu_seconds(proc.pid) < cpu_limit and time.monotonic() - started < ANSWER_WALL_BACKSTOP_S:
-        ready, _, _ = select.select([fd], [], [], 0.5)  # a slice: the CPU time is looked at between reads
-        if not ready:
-            continue
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        buffer += chunk
-        *complete, buffer = buffer.split(b"\n")
-        for line in complete:
-            lines.append(line + b"\n")
-            if json.loads(line).get("id") == wanted:
-                return lines
-    took = time.monotonic() - started
-    raise AssertionError(
-        f"no response with id {wanted} after {took:.1f} s ({_cpu_seconds(proc.pid):.1f} s of the server's CPU "
-        f"time, exit status {proc.poll()}); got {lines!r}"
-    )
-
-
 def _rpc(message: dict[str, object]) -> bytes:
     return (json.dumps(message) + "\n").encode()
 
@@ -435,8 +383,8 @@ def test_stdout_carries_only_protocol_messages_while_logs_go_to_stderr(tree: dic
         for message in requests:
             proc.stdin.write(_rpc(message))
         proc.stdin.flush()
-        lines = _read_lines_until_id(proc, 3)
-        rest, stderr = proc.communicate(timeout=WAIT_S)  # closes stdin: the client hangs up
+        lines = read_until_id(proc, 3)
+        rest, stderr = communicate(proc)  # closes stdin: the client hangs up
     lines += rest.splitlines(keepends=True)
     assert proc.returncode == 0
     decoded = [json.loads(line) for line in lines]  # every stdout line is one JSON-RPC message
@@ -454,10 +402,15 @@ rules = ["NoDefer(echo_eager)", "NoDefer(slow_tool)", "Defer(*)"]
 """
 
 
-async def _until(predicate: Callable[[], bool], timeout: float) -> None:
-    with anyio.fail_after(timeout):
+async def _gone(predicate: Callable[[], bool]) -> None:
+    """Wait until the processes ``predicate`` looks for are gone; the server they belonged to has
+    ended, so there is no CPU time to go by: the wall backstop bounds it."""
+    with anyio.fail_after(server_clock.WALL_BACKSTOP_S):
         while not predicate():
             await anyio.sleep(0.05)
+
+
+SLOW_TOOL_S = 60
 
 
 def _slow_tool(tree: dict[str, Path]) -> tuple[str, Path]:
@@ -467,8 +420,8 @@ def _slow_tool(tree: dict[str, Path]) -> tuple[str, Path]:
         tree["user"],
         "slow_tool",
         description="Sleep for a minute.",
-        script="import sys, time\nsys.stdin.read()\ntime.sleep(60)\n",
-        execute={"command": ["python3", "run.py", token], "timeout_s": 60, "network": False, "env": []},
+        script=f"import sys, time\nsys.stdin.read()\ntime.sleep({SLOW_TOOL_S})\n",
+        execute={"command": ["python3", "run.py", token], "timeout_s": SLOW_TOOL_S, "network": False, "env": []},
     )
     policy = tree["tmp"] / "slow.toml"
     policy.write_text(SLOW_POLICY)
@@ -482,10 +435,9 @@ async def test_hanging_up_during_a_long_call_ends_the_server_and_the_sandboxed_t
             assert "slow_tool" in await s.list_names()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(s.client.call_tool, "slow_tool", {"text": "x"})
-                await _until(lambda: bool(processes_mentioning(token)), WAIT_S)  # the tool is running
+                await s.until("the slow tool running", lambda: bool(processes_mentioning(token)))
                 tg.cancel_scope.cancel()  # the client gives up on the call and hangs up
-        # the stdio client waits 2 s for a voluntary exit before it signals the server
-        await _until(lambda: not processes_mentioning(token) and not processes_mentioning(s.marker), WAIT_S)
+        await _gone(lambda: not processes_mentioning(token) and not processes_mentioning(s.marker))
     assert "the client closed the connection; shut down cleanly" in s.log_file.read_text()
 
 
@@ -513,8 +465,8 @@ def test_tools_list_before_initialize_is_a_protocol_error_not_a_list(tree: dict[
         assert proc.stdout is not None
         proc.stdin.write(_rpc({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
         proc.stdin.flush()
-        lines = _read_lines_until_id(proc, 1)
-        proc.communicate(timeout=WAIT_S)
+        lines = read_until_id(proc, 1)
+        communicate(proc)
     response = json.loads(lines[-1])
     assert "result" not in response
     assert response["error"]["code"] == -32602  # the SDK's pre-initialization refusal
@@ -527,10 +479,12 @@ async def test_a_call_the_client_cancels_is_abandoned_and_the_connection_keeps_w
         async with serve(tree["tmp"], project=tree["project"], user_dirs=[tree["user"]], policy=policy) as s:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(s.client.call_tool, "slow_tool", {"text": "x"})
-                await _until(lambda: bool(processes_mentioning(token)), WAIT_S)
+                await s.until("the slow tool running", lambda: bool(processes_mentioning(token)))
                 tg.cancel_scope.cancel()  # notifications/cancelled
-            with anyio.fail_after(5):  # answered long before the slow tool could finish
-                echoed = await s.client.call_tool("echo_eager", {"text": "still here"})
+            cancelled = time.monotonic()
+            echoed = await s.call("echo_eager", {"text": "still here"})
+            # answered while the slow tool would still have been sleeping (60 s)
+            assert time.monotonic() - cancelled < SLOW_TOOL_S
             assert echoed.is_error is False, text_of(echoed)
             assert echoed.structured_content == {"text": "still here"}
 
@@ -546,10 +500,10 @@ def test_sigterm_ends_the_server_cleanly(tree: dict[str, Path]) -> None:
         assert proc.stdout is not None
         proc.stdin.write(_rpc({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}))
         proc.stdin.flush()
-        _read_lines_until_id(proc, 1)  # serving now
+        read_until_id(proc, 1)  # serving now
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=WAIT_S)  # stdin is still open: only the signal can have ended it
-        _, stderr = proc.communicate(timeout=WAIT_S)
+        wait_exit(proc)  # stdin is still open: only the signal can have ended it
+        _, stderr = communicate(proc)
     assert proc.returncode == 0
     assert b"Traceback" not in stderr
     assert "signal SIGTERM; shut down cleanly" in log_file.read_text()

@@ -249,13 +249,40 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def secrets_of(record: ToolRecord, config: LoadConfig) -> list[dict[str, Any]]:
+    """What ``show`` says of the secrets ``record`` declares (granted? set?), never a value."""
+    from ..secrets import SecretsFileError, describe, read_secrets_file
+
+    declared = record.manifest.execute.secrets if record.manifest is not None else ()
+    if not declared:
+        return []
+    entries, problem = None, None
+    try:
+        entries = read_secrets_file()
+    except SecretsFileError as exc:
+        problem = exc.diagnostics()
+    return describe(record.name, declared, config.policy.secrets.grants, entries, problem)
+
+
+def _secret_line(item: dict[str, Any], tool: str) -> str:
+    granted = "granted" if item["granted"] else f"NOT granted (add it to [secrets.grants] {tool} in your policy)"
+    value = {"set": "set in secrets.toml", "command": "given by a command (run at call time)"}.get(
+        item["value"], "missing from secrets.toml" if item["value"] == "missing" else item["value"]
+    )
+    return f"  {item['name']}: {granted}; {value}"
+
+
 def cmd_show(args: argparse.Namespace) -> int:
-    snap, plan, policy = load_snapshot(args)
+    config, snap, plan = _load(args)
+    policy = config.policy
     records = snap.records(args.name)
     if not records:
         raise CommandError(f"no tool named {args.name!r} in any root", exit_code=EXIT_FOUND_ERRORS)
     if args.json:
         details = [detail_json(r, plan, policy) for r in records]
+        for record, detail in zip(records, details, strict=True):
+            if record.manifest is not None and record.manifest.execute.secrets:
+                detail["secrets"] = secrets_of(record, config)
         if any(r.upstream is not None for r in records):
             from .upstream import upstream_detail
 
@@ -277,6 +304,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         grant = network_grant(record, policy)
         if grant is not None:
             out.print(safe(f"network: {network_text(grant)}"))
+        if record.manifest is not None and record.manifest.execute.secrets:
+            out.print(safe("secrets:"))
+            for item in secrets_of(record, config):
+                out.print(safe(_secret_line(item, record.name)))
         if record.manifest is not None:
             out.print(safe("manifest:"))
             out.print(safe(json.dumps(record.manifest.model_dump(mode="json"), indent=2, ensure_ascii=False)))

@@ -904,6 +904,10 @@ def _run(
         observed = f"{storm.describe()}; {observed}"
     if watched is not None:
         observed = f"{watched.describe()}; {observed}"
+    report = " ".join([observed, *(c.message for c in checks)])
+    secrets = ck.check_secrets(arena, outcomes, report)
+    if secrets is not None:
+        checks.append(secrets)
     return DrillResult(scenario, observed, tuple(checks), time.monotonic() - started)
 
 

@@ -277,6 +277,48 @@ def check_isolation(caller: Mapping[str, str], outcomes: Sequence[ex.CallOutcome
     )
 
 
+SECRETS_FILE = "home/.config/tooldir/secrets.toml"
+"""The arena's user secrets file (DESIGN §11): when a scenario has one, the ``secrets`` check runs."""
+
+
+def check_secrets(arena: Arena, outcomes: Sequence[ex.CallOutcome], report: str) -> Check | None:
+    """secrets:leak: no value of the arena's secrets file -- raw, base64 or URL-encoded -- in any
+    call's output or error text, in any file of the state dir (audit log, approvals, index, scan
+    memo, verified copies) or in the drill's report. None when the scenario has no secrets file."""
+    from ..secrets import SecretsFileError, encoded_forms, parse_secrets
+
+    path = arena.resolve(SECRETS_FILE)
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        entries = parse_secrets(path.read_text("utf-8"), path=SECRETS_FILE)
+    except (SecretsFileError, UnicodeDecodeError, OSError):
+        return None  # a scenario about a broken secrets file: its outcome check says what was refused
+    forms = {n: encoded_forms(e.value) for n, e in sorted(entries.items()) if e.value is not None and len(e.value) >= 8}
+    forms.setdefault("the drill's token", encoded_forms(arena.secret))  # what a command secret would print
+    leaks: list[str] = []
+    for o in outcomes:
+        shown = o.shown()
+        leaks += [
+            f"the call of {o.spec.tool[:80]} showed {n}" for n, fs in forms.items() if any(f in shown for f in fs)
+        ]
+    for file in sorted(arena.state.rglob("*")) if arena.state.is_dir() else []:
+        if file.is_file() and not file.is_symlink():
+            data = file.read_bytes()
+            rel = file.relative_to(arena.state)
+            leaks += [
+                f"the state file {rel} holds {n}" for n, fs in forms.items() if any(f.encode() in data for f in fs)
+            ]
+    leaks += [f"the drill report holds {n}" for n, fs in forms.items() if any(f in report for f in fs)]
+    if leaks:
+        return Check("secrets", False, "; ".join(sorted(set(leaks))))
+    return Check(
+        "secrets",
+        True,
+        f"{len(forms)} secret value(s) ({', '.join(forms)}) of {SECRETS_FILE} in no call's output, state file or report",
+    )
+
+
 def check_audit(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> Check:
     lines = {line.get("id"): line for line in ex.audit_lines(arena.state)}
     problems = []

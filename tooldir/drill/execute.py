@@ -505,7 +505,14 @@ def _check_run_step(arena: Arena, args: list[str], where: str) -> None:
             )
     if policy is not None:
         raise ScenarioError(f"{where}: a 'tooldir {args[0]}' step may not pass --policy", path=arena.scenario)
-    taken_back = clamped(raw_user_policy())
+    raw = raw_user_policy()
+    if raw.secrets.grants:
+        raise ScenarioError(
+            f"{where}: a 'tooldir {args[0]}' step may not be used with [secrets.grants] in the policy "
+            "(outside [[calls]] a secret's command would run on the host)",
+            path=arena.scenario,
+        )
+    taken_back = clamped(raw)
     if taken_back:
         raise ScenarioError(
             f"{where}: a 'tooldir {args[0]}' step needs a policy within the drill's ceiling; "
@@ -708,7 +715,10 @@ class Runtime:
     def registry(self) -> Any:
         if self._registry is None:
             registry_cls = need("registry", "Registry")
-            self._registry = registry_cls(self.store, policy=user_policy(), state_dir=self.state_dir)
+            # a scenario's secrets.toml is downloaded content: its commands never run on the host
+            self._registry = registry_cls(
+                self.store, policy=user_policy(), state_dir=self.state_dir, secret_commands=False
+            )
             self._open_upstream()
         return self._registry
 

@@ -5,7 +5,7 @@ re-exports them (no import cycle)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..model import ToolRecord
@@ -21,6 +21,9 @@ class RunRequest:
     timeout_s: float
     env: Mapping[str, str]
     network: bool  # the host's network (an unrestricted grant)
+    #: granted secrets (DESIGN §11): set in the tool's environment too, after ``env``; never in a
+    #: repr, never in a spare sandbox made ahead (a run with secrets sets its own sandbox up)
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     egress: tuple[AllowEntry, ...] | None = None
     """With a ``network.allow`` grant: the destinations tooldir's proxy lets the tool reach (the
     sandbox keeps its own network namespace; ``network`` is then False)."""

@@ -305,10 +305,13 @@ class BubblewrapSandbox:
         """A spare sandbox is made ahead only for tools without network (a tooldir killed while a
         spare waits ends its sandbox within milliseconds, but with network those could reach out)
         where bubblewrap is tooldir's own child (not under a systemd scope), and never on the
-        opt-in path without a seccomp filter (it stays as it was, one logged run at a time)."""
+        opt-in path without a seccomp filter (it stays as it was, one logged run at a time); and
+        never for a run with secrets (a held sandbox would keep their values waiting, and one made
+        ahead would need them before permission and hooks said yes)."""
         return (
             not request.network
             and request.egress is None
+            and not request.secrets
             and self.bound.kind != "systemd-scope"
             and not self.policy.unsafe_allow_no_seccomp
         )
@@ -364,7 +367,8 @@ class BubblewrapSandbox:
             args += package_args(request.record, contents, fds)
             args += ["--remount-ro", "/", "--chdir", TOOL_DIR]
             # through a memfd, not argv: the host's process list must not show env values
-            env_args = sandbox_env({**request.env, **extra_env})
+            # the proxy's variables last: nothing the tool is given can point it past the proxy
+            env_args = sandbox_env({**request.env, **request.secrets, **extra_env})
             args += ["--args", str(_memfd(b"".join(a.encode() + b"\0" for a in env_args), fds))]
             info_read, info_write = os.pipe()
             inherited = [*fds, info_write]  # never info_read: the tool must not read (steal) bwrap's report

@@ -46,7 +46,7 @@ class UnsafeUnsandboxed:
             write_read_only(workdir, request.record, contents)  # folders 0555: the (dropped) uid must enter
             if argv[0].startswith(TOOL_DIR + "/"):
                 argv[0] = str(workdir / argv[0][len(TOOL_DIR) + 1 :])
-            env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8", **request.env}
+            env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8", **request.env, **request.secrets}
             return spawn_and_collect(
                 argv,
                 stdin=request.stdin,

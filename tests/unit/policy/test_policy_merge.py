@@ -75,6 +75,7 @@ OTHER: dict[str, Any] = {
     "exec.interpreters": ["python3"],
     "audit.durability": "buffered",
     "audit.sync_interval_ms": 50,
+    "secrets.grants": {"jira_get_issue": ["JIRA_TOKEN"]},
     "limits.max_manifest_bytes": 4096,
     "limits.max_file_bytes": 4096,
     "limits.max_package_bytes": 8192,
@@ -83,6 +84,9 @@ OTHER: dict[str, Any] = {
     "limits.max_root_entries": 100,
     "limits.max_json_depth": 16,
 }
+
+#: Keys whose value is a table of names (a file sets one entry each, under its own key).
+_TABLES = frozenset({"pins", "secrets.grants"})
 
 
 def leaf_defaults() -> dict[str, Any]:
@@ -149,8 +153,8 @@ def test_a_file_setting_one_key_leaves_every_other_key_at_its_default(key: str) 
     for other, default in defaults.items():
         if other != key and not other.startswith(key + "."):
             assert values[other] == default, other
-    if key == "pins":
-        assert values["pins.jira_get_issue"] == OTHER["pins"]["jira_get_issue"]
+    if key in _TABLES:  # a table of names: each entry is a key of its own
+        assert values[f"{key}.jira_get_issue"] == OTHER[key]["jira_get_issue"]
     else:
         assert values[key] == OTHER[key]
 
@@ -187,16 +191,16 @@ def test_every_key_a_file_leaves_out_equals_its_default(
     effective = read_policy(path)
     values = {key: (value, origin) for key, value, origin in effective.values()}
     for key, default in leaf_defaults().items():
-        if key == "pins" and "pins" in written:
-            assert values["pins.jira_get_issue"] == (
-                OTHER["pins"]["jira_get_issue"],
-                f"{path}:{lines['pins.jira_get_issue']}",
+        if key in _TABLES and key in written:
+            assert values[f"{key}.jira_get_issue"] == (
+                OTHER[key]["jira_get_issue"],
+                f"{path}:{lines[f'{key}.jira_get_issue']}",
             )
         elif key in written:
             assert values[key] == (written[key], f"{path}:{lines[key]}"), key
         else:
             assert values[key][0] == default, key
-            assert values[key][1] == "default" or key == "pins", key
+            assert values[key][1] == "default" or key in _TABLES, key
 
 
 # -- origins and presets --------------------------------------------------------------------------

@@ -205,6 +205,30 @@ _CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
     ("env-leading-digit", "/SPEC/env[]:pattern", _set("SPEC/env", ["1PATH"]), "schema-invalid"),
     ("env-dash", "/SPEC/env[]:validator:_env_chars_only", _set("SPEC/env", ["MY-VAR"]), "schema-invalid"),
     ("env-newline", "/SPEC/env[]:validator:_env_chars_only", _set("SPEC/env", ["PATH\n"]), "schema-invalid"),
+    ("secrets-string", "/SPEC/secrets:type", _set("SPEC/secrets", "JIRA_TOKEN"), "schema-invalid"),
+    (
+        "secrets-too-many",
+        "/SPEC/secrets:max_length",
+        _set("SPEC/secrets", [f"S{i}" for i in range(17)]),
+        "schema-invalid",
+    ),
+    ("secret-number", "/SPEC/secrets[]:type", _set("SPEC/secrets", [1]), "schema-invalid"),
+    ("secret-empty", "/SPEC/secrets[]:min_length", _set("SPEC/secrets", [""]), "schema-invalid"),
+    ("secret-too-long", "/SPEC/secrets[]:max_length", _set("SPEC/secrets", ["S" * 129]), "schema-invalid"),
+    ("secret-lowercase-start", "/SPEC/secrets[]:pattern", _set("SPEC/secrets", ["jira_TOKEN"]), "schema-invalid"),
+    ("secret-leading-digit", "/SPEC/secrets[]:pattern", _set("SPEC/secrets", ["1TOKEN"]), "schema-invalid"),
+    (
+        "secret-lowercase",
+        "/SPEC/secrets[]:validator:_secret_chars_only",
+        _set("SPEC/secrets", ["JIRA_token"]),
+        "schema-invalid",
+    ),
+    (
+        "secret-newline",
+        "/SPEC/secrets[]:validator:_secret_chars_only",
+        _set("SPEC/secrets", ["JIRA_TOKEN\n"]),
+        "schema-invalid",
+    ),
 ]
 _TOOL_CASES: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
     ("input-schema-missing", "/input_schema:required", _drop("input_schema"), "schema-invalid"),
@@ -299,6 +323,7 @@ _GOOD_VALUES = {
     "timeout_s": st.integers(1, 3600) | st.floats(0.001, 3600, allow_nan=False),
     "network": st.booleans(),
     "env": st.lists(st.sampled_from(["PATH", "_X1", "LANG", "HOME"]), max_size=3),
+    "secrets": st.lists(st.sampled_from(["JIRA_TOKEN", "A", "X_1"]), max_size=3),
 }
 
 
@@ -315,7 +340,7 @@ def documents(draw: st.DrawFn, kind: str) -> dict[str, Any]:
     else:
         data.pop("keywords")
     block: dict[str, Any] = {"command": ["python3", "run.py"]}
-    for key in ("timeout_s", "network", "env"):
+    for key in ("timeout_s", "network", "env", "secrets"):
         if draw(st.booleans()):
             block[key] = draw(_GOOD_VALUES[key])
     data[spec] = block
