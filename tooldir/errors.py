@@ -33,6 +33,7 @@ Internal signals: raised and caught inside tooldir, never raised to a caller of 
     │   └── MemoryBoundError          tooldir._internal.schema_worker (-> invalid-input result)
     ├── SchemaCompileError            tooldir._internal.schema_worker
     ├── SecretUnavailableError        tooldir.secrets (-> secret-unavailable result)
+    ├── Unreadable                    tooldir._internal.smallfile (-> PolicyError, SecretsFileError, ...)
     ├── NotRunnableError              tooldir.drill.confine: a drill that cannot run here
     ├── UnavailableError              tooldir.drill.confine
     ├── CommandError                  tooldir._cli.common: the CLI's exit code and message

@@ -283,6 +283,10 @@ class SecretsPolicy(_Frozen):
 
     grants: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     """tool name -> names of the secrets it receives (each as that environment variable)."""
+    project_tools: bool = False
+    """A granted secret also reaches a *project* tool of that name (WEAKER: by default only tools
+    from your own folders get secrets, so a repository's tool that takes a granted name, even
+    once approved for its code, never receives your token without this)."""
 
     @field_validator("grants")
     @classmethod
@@ -699,6 +703,7 @@ WEAKENING_RULES: Mapping[str, _Rule] = MappingProxyType(
             "a tool that declares network: true reaches any host and address, with no proxy and no report"
         ),
         "sandbox.network_allow": _ceiling_lifted,
+        "secrets.project_tools": _turned_on("a project tool with a granted name gets the secret"),
         "sandbox.unsafe_allow_unsandboxed": _turned_on("tools run WITHOUT a sandbox when none works"),
         "sandbox.unsafe_allow_no_seccomp": _turned_on("tools run without a seccomp filter on this architecture"),
         "sandbox.memory_bound": _memory_bound,

@@ -607,6 +607,13 @@ class Registry:
         declared = declared_names(manifest.execute.secrets)
         if not declared:
             return {}
+        if record.source is Source.PROJECT and not self._policy.secrets.project_tools:
+            raise _Stop(
+                "secret-unavailable",
+                f"tool {record.name!r} comes from the project, and secrets ({', '.join(declared)}) reach only "
+                "tools from your own tool folders; copy the tool into your user folder, or set "
+                "secrets.project_tools = true in your policy (a weakening)",
+            )
         try:
             return resolve_secrets(
                 record.name,

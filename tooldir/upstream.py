@@ -31,6 +31,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -75,6 +76,12 @@ _MAX_PAGES = 16  # tools/list pages of one listing, at most
 _MAX_DEFINITIONS_BYTES = 2 << 20  # bytes of all tool definitions of one server's listing (kept in state), at most
 _MAX_INSTRUCTIONS = 16 * 1024  # characters of one server's instructions passed on to a client
 _RELIST_MIN_S = 1.0  # re-listings of one server on its tools/list_changed, at most one per this
+
+
+#: After a failed start, how long the rest of the server's stderr is read at most (the sandbox is
+#: killed first, so its end comes at once unless something else holds the pipe), and how much.
+_DRAIN_S = 2.0
+_DRAIN_MAX_BYTES = 1 << 20
 
 
 def _backoff_clock() -> float:
@@ -162,6 +169,7 @@ def record_listing(state_dir: Path, record: ToolRecord, listing: Listing, *, app
         entry = dict(packages.get(record.path or "", {}))
         first = entry.get("digest") != record.digest or "pins" not in entry
         entry["last"] = listing.to_json()
+        entry.pop("failure", None)
         if approve or first:
             definitions = {str(t.get("name")): definition_of(t) for t in listing.tools}
             entry["digest"] = record.digest
@@ -173,6 +181,31 @@ def record_listing(state_dir: Path, record: ToolRecord, listing: Listing, *, app
         packages[record.path or ""] = entry
         write_json_atomic(state_dir / UPSTREAM_STATE, data)
         return entry
+
+
+def record_failure(state_dir: Path, record: ToolRecord, message: str) -> None:
+    """Keep why this version of the package's server could not be started or listed (``failure``:
+    ``{"at", "digest", "message"}``), so that ``tooldir show`` can say it later without starting
+    anything; the next listing of the package removes it."""
+    state_dir = Path(state_dir)
+    with locked(state_dir):
+        data = load_upstream_state(state_dir)
+        packages: dict[str, Any] = data.setdefault("packages", {})
+        entry = dict(packages.get(record.path or "", {}))
+        entry["failure"] = {"at": _now(), "digest": record.digest, "message": _clip(message, 2000)}
+        packages[record.path or ""] = entry
+        write_json_atomic(state_dir / UPSTREAM_STATE, data)
+
+
+def last_failure(data: Mapping[str, Any], record: ToolRecord) -> Mapping[str, Any] | None:
+    """The recorded failure of ``record``'s package (a server package or one of its tools) at
+    its current digest, if its last start failed; None otherwise."""
+    failure = _package_state(data, record).get("failure")
+    if not isinstance(failure, Mapping) or not isinstance(failure.get("message"), str):
+        return None
+    if record.server is not None and failure.get("digest") != record.digest:
+        return None  # about another version of the package
+    return failure
 
 
 def pinned_instructions(data: Mapping[str, Any], record: ToolRecord) -> str | None:
@@ -581,10 +614,11 @@ class ServerSession:
                 raise unavailable(
                     f"MCP server {self.record.name!r} is down ({self.problem}); next start in {wait:.1f} s"
                 )
+            self.stderr.clear()  # what this start writes, not an earlier run's
             try:
                 self._loop.run(self._start(), self.timeout_s + 5)
             except Exception as exc:  # every failure to start is one outcome
-                self._failed(_why(exc))
+                self._failed(start_failure(_why(exc), self.stderr, self.policy.sandbox.runtime_roots))
                 raise unavailable(f"MCP server {self.record.name!r} could not be started: {self.problem}") from None
             self.failures = 0
             self.problem = None
@@ -729,6 +763,8 @@ class ServerSession:
                     await stop.wait()
                 tg.cancel_scope.cancel()
         except BaseException as exc:
+            if not ready.done() and process is not None and isinstance(exc, Exception):
+                await self._drain_stderr(process)  # why it did not start: the rest of what it wrote
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
             if not isinstance(exc, Exception):
@@ -746,6 +782,26 @@ class ServerSession:
                 self._pid = None
             if not ready.done():
                 ready.set_exception(RuntimeError("the server ended before it was ready"))
+
+    async def _drain_stderr(self, process: Any) -> None:
+        """After a failed start: end the sandbox and read its stderr to the end (what the reader
+        task had not read yet when the session failed), so the report never depends on which
+        task ran first. Bounded by :data:`_DRAIN_S` should something still hold the pipe open."""
+        import anyio
+
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)
+        if process.stderr is None:
+            return
+        kept = 0
+        with anyio.move_on_after(_DRAIN_S), contextlib.suppress(Exception):
+            async for chunk in process.stderr:
+                kept += len(chunk)
+                text = sanitize_text(chunk[-2000:].decode("utf-8", "replace")).strip()
+                if text:
+                    self.stderr.append(text[-500:])
+                if kept > _DRAIN_MAX_BYTES:
+                    break
 
     def _list_changed(self) -> None:
         """A ``tools/list_changed``: re-list in a thread of its own, at most once per
@@ -861,6 +917,49 @@ def _why(exc: BaseException) -> str:
     return _clip(sanitize_text(text))
 
 
+_MISSING_MODULE = re.compile(
+    r"ModuleNotFoundError|No module named|ImportError|Cannot find module|ERR_MODULE_NOT_FOUND|cannot find package"
+)
+STDERR_TAIL_LINES = 5
+
+
+def stderr_tail(chunks: Iterable[str], lines: int = STDERR_TAIL_LINES) -> list[str]:
+    """The last ``lines`` non-blank lines of what a server wrote on stderr (kept as chunks)."""
+    found = [line.strip() for chunk in chunks for line in chunk.splitlines()]
+    found = [line for line in found if line.strip("^~ ")]  # not Python's caret markers under a line
+    return [_clip(line, 300) for line in found[-lines:]]
+
+
+def likely_cause(tail: list[str], runtime_roots: Iterable[str]) -> str | None:
+    """What most likely kept a server from starting, judged from the end of its stderr."""
+    roots = ", ".join(runtime_roots) or "none"
+    if any(_MISSING_MODULE.search(line) for line in tail):
+        return (
+            "a module it imports is not in the sandbox, which binds only the system folders: bring it "
+            "inside the package, or name the folder that holds it in your policy's sandbox.runtime_roots "
+            f"(now: {roots})"
+        )
+    if not tail:
+        return (
+            "it ended before answering MCP's initialize and wrote nothing on stderr; if it needs libraries "
+            f"from outside the system folders, name them in sandbox.runtime_roots (now: {roots})"
+        )
+    return None
+
+
+def start_failure(why: str, chunks: Iterable[str], runtime_roots: Iterable[str]) -> str:
+    """``why`` a server could not be started, with the last lines of its stderr and the likely
+    cause: one line (it goes into results, diagnostics and the audit log)."""
+    tail = stderr_tail(chunks)
+    text = why
+    if tail:
+        text += f"; last lines of its stderr: {' | '.join(tail)}"
+    cause = likely_cause(tail, runtime_roots)
+    if cause:
+        text += f"; likely cause: {cause}"
+    return text
+
+
 def _clip(text: str, limit: int = 500) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -909,6 +1008,8 @@ class UpstreamHub:
         self._base: Snapshot | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._ours: deque[str] = deque(maxlen=64)  # ids of the snapshots this hub published
+        #: package name -> why its server could not be started or listed at the last refresh
+        self.start_problems: dict[str, str] = {}
 
     def _loop_(self) -> _Loop:
         if self._loop is None:
@@ -943,6 +1044,8 @@ class UpstreamHub:
                     listing = self.session(record).list()
                     record_listing(self.state_dir, record, listing, approve=False)
                 except ExecutionError as exc:
+                    self.start_problems[record.name] = exc.message
+                    _record_failure_quietly(self.state_dir, record, exc)
                     problems.append(
                         warning(exc.code, exc.message, tool=record.name, source=record.source, path=record.path)
                     )
@@ -1077,9 +1180,23 @@ def approve_listing(record: ToolRecord, policy: Policy, state_dir: Path) -> tupl
     hub = UpstreamHub(policy, state_dir)
     try:
         listing = hub.session(record).list()
+    except ExecutionError as exc:
+        _record_failure_quietly(state_dir, record, exc)
+        raise
     finally:
         hub.close()
     return listing, record_listing(state_dir, record, listing, approve=True)
+
+
+def _record_failure_quietly(state_dir: Path, record: ToolRecord, exc: ExecutionError) -> None:
+    """:func:`record_failure`, except that a state that cannot be written only loses the record
+    (the failure itself is reported to the caller either way)."""
+    if exc.code != "upstream-unavailable":
+        return
+    try:
+        record_failure(state_dir, record, exc.message)
+    except Exception as failed:  # the state is the user's; the report goes on without the record
+        log.warning("could not record the failed start of MCP server %s: %s", record.name, failed)
 
 
 __all__ = [
@@ -1090,8 +1207,13 @@ __all__ = [
     "definition_diff",
     "extend_snapshot",
     "interpret_result",
+    "last_failure",
+    "likely_cause",
     "load_upstream_state",
     "open_upstream",
+    "record_failure",
+    "start_failure",
+    "stderr_tail",
     "unavailable",
     "upstream_records",
     "visible",

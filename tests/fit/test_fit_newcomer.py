@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 import stat
 import subprocess
 from pathlib import Path
 
 from plaininstall import PlainInstall
+from shared_helpers import require_sandbox
 
 from tooldir._cli.common import UNWRAPPED_WIDTH, output_width
 
@@ -86,3 +88,46 @@ def test_output_width_is_columns_when_set_else_the_terminal_or_unwrapped() -> No
     assert output_width(terminal=True, environ={}) is None
     for nonsense in ("0", "-5", "wide", "99999999"):
         assert output_width(terminal=False, environ={"COLUMNS": nonsense}) == UNWRAPPED_WIDTH
+
+
+def test_an_mcp_server_package_that_cannot_start_names_its_stderr_and_the_missing_runtime_root(
+    plain: PlainInstall, elsewhere: Path
+) -> None:
+    require_sandbox()
+    package = elsewhere / "proj" / ".tooldir" / "tools" / "notes"
+    shutil.copytree(
+        Path(__file__).resolve().parents[2] / "fixtures" / "example" / "project" / ".tooldir" / "tools" / "notes",
+        package,
+    )
+    common = ["--project", "proj", "--user-dir", "none", "--state-dir", str(elsewhere / "state")]
+    (elsewhere / "none").mkdir()
+    allowed = plain.run([plain.tooldir, "allow", "notes", "--yes", *common], elsewhere)
+    assert allowed.returncode == 1
+    for text in (allowed.stderr, plain.run([plain.tooldir, "show", "notes", *common], elsewhere).stdout):
+        flat = " ".join(text.split())
+        assert "ModuleNotFoundError: No module named 'mcp'" in flat, text
+        assert (
+            "likely cause: a module it imports is not in the sandbox" in flat
+            and "sandbox.runtime_roots (now: none)" in flat
+        )
+    ran = plain.run([plain.tooldir, "run", "notes__add", "--input", '{"text": "x"}', *common], elsewhere)
+    assert ran.returncode == 1 and "No module named 'mcp'" in ran.stderr and "sandbox.runtime_roots" in ran.stderr
+
+
+def test_piped_headings_are_one_short_line_not_a_rule_of_the_unwrapped_width(
+    plain: PlainInstall, elsewhere: Path
+) -> None:
+    done = plain.run([plain.tooldir, "init", "piped_tool"], elsewhere)
+    assert done.returncode == 0, done.stderr
+    common = ["--user-dir", str(elsewhere / "none"), "--state-dir", str(elsewhere / "s")]
+    for argv in (["allow", "piped_tool", "--yes"], ["show", "piped_tool"], ["verify", ".tooldir/tools/piped_tool"]):
+        shown = plain.run([plain.tooldir, *argv, *common], elsewhere)
+        assert shown.returncode == 0, shown.stderr
+        headings = [line for line in shown.stdout.splitlines() if line.startswith("──")]
+        assert headings and all(line.endswith(" ──") and len(line) < 200 for line in headings), shown.stdout
+    narrow = subprocess.run(
+        [plain.tooldir, "show", "piped_tool", *common],
+        cwd=elsewhere, env=dict(plain.env, COLUMNS="60"), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    [heading] = [line for line in narrow.stdout.splitlines() if line.startswith("──")]
+    assert len(heading) == 60  # with COLUMNS, rich's rule across that width

@@ -104,8 +104,92 @@ def test_sarif_locations_are_relative_to_the_repository_root_with_the_pointer_li
     }
     broken = by_rule["invalid-json"][0]["artifactLocation"]
     assert broken == {"uri": ".tooldir/tools/broken%20json/schema.json", "uriBaseId": "PROJECTROOT"}
-    outside = [loc["artifactLocation"] for loc in by_rule["shadowed"] if "uriBaseId" not in loc["artifactLocation"]]
-    assert outside == [{"uri": (elsewhere / "user" / "fine_tool" / "schema.json").resolve().as_uri()}]
+    outside = [
+        loc["artifactLocation"] for loc in by_rule["shadowed"] if loc["artifactLocation"]["uriBaseId"] != "PROJECTROOT"
+    ]
+    assert outside == [{"uri": "fine_tool/schema.json", "uriBaseId": "USERROOT"}]
+
+
+def test_sarif_gives_user_root_and_user_policy_findings_their_own_uri_base_ids(
+    plain: PlainInstall, elsewhere: Path, repo: Path
+) -> None:
+    config = elsewhere / "home" / ".config" / "tooldir"
+    config.mkdir(parents=True)
+    (config / "policy.toml").write_text('[sources.project]\nmax_risk = "external-read"\n')
+    plain.env["XDG_CONFIG_HOME"] = str(elsewhere / "home" / ".config")
+    try:
+        done = _scan(plain, elsewhere, "--format", "sarif")
+    finally:
+        del plain.env["XDG_CONFIG_HOME"]
+    assert done.returncode == 0, done.stderr
+    [run] = json.loads(done.stdout)["runs"]
+    bases = run["originalUriBaseIds"]
+    assert {k: v["uri"] for k, v in bases.items()} == {
+        "PROJECTROOT": repo.resolve().as_uri() + "/",
+        "USERROOT": (elsewhere / "user").resolve().as_uri() + "/",
+        "USERCONFIG": config.resolve().as_uri() + "/",
+        "USERSTATE": (elsewhere / "state").resolve().as_uri() + "/",
+    }
+    assert all(v["description"]["text"] for v in bases.values())
+    located = {
+        (r["ruleId"], r["locations"][0]["physicalLocation"]["artifactLocation"]["uriBaseId"]): r["locations"][0][
+            "physicalLocation"
+        ]
+        for r in run["results"]
+        if "physicalLocation" in r["locations"][0]
+    }
+    weakened = located[("policy-weakened", "USERCONFIG")]
+    assert weakened["artifactLocation"]["uri"] == "policy.toml"
+    assert weakened["region"] == {"startLine": 2}  # the line of max_risk
+    assert located[("shadowed", "USERROOT")]["artifactLocation"]["uri"] == "fine_tool/schema.json"
+    every_uri = [
+        loc["physicalLocation"]["artifactLocation"]
+        for r in run["results"]
+        for loc in r["locations"]
+        if "physicalLocation" in loc
+    ]
+    assert all("uriBaseId" in a and not a["uri"].startswith("file:") for a in every_uri)
+
+
+def test_a_user_root_inside_the_repository_stays_relative_to_the_repository(
+    plain: PlainInstall, elsewhere: Path, repo: Path
+) -> None:
+    make_tool(repo / "my-tools", "fine_tool")
+    done = plain.run(
+        [
+            plain.tooldir,
+            "scan",
+            "--format",
+            "sarif",
+            "--project",
+            "repo",
+            "--user-dir",
+            "repo/my-tools",
+            "--state-dir",
+            str(elsewhere / "state"),
+        ],
+        elsewhere,
+    )
+    [run] = json.loads(done.stdout)["runs"]
+    places = [
+        r["locations"][0]["physicalLocation"]["artifactLocation"] for r in run["results"] if r["ruleId"] == "shadowed"
+    ]
+    assert {"uri": "my-tools/fine_tool/schema.json", "uriBaseId": "PROJECTROOT"} in places
+    assert all(place["uriBaseId"] == "PROJECTROOT" for place in places)
+
+
+def test_every_sarif_rule_has_a_security_severity_on_code_scannings_scale(
+    plain: PlainInstall, elsewhere: Path, repo: Path
+) -> None:
+    [run] = json.loads(_scan(plain, elsewhere, "--format", "sarif").stdout)["runs"]
+    severity = {r["id"]: r["properties"]["security-severity"] for r in run["tool"]["driver"]["rules"]}
+    assert set(severity) == {str(c) for c in DiagnosticCode}
+    assert all(isinstance(v, str) and 0.0 <= float(v) <= 10.0 for v in severity.values())
+    # what lets changed or unreviewed content through ranks above what only needs a review
+    assert float(severity["hash-mismatch"]) >= 9.0 and float(severity["bad-signature"]) >= 9.0
+    assert float(severity["unsafe-command"]) > float(severity["suspicious-text"]) > float(severity["not-approved"])
+    assert float(severity["stray-file"]) < 1.0
+    assert "informationUri" not in run["tool"]["driver"]  # the project publishes no documentation URL
 
 
 def test_json_is_an_alias_of_format_json_and_table_is_the_default(

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from toolkit import make_tool
+from toolkit import make_tool, project_tools
 
 import tooldir
 from tooldir._cli import main
@@ -260,3 +260,34 @@ def test_show_says_which_secrets_are_granted_and_set_never_their_values(
     (record,) = json.loads(capsys.readouterr().out)["records"]
     assert record["secrets"][0]["value"].startswith("unusable: secrets file") and VALUE not in json.dumps(record)
     assert VALUE.encode() not in everything_written(tmp_path)
+
+
+def test_a_project_tool_that_takes_a_granted_name_gets_no_secret_unless_the_policy_opts_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    canary = tmp_path / "secret-command-ran"
+    write_secrets(f'[secrets]\nJIRA_TOKEN = {{command = ["touch", "{canary}"]}}\n')
+    policy_file = Path(os.environ["XDG_CONFIG_HOME"]) / "tooldir" / "policy.toml"
+    policy_file.write_text(GRANTED)  # the user granted JIRA_TOKEN to *their* jira_get_issue
+    project = tmp_path / "repo"
+    package = make_tool(project_tools(project), "jira_get_issue", script=PROBE, execute=_execute(["JIRA_TOKEN"]))
+    user, state = tmp_path / "user", tmp_path / "state"
+    user.mkdir()
+    roots = ["--user-dir", str(user), "--project", str(project), "--state-dir", str(state)]
+    assert main(["allow", str(package), "--yes", *roots]) == 0  # its code approved: not a grant of secrets
+    capsys.readouterr()
+    assert main(["run", "jira_get_issue", "--input", '{"text": "env"}', "--json", *roots]) == 3
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["error"]["code"] == "secret-unavailable"
+    assert "comes from the project" in printed["error"]["message"]
+    assert "secrets.project_tools = true" in printed["error"]["message"]
+    host = host_registry(project, user, state).call("jira_get_issue", {"text": "env"})  # a host, by default
+    assert host.error is not None and host.error.code == "secret-unavailable"
+    assert not canary.exists()  # refused before the secret's command could run
+    write_secrets(f'[secrets]\nJIRA_TOKEN = "{VALUE}"\n')
+    policy_file.write_text("[secrets]\nproject_tools = true\n" + GRANTED)  # opted in, by name
+    assert main(["run", "jira_get_issue", "--input", '{"text": "stdout"}', "--json", *roots]) == 0
+    assert json.loads(capsys.readouterr().out)["content"]["seen"] == "[secret:JIRA_TOKEN]"
+    assert main(["policy", "show", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert "secrets.project_tools" in json.dumps(shown["weakened"])

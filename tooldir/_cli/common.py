@@ -120,6 +120,16 @@ def output_width(*, terminal: bool, environ: dict[str, str] | None = None) -> in
     return None if terminal else UNWRAPPED_WIDTH
 
 
+def rule(out: Console, title: Any) -> None:
+    """A heading line: rich's rule across the output's width, except when nothing is wrapped
+    (off a terminal without ``COLUMNS``), where a rule would be :data:`UNWRAPPED_WIDTH` characters
+    wide: there it is ``── title ──``."""
+    if out.width >= UNWRAPPED_WIDTH:
+        out.print("── ", title, " ──", sep="")
+    else:
+        out.rule(title)
+
+
 @cache
 def console() -> Console:
     return _console_class()(highlight=False, soft_wrap=False, width=output_width(terminal=sys.stdout.isatty()))

@@ -16,6 +16,7 @@ from .common import (
     console,
     print_json,
     render_json,
+    rule,
     safe,
     stdout_is_terminal,
 )
@@ -133,42 +134,41 @@ def cmd_scan(args: argparse.Namespace) -> int:
     if isinstance(pending, int):  # a memo hit: its output is printed, this is its exit status
         return pending
     config, snap, plan = _load(args)
-    policy = config.policy
     has_errors = any(d.severity == "error" for d in snap.diagnostics)
     status = EXIT_FOUND_ERRORS if args.strict and has_errors else EXIT_OK
     if pending is None:
-        print_scan(fmt, snap, plan, args, policy)
+        print_scan(fmt, snap, plan, args, config)
         return status
-    text = render_scan(fmt, snap, plan, args, policy)
+    text = render_scan(fmt, snap, plan, args, config)
     sys.stdout.write(text)
     sys.stdout.flush()
     _memo_save(pending, config, snap, text, status)
     return status
 
 
-def print_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Namespace, policy: Policy) -> None:
+def print_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Namespace, config: LoadConfig) -> None:
     if fmt == "json":
-        print_json(scan_json(snap, plan, policy))
+        print_json(scan_json(snap, plan, config.policy))
     elif fmt == "sarif":
         from .sarif_out import scan_sarif
 
-        print_json(scan_sarif(snap, project=args.project))
+        print_json(scan_sarif(snap, project=args.project, config=config))
     else:
         print_tools(snap.tools, plan, title=f"tooldir scan — snapshot {snap.id} (generation {snap.generation})")
         print_diagnostics(snap)
 
 
-def render_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Namespace, policy: Policy) -> str:
+def render_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Namespace, config: LoadConfig) -> str:
     """What :func:`print_scan` prints into a pipe or a file (never a terminal), as text."""
     if fmt == "table":
         with console().capture() as captured:
-            print_scan(fmt, snap, plan, args, policy)
+            print_scan(fmt, snap, plan, args, config)
         return captured.get()
     if fmt == "json":
-        return render_json(scan_json(snap, plan, policy))
+        return render_json(scan_json(snap, plan, config.policy))
     from .sarif_out import scan_sarif
 
-    return render_json(scan_sarif(snap, project=args.project))
+    return render_json(scan_sarif(snap, project=args.project, config=config))
 
 
 def _memo_lookup(args: argparse.Namespace, fmt: str) -> int | scanmemo.Pending | None:
@@ -283,7 +283,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         for record, detail in zip(records, details, strict=True):
             if record.manifest is not None and record.manifest.execute.secrets:
                 detail["secrets"] = secrets_of(record, config)
-        if any(r.upstream is not None for r in records):
+        if any(r.upstream is not None or r.server is not None for r in records):
             from .upstream import upstream_detail
 
             details = [upstream_detail(r, d, args) for r, d in zip(records, details, strict=True)]
@@ -291,7 +291,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         return EXIT_OK
     out = console()
     for record in records:
-        out.rule(safe(f"{record.name} ({record.source}) — {record.status}"))
+        rule(out, safe(f"{record.name} ({record.source}) — {record.status}"))
         out.print(safe(f"path:   {record.path}"))
         out.print(safe(f"trust:  {record.trust.method}"))
         out.print(safe(f"digest: {record.digest}"))

@@ -160,6 +160,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         why = package_refusal(snapshot, args.name)
         if why is not None:
             raise CommandError(f"{args.name}: {why}", EXIT_REFUSED)
+        package = args.name.split(SEPARATOR, 1)[0]
+        problem = None if hub is None else hub.start_problems.get(package)
+        if problem is not None:  # its server never listed its tools: say why, not just "unknown"
+            raise CommandError(f"{args.name}: unknown until its MCP server lists it: {problem}", EXIT_FOUND_ERRORS)
     if args.json:
         print_json({**result.to_json(), "sandbox": sandbox_report(registry, snapshot.by_name.get(args.name))})
         return exit_code_for(result)

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from .._internal import jsonlines, tomllines
-from ..model import Diagnostic
-from ..sarif import Locate, sarif_log
+from ..loader import LoadConfig
+from ..model import Diagnostic, Source
+from ..policy import default_policy_path
+from ..sarif import Locate, sarif_log, user_bases
 from ..snapshot import Snapshot
 from . import _version
 
@@ -20,9 +22,14 @@ MANIFEST = "schema.json"
 MAX_READ = 4 * 1024 * 1024  # a file larger than this gets no line (discovery refuses far smaller manifests)
 
 
-def scan_sarif(snap: Snapshot, *, project: str) -> dict[str, Any]:
+def scan_sarif(snap: Snapshot, *, project: str, config: LoadConfig) -> dict[str, Any]:
+    """``config``'s user roots, the folder of its policy file (the default one when it read none)
+    and its state folder get ``uriBaseId``s of their own."""
     root = Path(project).resolve()
-    return sarif_log(snap.diagnostics, root=root, version=_version(), locate=_locator(snap.diagnostics))
+    user_roots = [spec.path for spec in config.roots if spec.source == Source.USER]
+    config_dir = Path(config.policy_file).parent if config.policy_file else default_policy_path().parent
+    bases = user_bases(user_roots, config_dir, config.state_dir)
+    return sarif_log(snap.diagnostics, root=root, version=_version(), locate=_locator(snap.diagnostics), bases=bases)
 
 
 def _locator(diagnostics: Iterable[Diagnostic]) -> Locate:

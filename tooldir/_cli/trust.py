@@ -25,6 +25,7 @@ from .common import (
     console,
     policy_from_args,
     print_json,
+    rule,
     safe,
     state_dir_from_args,
 )
@@ -135,7 +136,7 @@ def _print_review(verdict: manage.Verdict) -> None:
     out = console()
     manifest, package, key = verdict.manifest, verdict.package, verdict.key
     assert manifest is not None  # noqa: S101 -- checked by the caller
-    out.rule(safe(f"review: {manifest.name} ({package.root.source})"))
+    rule(out, safe(f"review: {manifest.name} ({package.root.source})"))
     out.print(safe(f"path:   {verdict.path}"))
     out.print(safe(f"digest: {verdict.digest}"))
     out.print(safe(f"signed by: {key}" if key else "signed by: (not signed)"))
@@ -325,7 +326,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         )
     else:
         out = console()
-        out.rule(safe(f"verify {verdict.path}"))
+        rule(out, safe(f"verify {verdict.path}"))
         marks = {True: ("ok", "green"), False: ("FAIL", "red"), None: ("--", "dim")}
         for number, step in enumerate(verdict.steps, start=1):
             word, style = marks[step["ok"]]  # type: ignore[index]

@@ -17,12 +17,13 @@ from ..upstream import (
     approve_listing,
     definition_diff,
     instructions_problems,
+    last_failure,
     load_upstream_state,
     pinned_instructions,
     visible,
 )
 from ..upstream_names import SEPARATOR
-from .common import config_from_args, console, console_err, safe
+from .common import config_from_args, console, console_err, rule, safe
 
 
 def pin_after_allow(config: LoadConfig, path: str, *, quiet: bool) -> dict[str, Any] | None:
@@ -45,7 +46,7 @@ def pin_after_allow(config: LoadConfig, path: str, *, quiet: bool) -> dict[str, 
         return {"error": {"code": exc.code, "message": exc.message}}
     if not quiet:
         out = console()
-        out.rule(safe(f"MCP server {record.name}: {len(listing.tools)} tool(s), listed {listing.listed_at}"))
+        rule(out, safe(f"MCP server {record.name}: {len(listing.tools)} tool(s), listed {listing.listed_at}"))
         out.print("instructions (escapes visible):")
         out.print(safe(visible(listing.instructions)))
         for code, message in instructions_problems(listing.instructions):
@@ -71,11 +72,13 @@ def print_upstream(record: ToolRecord, args: argparse.Namespace) -> None:
         last = entry.get("last") if isinstance(entry, dict) else None
         when = last.get("listed_at") if isinstance(last, dict) else None
         out.print(safe(f"MCP server package; last listed: {when or 'never'}"))
+        _print_failure(record, data)
         out.print(safe(f"pinned instructions: {visible(pinned_instructions(data, record))}"))
         return
     ref = record.upstream
     assert ref is not None  # noqa: S101 - the caller checked
     out.print(safe(f"upstream: tool {ref.tool!a} of MCP server {ref.package} (listed {ref.listed_at})"))
+    _print_failure(record, data)
     out.print(safe(f"definition digest: {ref.definition_digest}"))
     diff = definition_diff(data, record)
     if diff:
@@ -83,11 +86,25 @@ def print_upstream(record: ToolRecord, args: argparse.Namespace) -> None:
         out.print(safe(diff))
 
 
+def _print_failure(record: ToolRecord, data: dict[str, Any]) -> None:
+    failure = last_failure(data, record)
+    if failure is not None:
+        console().print(safe(f"last start failed ({failure.get('at')}): {failure['message']}", "yellow"))
+
+
 def upstream_detail(record: ToolRecord, detail: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    if record.upstream is None:
+    """``show --json``'s extra fields of a server package or one of its tools: the definition
+    diff (a tool) and ``start_failure`` (``{"at", "message"}`` or None)."""
+    if record.upstream is None and record.server is None:
         return detail
     data = load_upstream_state(config_from_args(args).state_dir)
-    return {**detail, "definition_diff": definition_diff(data, record)}
+    failure = last_failure(data, record)
+    extra: dict[str, Any] = {
+        "start_failure": None if failure is None else {"at": failure.get("at"), "message": failure["message"]}
+    }
+    if record.upstream is not None:
+        extra["definition_diff"] = definition_diff(data, record)
+    return {**detail, **extra}
 
 
 def package_refusal(snapshot: Any, name: str) -> str | None:

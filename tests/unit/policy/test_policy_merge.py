@@ -76,6 +76,7 @@ OTHER: dict[str, Any] = {
     "audit.durability": "buffered",
     "audit.sync_interval_ms": 50,
     "secrets.grants": {"jira_get_issue": ["JIRA_TOKEN"]},
+    "secrets.project_tools": True,
     "limits.max_manifest_bytes": 4096,
     "limits.max_file_bytes": 4096,
     "limits.max_package_bytes": 8192,
