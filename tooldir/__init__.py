@@ -60,6 +60,7 @@ if _typing.TYPE_CHECKING:
         Trust,
         UpstreamRef,
     )
+    from .netallow import AllowEntry, NetworkGrant
     from .permissions import PermissionCheck, PermissionRequest
     from .policy import Policy, load_policy
     from .registry import CallError, CallGate, CallResult, Registry, UpstreamCaller
@@ -73,6 +74,8 @@ if _typing.TYPE_CHECKING:
 
 #: Every public name and the submodule (relative to this package) that defines it.
 _LAZY: dict[str, str] = {
+    "AllowEntry": "netallow",
+    "NetworkGrant": "netallow",
     "Approval": "state",
     "AuditEvent": "audit",
     "AuditSink": "audit",
@@ -174,6 +177,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AllowEntry",
     "Approval",
     "AuditEvent",
     "AuditSink",
@@ -198,6 +202,7 @@ __all__ = [
     "LockWritten",
     "Manifest",
     "Match",
+    "NetworkGrant",
     "Observer",
     "PackageError",
     "PackageFile",

@@ -55,7 +55,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -129,11 +129,15 @@ class AuditEvent:
     secrets: tuple[str, ...] = ()
     """The names (never the values) of the secrets given to the tool's run (DESIGN §11), written
     comma-separated (``"JIRA_TOKEN,GH_TOKEN"``); the key is left out of the line when none were."""
+    network: Sequence[Mapping[str, Any]] | None = None
+    """A run behind the egress proxy: its connections (host, port, address, bytes_up, bytes_down,
+    refused); the key is left out of the line otherwise."""
 
     def fields(self) -> dict[str, Any]:
         extra: dict[str, Any] = {} if self.tool_sha256 is None else {"tool_sha256": self.tool_sha256}
         if self.secrets:
             extra["secrets"] = ",".join(self.secrets)  # names hold no ','; a plain string, as every field
+        after = {} if self.network is None else {"network": list(self.network)}
         return {
             **extra,
             "tool": self.tool,
@@ -147,7 +151,12 @@ class AuditEvent:
             "duration_ms": self.duration_ms,
             "snapshot": self.snapshot,
             "session": self.session,
+            **after,
         }
+
+
+NETWORK_CAP = 64
+"""Connections written into one audit line at most (``network_more`` counts the rest)."""
 
 
 def bounded_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -160,6 +169,10 @@ def bounded_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = value
         elif isinstance(value, float):
             out[key] = round(value, 3) if math.isfinite(value) else None
+        elif key == "network" and isinstance(value, list):  # the egress proxy's connections
+            out[key] = [bounded_fields(c) for c in value[:NETWORK_CAP] if isinstance(c, Mapping)]
+            if len(value) > NETWORK_CAP:
+                out["network_more"] = len(value) - NETWORK_CAP
         else:
             text = value if isinstance(value, str) else _repr(value)
             shown = _SURROGATE.sub("\ufffd", text[: _CAPS.get(key, TEXT_CAP)])

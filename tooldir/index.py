@@ -61,7 +61,7 @@ from typing import IO, Any
 from ._internal.atomic import private_dirs, write_atomic
 from ._internal.strictjson import FrozenDict, freeze_arrays_in_place
 from .discover import MANIFEST, PackageScan, RootSpec, scan_package
-from .model import Diagnostic, ExecuteSpec, Manifest, PackageFile, Risk, Severity, Source, warning
+from .model import Diagnostic, ExecuteSpec, Manifest, NetworkAllow, PackageFile, Risk, Severity, Source, warning
 from .policy import Limits, Policy
 from .validate import Candidate, validate_package
 
@@ -268,7 +268,10 @@ def manifest_from_json(data: dict[str, Any]) -> Manifest:
     if "timeout_s" in raw:
         execute["timeout_s"] = float(raw["timeout_s"])
     if "network" in raw:
-        execute["network"] = bool(raw["network"])
+        network = raw["network"]
+        execute["network"] = (
+            network if isinstance(network, bool) else NetworkAllow.model_construct(allow=tuple(network["allow"]))
+        )
     if "env" in raw:
         execute["env"] = tuple(raw["env"])
     if "secrets" in raw:

@@ -32,6 +32,7 @@ from pydantic import (
 
 from ._internal.strictjson import FrozenDict
 from .names import NAME_FORBIDDEN, NAME_JSON_SCHEMA, NAME_MAX_LENGTH, explain_invalid
+from .netallow import ENTRY_PATTERN, parse_entry
 
 
 class Source(enum.StrEnum):
@@ -199,6 +200,41 @@ InputSchema = Annotated[
 ]
 
 
+def _allow_entry(text: str) -> str:
+    parse_entry(text)  # the schema checks the shape; this the rest (port range, labels, addresses)
+    return text
+
+
+AllowText = Annotated[
+    StrictStr,
+    StringConstraints(min_length=3, max_length=262, pattern=ENTRY_PATTERN),
+    AfterValidator(_allow_entry),
+]
+
+
+class NetworkAllow(BaseModel):
+    """``execute.network = {"allow": ["HOST:PORT", ...]}``: the only destinations the tool may
+    reach, through tooldir's proxy (exact names, ``*.domain``, IPv4 and bracketed IPv6 literals;
+    a port is required). The policy's ``sandbox.network_allow`` may narrow it, never widen it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, defer_build=True)
+
+    allow: tuple[AllowText, ...] = Field(
+        max_length=64,
+        strict=False,
+        description="HOST:PORT destinations: api.example.com:443, *.example.com:443, 127.0.0.1:8080, [::1]:8080",
+    )
+
+
+Network = Annotated[
+    bool | NetworkAllow,
+    Field(
+        description='false (no network), {"allow": ["HOST:PORT", ...]} (only these, through tooldir\'s '
+        "proxy), or true (anything; only if the policy sets sandbox.network_unrestricted)"
+    ),
+]
+
+
 class ExecuteSpec(BaseModel):
     """How to run the tool: an argv array, never a shell string."""
 
@@ -217,7 +253,7 @@ class ExecuteSpec(BaseModel):
     timeout_s: float | None = Field(
         default=None, gt=0, le=3600, description="wall-clock limit in seconds; capped by policy"
     )
-    network: bool = Field(default=False, description="the tool needs network access (policy decides)")
+    network: Network = False
     env: tuple[EnvName, ...] = Field(
         default=(),
         max_length=64,
@@ -231,6 +267,10 @@ class ExecuteSpec(BaseModel):
         description="names of secrets (values in the user's secrets.toml) the tool needs, if the user's policy "
         "grants them; each arrives as that environment variable",
     )
+
+    def declared_network(self) -> bool | tuple[str, ...]:
+        """``network`` as :meth:`tooldir.policy.SandboxPolicy.network_grant` takes it."""
+        return self.network if isinstance(self.network, bool) else self.network.allow
 
     @field_validator("timeout_s", mode="before")
     @classmethod
@@ -286,7 +326,7 @@ class ServerSpec(ExecuteSpec):
     timeout_s: float | None = Field(
         default=None, gt=0, le=3600, description="limit in seconds for start-up and for each call; capped by policy"
     )
-    network: bool = Field(default=False, description="the server needs network access (policy decides)")
+    network: Network = False
 
 
 class ServerManifest(BaseModel):
@@ -346,11 +386,18 @@ def _spec(cls: type[_S], raw: Mapping[str, Any]) -> _S:
     values = {
         "command": tuple(raw["command"]),
         "timeout_s": float(raw["timeout_s"]) if "timeout_s" in raw else None,  # strict float: an int becomes a float
-        "network": raw.get("network", False),
+        "network": _network(raw.get("network", False)),
         "env": tuple(raw["env"]) if "env" in raw else (),
         "secrets": tuple(raw["secrets"]) if "secrets" in raw else (),
     }
     return _built(cls, values, raw)
+
+
+def _network(raw: Any) -> bool | NetworkAllow:
+    """``execute.network`` / ``server.network`` from checked JSON."""
+    if isinstance(raw, bool):
+        return raw
+    return _built(NetworkAllow, {"allow": tuple(raw["allow"])}, raw)
 
 
 def manifest_from_checked(data: Mapping[str, Any]) -> Manifest:

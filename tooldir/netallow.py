@@ -194,3 +194,44 @@ def is_public(address: str) -> bool:
         if embedded is not None and not is_public(str(embedded)):
             return False
     return bool(ip.is_global) and not ip.is_multicast
+
+
+GrantKind = Literal["none", "allow", "unrestricted"]
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkGrant:
+    """The network one tool gets: ``none``; ``allow`` -- only ``allow`` (maybe empty: every
+    connection is refused, and reported), through the proxy; or ``unrestricted`` (the host's
+    network). ``why`` says, for ``none``, what the tool declared that it does not get."""
+
+    kind: GrantKind
+    allow: tuple[AllowEntry, ...] = ()
+    why: str = ""
+
+    def to_json(self) -> bool | dict[str, list[str]]:
+        """As the manifest writes it: ``false``, ``true`` or ``{"allow": [...]}``."""
+        if self.kind == "allow":
+            return {"allow": [str(e) for e in self.allow]}
+        return self.kind == "unrestricted"
+
+
+def grant(
+    declared: bool | Sequence[str], *, master: bool, unrestricted: bool, ceiling: Sequence[AllowEntry] | None
+) -> NetworkGrant:
+    """What a tool that declares ``declared`` (``execute.network``: a bool or its allow list) gets
+    under the policy's ``sandbox.network`` (``master``), ``sandbox.network_unrestricted`` and
+    ``sandbox.network_allow`` (``ceiling``; None: no ceiling)."""
+    if declared is False:
+        return NetworkGrant("none")
+    if not master:
+        return NetworkGrant("none", why="the policy's sandbox.network is false")
+    if declared is True:
+        if unrestricted:
+            return NetworkGrant("unrestricted")
+        return NetworkGrant(
+            "none",
+            why="the tool declares network: true (any host); that needs sandbox.network_unrestricted = true, or "
+            'declare {"allow": ["HOST:PORT", ...]}',
+        )
+    return NetworkGrant("allow", intersect(parse_entries(declared), ceiling))

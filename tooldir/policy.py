@@ -13,7 +13,7 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -28,6 +28,7 @@ from ._internal.tomllines import key_lines, line_of
 from .errors import PolicyError
 from .model import Diagnostic, Risk, Source, warning
 from .names import GUARD_TOOLS
+from .netallow import MAX_ENTRIES, AllowEntry, NetworkGrant, grant, parse_entries
 
 TrustMethod = Literal["approval", "signature", "pin"]
 
@@ -190,6 +191,12 @@ class PermissionsPolicy(_Frozen):
 
 class SandboxPolicy(_Frozen):
     network: StrictBool = False
+    """The master switch: may a tool that declares network get any?"""
+    network_allow: tuple[str, ...] | None = None
+    """The ceiling of every tool's ``network.allow`` (``HOST:PORT`` entries): a tool gets the part
+    of what it declares that this list allows too. None: no ceiling beyond ``network``."""
+    network_unrestricted: StrictBool = False
+    """May a tool that declares ``network: true`` (any host, no proxy) get the host's network?"""
     timeout_s: float = Field(default=30, gt=0, le=3600)
     memory_mb: int = Field(default=512, ge=16, le=65536)
     max_processes: int = Field(default=64, ge=1, le=4096)
@@ -225,6 +232,24 @@ class SandboxPolicy(_Frozen):
     """Absolute host folders bound read-only, at the same path, into every MCP server package's
     sandbox (DESIGN §10): the runtimes and dependencies a server needs that the sandbox's system
     binds lack (a virtualenv, a node installation). Only the user's policy can name them."""
+
+    @field_validator("network_allow")
+    @classmethod
+    def _network_allow_entries(cls, entries: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if entries is not None:
+            if len(entries) > MAX_ENTRIES:
+                raise ValueError(f"at most {MAX_ENTRIES} entries")
+            parse_entries(entries)  # AllowEntryError (a ValueError) names the entry and what is wrong
+        return entries
+
+    def network_ceiling(self) -> tuple[AllowEntry, ...] | None:
+        return None if self.network_allow is None else parse_entries(self.network_allow)
+
+    def network_grant(self, declared: bool | Sequence[str]) -> NetworkGrant:
+        """The network a tool declaring ``declared`` (``execute.network``) gets under this policy."""
+        return grant(
+            declared, master=self.network, unrestricted=self.network_unrestricted, ceiling=self.network_ceiling()
+        )
 
     @field_validator("runtime_roots")
     @classmethod
@@ -504,7 +529,12 @@ def effective_policy(text: str, *, path: str = "<policy>") -> EffectivePolicy:
         if first["type"] == "extra_forbidden":
             message = f"unknown key {key}"
         else:  # pydantic speaks Python; the file is TOML
-            text = first["msg"].replace("a valid tuple", "an array").replace("a valid dictionary", "a table")
+            text = (
+                first["msg"]
+                .removeprefix("Value error, ")
+                .replace("a valid tuple", "an array")
+                .replace("a valid dictionary", "a table")
+            )
             text = re.sub(r" or instance of \w+", "", text)
             message = f"{key}: {text}"
         raise PolicyError(message, path=path, key=key, line=line_of(lines, keys)) from None
@@ -628,6 +658,11 @@ def _risk_cap(value: Any, default: Any) -> str | None:
     return None
 
 
+def _ceiling_lifted(value: Any, default: Any) -> str | None:
+    # a list narrows what tools may reach; only dropping a default list would widen it
+    return "tools reach whatever they declare" if value is None and default is not None else None
+
+
 def _memory_bound(value: Any, default: Any) -> str | None:
     # "auto" takes a cgroup limit where one works; forcing the per-process fallback gives that up
     if value == "rlimit+seccomp" and default != "rlimit+seccomp":
@@ -661,7 +696,13 @@ WEAKENING_RULES: Mapping[str, _Rule] = MappingProxyType(
         "permissions.allow": _allow,
         "permissions.deny": _drops("a denied tool name may run"),
         "permissions.max_risk": _risk_cap,
-        "sandbox.network": _turned_on("a tool that declares network gets it"),
+        "sandbox.network": _turned_on(
+            "a tool that declares network destinations reaches them (within sandbox.network_allow)"
+        ),
+        "sandbox.network_unrestricted": _turned_on(
+            "a tool that declares network: true reaches any host and address, with no proxy and no report"
+        ),
+        "sandbox.network_allow": _ceiling_lifted,
         "secrets.project_tools": _turned_on("a project tool with a granted name gets the secret"),
         "sandbox.unsafe_allow_unsandboxed": _turned_on("tools run WITHOUT a sandbox when none works"),
         "sandbox.unsafe_allow_no_seccomp": _turned_on("tools run without a seccomp filter on this architecture"),

@@ -103,14 +103,20 @@ class CallResult:
     content: Any
     error: CallError | None
     audit_id: str | None
+    network: tuple[Mapping[str, Any], ...] | None = None
+    """For a tool run behind tooldir's egress proxy (``network.allow``): every connection it asked
+    for -- host, port, resolved address, bytes up and down, and the reason if refused."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "ok": self.ok,
             "content": thaw(self.content),
             "error": None if self.error is None else {"code": self.error.code, "message": self.error.message},
             "audit_id": self.audit_id,
         }
+        if self.network is not None:
+            data["network"] = [dict(c) for c in self.network]
+        return data
 
 
 class UpstreamCaller(Protocol):
@@ -156,6 +162,7 @@ class _Trace:
     input: Any = None
     ran: bool = False
     started: float = field(default_factory=time.perf_counter)
+    network: tuple[Mapping[str, Any], ...] | None = None
     secrets: tuple[str, ...] = ()  # the names given to the run (its audit line lists them)
 
 
@@ -578,6 +585,10 @@ class Registry:
                 raise _Stop(exc.code, exc.message) from None
             except OSError as exc:  # the backend failed at the OS level: never a traceback to the caller
                 raise _Stop("sandbox-failed", f"the sandbox could not run the tool: {exc}") from None
+            if trace is not None and result.network is not None:
+                # a host name the tool asked for can carry a secret's value: redacted like its output
+                network = [dict(c) for c in result.network]
+                trace.network = tuple(redactor.json(network) if redactor else network)
             if redactor:  # what leaves the sandbox never carries a secret's value (raw, base64, URL-encoded)
                 result = replace(result, stdout=redactor.data(result.stdout), stderr=redactor.data(result.stderr))
             return redactor.json(_interpret(result, timeout, sp.max_output_bytes))
@@ -623,8 +634,14 @@ class Registry:
         timeout = min(manifest.execute.timeout_s or sp.timeout_s, sp.timeout_s)
         allowed = set(sp.env_allow)
         env = {k: os.environ[k] for k in manifest.execute.env if k in allowed and k in os.environ}
-        network = manifest.execute.network and sp.network
-        return RunRequest(record, stdin, timeout, env, network, dict(secrets or {}))
+        grant = sp.network_grant(manifest.execute.declared_network())
+        if grant.kind == "unrestricted" and stdin:  # a real run (not a set-up ahead): logged every time
+            log.warning(
+                "running %s with the host's network, unrestricted (policy sandbox.network_unrestricted = true)",
+                record.name,
+            )
+        egress = grant.allow if grant.kind == "allow" else None
+        return RunRequest(record, stdin, timeout, env, grant.kind == "unrestricted", dict(secrets or {}), egress=egress)
 
     def _prepare_ahead(self, record: ToolRecord, *, create_copy: bool = False) -> threading.Thread | None:
         """Ask the sandbox to set up ``record``'s run in the background now (bubblewrap started,
@@ -671,12 +688,12 @@ class Registry:
         else:
             wanted = [r for n in names if (r := snapshot.get(n)) is not None]
         records = [r for r in wanted if r.source is not Source.BUILTIN and is_runnable(r) and r.upstream is None]
-        network = self._policy.sandbox.network
+        sp = self._policy.sandbox
         records = [
             r
             for r in records
             if r.manifest is not None
-            and not (r.manifest.execute.network and network)
+            and sp.network_grant(r.manifest.execute.declared_network()).kind == "none"
             and not r.manifest.execute.secrets
         ]
         records = records[:MAX_SPARES]
@@ -716,6 +733,7 @@ class Registry:
             duration_ms=(time.perf_counter() - trace.started) * 1000,
             snapshot=snapshot_id,
             session=None if session_id is None else _utf8_safe(str(session_id))[:AUDIT_NAME_MAX],
+            network=trace.network,
             secrets=trace.secrets,
         )
         try:
@@ -726,7 +744,7 @@ class Registry:
                 False, None, CallError("audit-failed", f"the audit log could not be written: {exc}"), None
             )
         failure = None if ok else CallError(code or "tool-failed", message or "")
-        return CallResult(ok, content, failure, audit_id)
+        return CallResult(ok, content, failure, audit_id, trace.network)
 
 
 def _default_audit(state_dir: Path, policy: Policy) -> AuditSink:

@@ -670,10 +670,19 @@ class ServerSession:
         allowed = set(sp.env_allow)
         env = {k: os.environ[k] for k in spec.server.env if k in allowed and k in os.environ}
         process = None
-        try:
-            prepared = prepare_server(
-                self.record, sp, self.state_dir, env=env, network=spec.server.network and sp.network
+        grant = sp.network_grant(spec.server.declared_network())
+        if grant.kind == "allow":  # the egress proxy serves directory tools' runs only, so far
+            log.warning(
+                "MCP server package %s declares network.allow; servers are not proxied yet, so it runs with no network",
+                self.record.name,
             )
+        elif grant.kind == "unrestricted":
+            log.warning(
+                "starting MCP server %s with the host's network, unrestricted (sandbox.network_unrestricted = true)",
+                self.record.name,
+            )
+        try:
+            prepared = prepare_server(self.record, sp, self.state_dir, env=env, network=grant.kind == "unrestricted")
             try:
                 uid = prepared.identity.uid
                 process = await anyio.open_process(

@@ -48,6 +48,7 @@ from .model import (
     warning,
 )
 from .names import explain_invalid, is_valid_name
+from .netallow import AllowEntryError, parse_entry
 from .policy import Policy
 from .text import check_strings, plainly_clean
 
@@ -228,6 +229,7 @@ class _Validation:
             self.fail("name-mismatch", f"manifest name {name!r} differs from its folder name {scan.name!r}", "/name")
         self._check_input_schema(data["input_schema"], meta_checked=fast)
         self._check_command(data["execute"]["command"])
+        self._check_network(data["execute"].get("network"), "/execute/network")
         if any(d.severity is Severity.ERROR for d in self.diags):
             return None
         freeze_arrays_in_place(data["input_schema"])  # the only part kept as parsed (the rest becomes tuples)
@@ -262,7 +264,7 @@ class _Validation:
                     self.fail("invalid-name", f"name {err.instance!r}: {explain_invalid(err.instance)}", pointer)
                     named = True
                 continue
-            message = _schema_message(err)
+            message = _allow_entry_message(err, pointer) or _schema_message(err)
             if pointer == "/input_schema" or pointer.startswith("/input_schema/"):
                 self.fail("invalid-input-schema", f"input_schema: {message}", pointer)
                 continue
@@ -370,6 +372,17 @@ class _Validation:
                 f"{self.command_pointer}/0",
             )
 
+    def _check_network(self, network: Any, pointer: str) -> None:
+        """Each ``network.allow`` entry the schema's pattern let through is a real ``HOST:PORT``
+        (a port from 1 to 65535, host labels of at most 63 characters, a valid address)."""
+        if not isinstance(network, dict):
+            return
+        for index, entry in enumerate(network.get("allow", ())):
+            try:
+                parse_entry(entry)
+            except AllowEntryError as exc:
+                self.fail("schema-invalid", f"network.allow: {exc}", f"{pointer}/allow/{index}")
+
     def _check_text(self, data: dict[str, Any]) -> None:
         """Every string of the manifest, keys included (text:schema-fields, text:control). At
         most ``_MAX_TEXT_FINDINGS`` diagnostics of each kind, then one that counts the rest."""
@@ -427,6 +440,7 @@ class _ServerValidation(_Validation):
                 "name-mismatch", f"manifest name {data['name']!r} differs from its folder name {scan.name!r}", "/name"
             )
         self._check_command(data["server"]["command"])
+        self._check_network(data["server"].get("network"), "/server/network")
         if any(d.severity is Severity.ERROR for d in self.diags):
             return None
         try:
@@ -434,6 +448,21 @@ class _ServerValidation(_Validation):
         except (KeyError, TypeError, ValueError) as exc:  # pragma: no cover - the schema rules it out
             self.fail("schema-invalid", f"the manifest model cannot hold what the schema accepted: {exc}", "")
             return None
+
+
+_ALLOW_ENTRY_POINTER = re.compile(r"/(execute|server)/network/allow/[0-9]+")
+
+
+def _allow_entry_message(err: Any, pointer: str) -> str | None:
+    """What is wrong with a ``network.allow`` entry the schema's pattern refused, in
+    :func:`tooldir.netallow.parse_entry`'s words (never the bare regular expression)."""
+    if err.kind.name != "pattern" or not isinstance(err.instance, str) or not _ALLOW_ENTRY_POINTER.fullmatch(pointer):
+        return None
+    try:
+        parse_entry(err.instance)
+    except AllowEntryError as exc:
+        return f"network.allow: {exc}"
+    return None
 
 
 def _unsafe_arg(arg: str) -> str | None:

@@ -27,7 +27,6 @@ PENDING: dict[int, frozenset[str]] = {
             "mcp:server-memory",
         }
     ),
-    24: frozenset({"sandbox:egress"}),
     27: frozenset({"mcp:client-config"}),
 }
 

@@ -683,6 +683,24 @@ def test_the_drill_ceiling_takes_back_network_unsandboxed_runs_and_foreign_varia
     ]
 
 
+def test_the_drill_ceiling_keeps_only_proxied_loopback_destinations_of_a_scenarios_network_allow() -> None:
+    granted = parse_policy(
+        "[sandbox]\nnetwork = true\nnetwork_unrestricted = true\n"
+        'network_allow = ["127.0.0.1:8080", "[::1]:8080", "localhost:8080", "api.example.com:443", "10.0.0.1:80"]\n'
+    )
+    clamped = ex.ceiling(granted)
+    assert clamped.sandbox.network is True and clamped.sandbox.network_unrestricted is False
+    assert clamped.sandbox.network_allow == ("127.0.0.1:8080", "[::1]:8080", "localhost:8080")
+    assert ex.clamped(granted) == [
+        "sandbox.network_unrestricted",
+        "sandbox.network_allow api.example.com:443",
+        "sandbox.network_allow 10.0.0.1:80",
+    ]
+    # a tool declaring network: true gets nothing under it, and without a ceiling list no network at all
+    assert clamped.sandbox.network_grant(True).kind == "none"
+    assert ex.ceiling(parse_policy("[sandbox]\nnetwork = true\n")).sandbox.network is False
+
+
 @pytest.mark.parametrize("command", ["serve", "watch", "drill"])
 def test_a_tooldir_step_that_could_run_a_tool_is_a_scenario_error(tmp_path: Path, command: str) -> None:
     folder = write_scenario(

@@ -86,7 +86,7 @@ def test_network_is_given_only_when_declared_and_allowed_by_policy(tmp_path: Pat
         denied = registry_with(tmp_path / "a", Policy(), script=CONNECT, input_schema=schema, execute=execute)
         refused = denied.call("probe_tool", {"port": port})
         assert refused.error is not None and refused.error.code == "tool-failed"
-        allowed_policy = Policy.model_validate({"sandbox": {"network": True}})
+        allowed_policy = Policy.model_validate({"sandbox": {"network": True, "network_unrestricted": True}})
         allowed = registry_with(tmp_path / "b", allowed_policy, script=CONNECT, input_schema=schema, execute=execute)
         result = allowed.call("probe_tool", {"port": port})
         assert result.ok, result.error

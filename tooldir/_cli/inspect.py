@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from ..defer import DeferralPlan
     from ..loader import LoadConfig
     from ..model import ToolRecord
+    from ..netallow import NetworkGrant
+    from ..policy import Policy
     from ..snapshot import Snapshot
 
 # keyed by the values of tooldir.model's Status and Severity (StrEnums): the model stays unimported
@@ -53,11 +55,11 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=cmd_show)
 
 
-def load_snapshot(args: argparse.Namespace) -> tuple[Snapshot, DeferralPlan]:
-    """The snapshot and the static deferral plan a fresh session over it would start from (so
-    ``deferred`` here is what ``catalog``, a session and ``tooldir serve`` do)."""
-    _, snap, plan = _load(args)
-    return snap, plan
+def load_snapshot(args: argparse.Namespace) -> tuple[Snapshot, DeferralPlan, Policy]:
+    """The snapshot, the static deferral plan a fresh session over it would start from (so
+    ``deferred`` here is what ``catalog``, a session and ``tooldir serve`` do) and the policy."""
+    config, snap, plan = _load(args)
+    return snap, plan, config.policy
 
 
 def _load(args: argparse.Namespace) -> tuple[LoadConfig, Snapshot, DeferralPlan]:
@@ -74,10 +76,13 @@ def _load(args: argparse.Namespace) -> tuple[LoadConfig, Snapshot, DeferralPlan]
     return config, snap, initial_plan(snap, policy=config.policy, builtins=config.builtins, by_bounds=True)
 
 
-def record_json(record: ToolRecord, plan: DeferralPlan) -> dict[str, Any]:
-    """A record as ``scan``/``list``/``show`` print it: ``deferred`` is the plan's decision."""
+def record_json(record: ToolRecord, plan: DeferralPlan, policy: Policy) -> dict[str, Any]:
+    """A record as ``scan``/``list``/``show`` print it: ``deferred`` is the plan's decision,
+    ``network`` what the policy grants it (``false``, ``true`` or ``{"allow": [...]}``)."""
     data = record.to_json()
     data["deferred"] = plan.is_deferred(record.name)
+    grant = network_grant(record, policy)
+    data["network"] = None if grant is None else grant.to_json()
     if record.upstream is not None:  # an MCP server package's tool: when it was last listed
         data["upstream"] = {
             "package": record.upstream.package,
@@ -88,12 +93,30 @@ def record_json(record: ToolRecord, plan: DeferralPlan) -> dict[str, Any]:
     return data
 
 
-def scan_json(snap: Snapshot, plan: DeferralPlan) -> dict[str, Any]:
+def network_grant(record: ToolRecord, policy: Policy) -> NetworkGrant | None:
+    """The network the policy grants ``record`` (None for a builtin)."""
+    spec = record.manifest.execute if record.manifest is not None else None
+    if spec is None and record.server is not None:
+        spec = record.server.server
+    return None if spec is None else policy.sandbox.network_grant(spec.declared_network())
+
+
+def network_text(grant: NetworkGrant) -> str:
+    """What ``show`` prints about a tool's network."""
+    if grant.kind == "unrestricted":
+        return "unrestricted (any host: sandbox.network_unrestricted = true)"
+    if grant.kind == "allow":
+        listed = ", ".join(str(e) for e in grant.allow) or "nothing (the policy's sandbox.network_allow covers none)"
+        return f"only through tooldir's proxy, to {listed}"
+    return "none" + (f" ({grant.why})" if grant.why else "")
+
+
+def scan_json(snap: Snapshot, plan: DeferralPlan, policy: Policy) -> dict[str, Any]:
     """The ``scan --json`` document (:meth:`Snapshot.to_json` with the plan's ``deferred``; built
     once, not rendered twice: at 10k tools the first rendering alone held ~6 MB)."""
     return {
         "snapshot": {"id": snap.id, "generation": snap.generation},
-        "tools": [record_json(t, plan) for t in snap.tools],
+        "tools": [record_json(t, plan, policy) for t in snap.tools],
         "diagnostics": [d.to_json() for d in snap.diagnostics],
     }
 
@@ -125,7 +148,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
 def print_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Namespace, config: LoadConfig) -> None:
     if fmt == "json":
-        print_json(scan_json(snap, plan))
+        print_json(scan_json(snap, plan, config.policy))
     elif fmt == "sarif":
         from .sarif_out import scan_sarif
 
@@ -142,7 +165,7 @@ def render_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Nam
             print_scan(fmt, snap, plan, args, config)
         return captured.get()
     if fmt == "json":
-        return render_json(scan_json(snap, plan))
+        return render_json(scan_json(snap, plan, config.policy))
     from .sarif_out import scan_sarif
 
     return render_json(scan_sarif(snap, project=args.project, config=config))
@@ -212,11 +235,14 @@ def _memo_save(pending: scanmemo.Pending, config: LoadConfig, snap: Snapshot, te
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    snap, plan = load_snapshot(args)
+    snap, plan, policy = load_snapshot(args)
     tools = snap.tools if args.all else tuple(snap.by_name.values())
     if args.json:
         print_json(
-            {"snapshot": {"id": snap.id, "generation": snap.generation}, "tools": [record_json(t, plan) for t in tools]}
+            {
+                "snapshot": {"id": snap.id, "generation": snap.generation},
+                "tools": [record_json(t, plan, policy) for t in tools],
+            }
         )
     else:
         print_tools(tools, plan, title="tools")
@@ -248,11 +274,12 @@ def _secret_line(item: dict[str, Any], tool: str) -> str:
 
 def cmd_show(args: argparse.Namespace) -> int:
     config, snap, plan = _load(args)
+    policy = config.policy
     records = snap.records(args.name)
     if not records:
         raise CommandError(f"no tool named {args.name!r} in any root", exit_code=EXIT_FOUND_ERRORS)
     if args.json:
-        details = [detail_json(r, plan) for r in records]
+        details = [detail_json(r, plan, policy) for r in records]
         for record, detail in zip(records, details, strict=True):
             if record.manifest is not None and record.manifest.execute.secrets:
                 detail["secrets"] = secrets_of(record, config)
@@ -274,6 +301,9 @@ def cmd_show(args: argparse.Namespace) -> int:
             from .upstream import print_upstream
 
             print_upstream(record, args)
+        grant = network_grant(record, policy)
+        if grant is not None:
+            out.print(safe(f"network: {network_text(grant)}"))
         if record.manifest is not None and record.manifest.execute.secrets:
             out.print(safe("secrets:"))
             for item in secrets_of(record, config):
@@ -293,8 +323,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def detail_json(record: ToolRecord, plan: DeferralPlan) -> dict[str, Any]:
-    data = record_json(record, plan)
+def detail_json(record: ToolRecord, plan: DeferralPlan, policy: Policy) -> dict[str, Any]:
+    data = record_json(record, plan, policy)
     data["manifest"] = None if record.manifest is None else record.manifest.model_dump(mode="json")
     data["files"] = [
         {"path": f.path, "sha256": f.sha256, "size": f.size, "executable": f.executable} for f in record.files

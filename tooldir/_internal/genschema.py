@@ -93,12 +93,40 @@ def _plain(node: Any, defs: dict[str, Any], *, top: bool = False) -> Any:
             node = {**rest[0], **node}
             if node.get("default", 0) is None:
                 del node["default"]
+    branches = node.get("anyOf")
+    if isinstance(branches, list):
+        branches = [_inlined(b, defs) for b in branches]
+    if isinstance(branches, list) and _mergeable(branches):
+        # one value of several JSON types (network: false | {"allow": [...]}): each type's keywords
+        # apply to that type alone, so one schema with a list of types says the same, plainly
+        del node["anyOf"]
+        merged: dict[str, Any] = {"type": [b["type"] for b in branches]}
+        for branch in branches:
+            merged.update({k: v for k, v in _plain(branch, defs).items() if k not in ("type", "title", "description")})
+        node = {**merged, **node}
     if not top:
         node.pop("title", None)
     if "enum" in node:
         node.pop("type", None)  # the values say it; a second keyword would double every report
     out = {key: _plain(value, defs) if key != "properties" else _properties(value, defs) for key, value in node.items()}
     return _ordered(out)
+
+
+def _inlined(branch: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(branch, dict) and "$ref" in branch:
+        return {**defs[branch["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in branch.items() if k != "$ref"}}
+    return branch
+
+
+def _mergeable(branches: list[Any]) -> bool:
+    """Branches of distinct JSON types whose keywords (beyond ``type``) apply to one type each."""
+    inlined = [b for b in branches if isinstance(b, dict) and isinstance(b.get("type"), str)]
+    if len(inlined) != len(branches) or len({b["type"] for b in inlined}) != len(inlined):
+        return False
+    object_only = {"additionalProperties", "required", "properties", "type", "title", "description"}
+    return all(b["type"] != "object" or set(b) <= object_only for b in inlined) and all(
+        set(b) <= {"type", "title", "description"} for b in inlined if b["type"] != "object"
+    )
 
 
 def _properties(props: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:

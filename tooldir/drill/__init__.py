@@ -265,6 +265,12 @@ class CallSpec(_Frozen):
     """Bound on the call's wall-clock time (timeouts and caps must hold)."""
     listen: bool = False
     """Open a TCP listener on 127.0.0.1 ({port} in the input) that must receive no connection."""
+    network: tuple[NetworkExpect, ...] | None = None
+    """The connections the call's run asked tooldir's egress proxy for, in order (``host``,
+    ``port`` with placeholders, ``refused``: the reason's code or absent for one made); the same
+    list must be in the call's audit line."""
+    served: int | None = None
+    """Requests the scenario's HTTP server (``serve = true``) got during the call."""
     content_includes: tuple[str, ...] = ()
     content_excludes: tuple[str, ...] = ()
     """Substrings (placeholders substituted) that must not appear in the content or message."""
@@ -291,6 +297,14 @@ class CallSpec(_Frozen):
     def name(self) -> str:
         """The tool name as called (``tool`` times ``repeat``)."""
         return self.tool * self.repeat
+
+
+class NetworkExpect(_Frozen):
+    """One expected connection of a call's run through the egress proxy."""
+
+    host: str
+    port: str
+    refused: str | None = None
 
 
 class Storm(_Frozen):
@@ -403,6 +417,9 @@ class Scenario(_Frozen):
     listen: bool = False
     """A 127.0.0.1 listener open from materialisation to the end: ``{port}`` in tree files, plants,
     steps, the policy and call inputs; it must accept no connection (load, calls, everything)."""
+    serve: bool = False
+    """A 127.0.0.1 HTTP server open from materialisation to the end (``{serve_port}``, substituted
+    like ``{port}``): it answers every GET with ``served <path>``; a call's ``served`` counts them."""
     watch: WatchSpec | None = None
     host: bool = False
     """The load is a host's: ``tooldir.make_config(project=".")`` with every other default the
@@ -724,6 +741,10 @@ def _attempt(scenario: Scenario, base: Path, beyond: Path, started: float, progr
                 listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
                 listener.setblocking(False)
                 arena = dataclasses.replace(arena, port=str(listener.getsockname()[1]))
+                progress.arena = arena
+            if scenario.serve:
+                server = stack.enter_context(ex.served())
+                arena = dataclasses.replace(arena, serve_port=str(server.port), server=server)
                 progress.arena = arena
             return _run(scenario, arena, started, caller, listener, progress=progress)
     except ArenaEscapeError as exc:

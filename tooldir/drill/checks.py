@@ -22,7 +22,7 @@ from .watch import WatchReport
 
 if TYPE_CHECKING:
     from ..errors import ConfigError
-    from . import Scenario
+    from . import CallSpec, Scenario
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +214,14 @@ def call_problems(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> list[str]
             problems.append(f"call {spec.tool} took {o.seconds:.1f} s; the bound is {spec.max_seconds} s")
         if o.connections:
             problems.append(f"call {spec.tool}: the host loopback listener accepted {o.connections} connection(s)")
+        if spec.network is not None:
+            problem = network_problem(arena, spec, o.network)
+            if problem:
+                problems.append(f"call {spec.tool}: {problem}")
+        if spec.served is not None and o.served != spec.served:
+            problems.append(
+                f"call {spec.tool}: the scenario's HTTP server got {o.served} request(s), not {spec.served}"
+            )
         if spec.max_live_runs is not None and o.most_live > spec.max_live_runs:
             problems.append(
                 f"call {spec.tool}: {o.most_live} runs were live at once; the bound is {spec.max_live_runs}"
@@ -221,6 +229,24 @@ def call_problems(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> list[str]
         elif spec.max_live_runs is not None and o.most_live == 0:
             problems.append(f"call {spec.tool}: no run with the marker was ever seen (the attack never ran)")
     return problems
+
+
+def network_problem(arena: Arena, spec: CallSpec, network: Any) -> str | None:
+    """What differs between the connections a call's run made through the egress proxy
+    (``CallResult.network`` or its audit line's ``network``) and ``spec.network``; None if nothing."""
+    assert spec.network is not None  # noqa: S101 - only asked for calls that expect connections
+    expected = [(arena.substitute(e.host), arena.substitute(e.port), e.refused) for e in spec.network]
+    if not isinstance(network, (list, tuple)):
+        return f"no connections were reported (network = {network!r}); expected {len(expected)}"
+    got = []
+    for c in network:
+        refused = c.get("refused") if isinstance(c, Mapping) else None
+        host = c.get("host") if isinstance(c, Mapping) else None
+        port = c.get("port") if isinstance(c, Mapping) else None
+        got.append((str(host), str(port), refused.split(":", 1)[0] if isinstance(refused, str) else None))
+    if got != expected:
+        return f"the proxy reported connections {got}, expected {expected}"
+    return None
 
 
 SECRET_NAME = re.compile(r"(?i)secret|token|passw|credential|private|api_?key|access_?key|auth|session|cookie")
@@ -310,6 +336,8 @@ def check_audit(arena: Arena, outcomes: Sequence[ex.CallOutcome]) -> Check:
                 f"audit line {o.audit_id} says tool={line.get('tool')} error={line.get('error_code')}, "
                 f"the call was {tool[:80]} {o.code}"
             )
+        elif o.spec.network is not None and (problem := network_problem(arena, o.spec, line.get("network"))):
+            problems.append(f"audit line {o.audit_id}: {problem}")
     if problems:
         return Check("audit", False, "; ".join(problems))
     return Check("audit", True, f"{sum(o.spec.audit for o in outcomes)} call(s) recorded in the audit log")

@@ -77,12 +77,16 @@ def user_policy() -> Policy:
 
 
 def ceiling(policy: Policy) -> Policy:
-    """Clamp what a scenario's policy may grant its tools: no network, no unsandboxed runs, and
-    only the drill's own environment variables. A scenario is downloaded content; its policy
-    never loosens the drill's own limits."""
+    """Clamp what a scenario's policy may grant its tools: no network but through tooldir's proxy
+    to loopback (a ``sandbox.network_allow`` of loopback address literals and ``localhost``
+    only), no unsandboxed runs, and only the drill's own environment variables. A scenario is
+    downloaded content; its policy never loosens the drill's own limits."""
+    allow = _loopback_ceiling(policy)
     sandbox = policy.sandbox.model_copy(
         update={
-            "network": False,
+            "network": allow is not None,
+            "network_allow": allow,
+            "network_unrestricted": False,
             "unsafe_allow_unsandboxed": False,
             "env_allow": tuple(name for name in policy.sandbox.env_allow if name.startswith(DRILL_ENV_PREFIX)),
         }
@@ -90,11 +94,33 @@ def ceiling(policy: Policy) -> Policy:
     return policy.model_copy(update={"sandbox": sandbox})
 
 
+def _loopback_ceiling(policy: Policy) -> tuple[str, ...] | None:
+    """The loopback entries of the scenario's ``sandbox.network_allow`` when it turns the network
+    on with one; None (no network) otherwise."""
+    if not policy.sandbox.network or policy.sandbox.network_allow is None:
+        return None
+    return tuple(e for e in policy.sandbox.network_allow if _loopback_entry(e))
+
+
+def _loopback_entry(text: str) -> bool:
+    import ipaddress
+
+    from ..netallow import parse_entry
+
+    entry = parse_entry(text)  # the policy already parsed it
+    if entry.kind == "address":
+        return ipaddress.ip_address(entry.host).is_loopback
+    return entry.kind == "name" and entry.host == "localhost"
+
+
 def clamped(policy: Policy) -> list[str]:
     """The keys of ``policy`` that :func:`ceiling` takes back (for the drill's report)."""
     keys = []
-    if policy.sandbox.network:
+    if policy.sandbox.network and policy.sandbox.network_allow is None:
         keys.append("sandbox.network")
+    if policy.sandbox.network_unrestricted:
+        keys.append("sandbox.network_unrestricted")
+    keys += [f"sandbox.network_allow {e}" for e in policy.sandbox.network_allow or () if not _loopback_entry(e)]
     if policy.sandbox.unsafe_allow_unsandboxed:
         keys.append("sandbox.unsafe_allow_unsandboxed")
     keys += [f"sandbox.env_allow {name}" for name in policy.sandbox.env_allow if not name.startswith(DRILL_ENV_PREFIX)]
@@ -647,6 +673,8 @@ class CallOutcome:
     connections: int = 0
     seconds: float = 0.0
     most_live: int = 0  # with max_live_runs: most processes with the marker seen at once
+    network: Any = None  # the connections of a run behind the egress proxy (CallResult.network)
+    served: int = 0  # requests the scenario's HTTP server got during the call
 
     def shown(self) -> str:
         """Everything the call showed its caller: the content and the error message."""
@@ -744,7 +772,58 @@ class Runtime:
             self._open_upstream()
 
 
+class Served:
+    """The scenario's loopback HTTP server (``serve = true``): every GET is answered with
+    ``served <path>`` and counted."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        counted = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                with counted._lock:
+                    counted.count += 1
+                body = f"served {self.path}".encode("utf-8", "replace")
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        import threading
+
+        self._lock = threading.Lock()
+        self.count = 0
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(target=self._server.serve_forever, name="tooldir-drill-serve", daemon=True)
+        self._thread.start()
+
+    def requests(self) -> int:
+        with self._lock:
+            return self.count
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+
+@contextlib.contextmanager
+def served() -> Iterator[Served]:
+    server = Served()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 def call(runtime: Runtime, spec: CallSpec, arena: Arena) -> CallOutcome:
+    before = arena.server.requests() if arena.server is not None else 0
     with contextlib.ExitStack() as stack:
         port = "0"
         listener = None
@@ -766,6 +845,7 @@ def call(runtime: Runtime, spec: CallSpec, arena: Arena) -> CallOutcome:
             result = target.call(spec.name, json.loads(text))
         seconds = time.monotonic() - t0
         connections = _accepted(listener) if listener is not None else 0
+    served_now = arena.server.requests() - before if arena.server is not None else 0
     leftovers = wait_for_no_processes(arena.marker, 5.0) if spec.check_processes else ()
     for pid in leftovers:  # the drill's own (escaped) descendants: stop them by id
         with contextlib.suppress(OSError):
@@ -782,6 +862,8 @@ def call(runtime: Runtime, spec: CallSpec, arena: Arena) -> CallOutcome:
         connections,
         seconds,
         most_live,
+        getattr(result, "network", None),
+        served_now,
     )
 
 

@@ -20,7 +20,7 @@ import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .confine import (
     ArenaEscapeError,
@@ -87,6 +87,8 @@ class Arena:
     scenario: str  # the scenario folder, for messages
     secret: str  # a fresh token planted in the fake home; it must never show up in tool output
     port: str = "0"  # the scenario's 127.0.0.1 listener ({port}), when it declares listen = true
+    serve_port: str = "0"  # the scenario's 127.0.0.1 HTTP server ({serve_port}), when it declares serve = true
+    server: Any = field(default=None, compare=False, repr=False)  # that server (its request count)
     beyond: Path | None = None  # a folder outside the arena ({beyond}) that nothing may change
     links: set[Path] = field(default_factory=set, compare=False, repr=False)  # the links planted so far
 
@@ -166,6 +168,7 @@ class Arena:
             "{secret}": self.secret,
             "{marker}": self.marker,
             "{port}": self.port,
+            "{serve_port}": self.serve_port,
         }
         if self.beyond is not None:
             tokens["{beyond}"] = str(self.beyond)

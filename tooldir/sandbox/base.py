@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..model import ToolRecord
+from ..netallow import AllowEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,10 +20,13 @@ class RunRequest:
     stdin: bytes
     timeout_s: float
     env: Mapping[str, str]
-    network: bool
+    network: bool  # the host's network (an unrestricted grant)
     #: granted secrets (DESIGN §11): set in the tool's environment too, after ``env``; never in a
     #: repr, never in a spare sandbox made ahead (a run with secrets sets its own sandbox up)
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    egress: tuple[AllowEntry, ...] | None = None
+    """With a ``network.allow`` grant: the destinations tooldir's proxy lets the tool reach (the
+    sandbox keeps its own network namespace; ``network`` is then False)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,8 @@ class RunResult:
     duration_ms: float
     started: bool = True  # False when the sandbox never started the tool (set-up failed)
     memory_exceeded: bool = False  # the run's cgroup memory limit made the kernel kill it
+    network: tuple[dict[str, Any], ...] | None = None
+    """With an egress proxy: every connection the tool asked for (``Connection.to_json``)."""
 
 
 class Sandbox(Protocol):

@@ -66,6 +66,7 @@ from ..policy import SandboxPolicy
 from . import scope
 from .base import RunRequest, RunResult
 from .cgroup import RunCgroup, RunCgroupV1, RunGroup, V1Parents, find_parent, find_v1_parents, warm_moves
+from .egress import PRELUDE, Connection, EgressProxy, proxy_env
 from .process import TRUSTED_PATH, Identity, Launched, abandon, collect, identity_for, launch, limits_prefix
 from .seccomp import build_filter
 from .store import verified_files
@@ -179,6 +180,19 @@ def command_argv(command: Sequence[str], record: ToolRecord) -> list[str]:
             )
         argv[0] = real
     return argv
+
+
+def prelude_argv() -> list[str]:
+    """The sandbox's first process when a proxy serves it (:data:`~tooldir.sandbox.egress.PRELUDE`),
+    before the inherited socket's number and the tool's argv."""
+    python = resolve_interpreter("python3")
+    if python is None:
+        raise SandboxError(
+            f"a tool with a network allowlist needs python3 under {', '.join(SYSTEM_DIRS)} (it sets up the "
+            "sandbox's side of the proxy)",
+            code="sandbox-unavailable",
+        )
+    return [python, "-I", "-S", "-c", PRELUDE]
 
 
 def sandbox_env(extra: dict[str, str] | None = None) -> list[str]:
@@ -296,6 +310,7 @@ class BubblewrapSandbox:
         ahead would need them before permission and hooks said yes)."""
         return (
             not request.network
+            and request.egress is None
             and not request.secrets
             and self.bound.kind != "systemd-scope"
             and not self.policy.unsafe_allow_no_seccomp
@@ -321,8 +336,14 @@ class BubblewrapSandbox:
         fds: list[int] = []
         release: int | None = None
         info_read: int | None = None
+        proxy: EgressProxy | None = None
         try:
             argv = tool_argv(request.record)
+            extra_env: dict[str, str] = {}
+            if request.egress is not None:
+                proxy = EgressProxy(request.egress)
+                argv = [*prelude_argv(), str(proxy.inner_fd()), *argv]
+                extra_env = proxy_env()
             args = base_args(self.policy, network=request.network)
             bounded = self.bound.kind != "rlimit+seccomp"
             wrapper: list[str] = []
@@ -334,8 +355,10 @@ class BubblewrapSandbox:
                 wrapper = scope.scope_prefix(
                     systemd_run, memory_bytes=memory, max_tasks=self.policy.max_processes + BWRAP_PROCESSES
                 )
+            # with a proxy the sandbox needs AF_INET for its loopback (its namespace has no route out)
+            inet = request.network or proxy is not None
             args += seccomp_args(
-                fds, self.policy, network=request.network, deny_shared_memory=not bounded, tool=request.record.name
+                fds, self.policy, network=inet, deny_shared_memory=not bounded, tool=request.record.name
             )
             args += masked_proc_args(fds)
             block_read, release = os.pipe()
@@ -344,10 +367,13 @@ class BubblewrapSandbox:
             args += package_args(request.record, contents, fds)
             args += ["--remount-ro", "/", "--chdir", TOOL_DIR]
             # through a memfd, not argv: the host's process list must not show env values
-            env_args = sandbox_env({**request.env, **request.secrets})
+            # the proxy's variables last: nothing the tool is given can point it past the proxy
+            env_args = sandbox_env({**request.env, **request.secrets, **extra_env})
             args += ["--args", str(_memfd(b"".join(a.encode() + b"\0" for a in env_args), fds))]
             info_read, info_write = os.pipe()
             inherited = [*fds, info_write]  # never info_read: the tool must not read (steal) bwrap's report
+            if proxy is not None:
+                inherited.append(proxy.inner_fd())
             args += ["--info-fd", str(info_write), "--", *argv]
             launched = launch(
                 args,
@@ -368,6 +394,8 @@ class BubblewrapSandbox:
             for fd in (release, info_read):
                 if fd is not None:
                     os.close(fd)
+            if proxy is not None:
+                proxy.close()
             if group is not None:
                 group.close()
             if warm is not None:
@@ -376,7 +404,10 @@ class BubblewrapSandbox:
         finally:
             for fd in fds:  # bubblewrap holds its own copies
                 os.close(fd)
-        return _Prepared(launched, group, warm)
+        if proxy is not None:
+            proxy.release_inner()
+            proxy.start()
+        return _Prepared(launched, group, warm, proxy)
 
     def _finish(self, prepared: _Prepared, request: RunRequest, *, from_now: bool) -> RunResult:
         """Release a prepared sandbox, feed and collect the tool, and remove what the run held."""
@@ -391,7 +422,9 @@ class BubblewrapSandbox:
             if prepared.group is not None and prepared.group.oom_killed():
                 result = replace(result, memory_exceeded=True)
         finally:
-            prepared.close()
+            connections = prepared.close()
+        if connections is not None:
+            result = replace(result, network=tuple(c.to_json() for c in connections))
         if not result.started and not result.timed_out:
             why = result.stderr.decode("utf-8", "replace").strip()[-500:] or f"exit status {result.exit_code}"
             raise SandboxError(f"bubblewrap could not start the tool: {why}", code="sandbox-failed")
@@ -405,9 +438,11 @@ class _Prepared:
     launched: Launched
     group: RunGroup | None
     warm: threading.Thread | None
+    proxy: EgressProxy | None = None
 
-    def close(self) -> None:
-        """Close what the run held (after :func:`collect`): its pipes, its cgroup."""
+    def close(self) -> list[Connection] | None:
+        """Close what the run held (after :func:`collect`): its pipes, its cgroup, its proxy
+        (whose connections it returns)."""
         for fd in (self.launched.release_fd, self.launched.info_fd):
             if fd is not None:
                 with contextlib.suppress(OSError):
@@ -416,6 +451,7 @@ class _Prepared:
             self.group.close()
         if self.warm is not None:
             self.warm.join()
+        return None if self.proxy is None else self.proxy.close()
 
     def usable(self) -> bool:
         """Still held at its block and alive (a spare may have died while it waited)."""

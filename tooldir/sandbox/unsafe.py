@@ -10,6 +10,7 @@ import logging
 import tempfile
 from pathlib import Path
 
+from ..errors import SandboxError
 from ..policy import SandboxPolicy
 from .base import RunRequest, RunResult
 from .bubblewrap import TOOL_DIR, tool_argv
@@ -29,6 +30,12 @@ class UnsafeUnsandboxed:
         self.identity = identity_for(policy)
 
     def run(self, request: RunRequest) -> RunResult:
+        if request.egress is not None:  # fail closed: without a namespace nothing holds it to the list
+            raise SandboxError(
+                f"{request.record.name} declares a network allowlist, which only the sandbox can enforce; it is "
+                "not run unsandboxed (install bubblewrap)",
+                code="sandbox-unavailable",
+            )
         log.warning(
             "running %s WITHOUT a sandbox (policy sandbox.unsafe_allow_unsandboxed = true)", request.record.name
         )

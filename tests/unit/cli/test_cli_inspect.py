@@ -17,7 +17,7 @@ from tooldir._cli import main
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "fixtures" / "example"
 
-TOOL_KEYS = ["name", "source", "path", "status", "trust", "digest", "risk", "deferred"]
+TOOL_KEYS = ["name", "source", "path", "status", "trust", "digest", "risk", "deferred", "network"]
 DIAG_KEYS = ["severity", "code", "tool", "source", "path", "pointer", "message"]
 
 

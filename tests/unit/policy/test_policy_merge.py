@@ -55,6 +55,8 @@ OTHER: dict[str, Any] = {
     "permissions.deny": ["shell_*"],
     "permissions.max_risk": "write",
     "sandbox.network": True,
+    "sandbox.network_allow": ["api.example.com:443"],
+    "sandbox.network_unrestricted": True,
     "sandbox.timeout_s": 10.0,
     "sandbox.memory_mb": 256,
     "sandbox.max_processes": 8,

@@ -215,12 +215,38 @@ def test_network_and_env_reach_the_sandbox_only_when_declared_and_allowed(
     strict = registry_for(tmp_path / "a", user_dir=user, sandbox=(box1 := FakeSandbox()), audit=MemoryAudit())
     strict.registry.call("echo", {"text": "x"})
     assert box1.requests[0].network is False and dict(box1.requests[0].env) == {}
-    policy = Policy.model_validate({"sandbox": {"network": True, "env_allow": ["TOOL_TOKEN"]}})
+    policy = Policy.model_validate(
+        {"sandbox": {"network": True, "network_unrestricted": True, "env_allow": ["TOOL_TOKEN"]}}
+    )
     open_ = registry_for(
         tmp_path / "b", user_dir=user, policy=policy, sandbox=(box2 := FakeSandbox()), audit=MemoryAudit()
     )
     open_.registry.call("echo", {"text": "x"})
     assert box2.requests[0].network is True and dict(box2.requests[0].env) == {"TOOL_TOKEN": "t1"}
+    assert box2.requests[0].egress is None
+    # network: true under the master switch alone (no sandbox.network_unrestricted): no network
+    master = Policy.model_validate({"sandbox": {"network": True}})
+    only_master = registry_for(
+        tmp_path / "c", user_dir=user, policy=master, sandbox=(box3 := FakeSandbox()), audit=MemoryAudit()
+    )
+    only_master.registry.call("echo", {"text": "x"})
+    assert box3.requests[0].network is False and box3.requests[0].egress is None
+
+
+def test_an_allow_list_reaches_the_sandbox_as_its_intersection_with_the_policy_ceiling(tmp_path: Path) -> None:
+    execute = {"command": ["python3", "run.py"], "network": {"allow": ["api.example.com:443", "evil.example.net:443"]}}
+    user = user_tool(tmp_path, execute=execute)
+    policy = Policy.model_validate({"sandbox": {"network": True, "network_allow": ["*.example.com:443"]}})
+    setup = registry_for(
+        tmp_path / "a", user_dir=user, policy=policy, sandbox=(box := FakeSandbox()), audit=MemoryAudit()
+    )
+    setup.registry.call("echo", {"text": "x"})
+    (request,) = box.requests
+    assert request.network is False
+    assert request.egress is not None and [str(e) for e in request.egress] == ["api.example.com:443"]
+    off = registry_for(tmp_path / "b", user_dir=user, sandbox=(box_off := FakeSandbox()), audit=MemoryAudit())
+    off.registry.call("echo", {"text": "x"})
+    assert box_off.requests[0].network is False and box_off.requests[0].egress is None
 
 
 def test_a_failing_audit_sink_withholds_the_result(tmp_path: Path) -> None:
