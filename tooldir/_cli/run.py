@@ -51,6 +51,7 @@ REFUSED_CODES = frozenset(
         "hook-denied",
         "sandbox-unavailable",
         "changed-since-verification",
+        "audit-unavailable",
     }
 )
 
