@@ -23,7 +23,6 @@ def threat_ids(text: str) -> set[str]:
 PENDING: dict[int, frozenset[str]] = {
     23: frozenset(
         {
-            "audit:disk-full",
             "mcp:server-memory",
         }
     ),
