@@ -425,6 +425,8 @@ class JsonlAudit:
                     raise
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS):
+                if exc.filename is None:  # say where: the log the room was for
+                    raise OSError(exc.errno, exc.strerror or str(exc), str(self.path)) from None
                 raise
             self._no_fallocate = True
             log.warning("the file system of %s cannot reserve space (fallocate): intent lines instead", self.path)
