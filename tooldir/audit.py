@@ -306,6 +306,7 @@ class JsonlAudit:
         self._closed = False
         self._reserve_lock = threading.Lock()
         self._reserve_fd: int | None = None  # audit.reserve, one open file description for this sink
+        self._reserve_path = os.fspath(self.path.parent / RESERVE_FILE)
         self._reserve_close: weakref.finalize[Any, Any] | None = None
         self._slots: set[int] = set()  # the reservations this sink holds (their bytes locked on _reserve_fd)
         self._no_fallocate = False  # the log's file system has no fallocate: intent lines instead
@@ -416,6 +417,7 @@ class JsonlAudit:
                 # the genesis head first (it is written in place afterwards: no new blocks needed)
                 save_chain_head(self.head_path, ChainHead(0, GENESIS, 0), both=True)
             with self._reserve_lock:
+                self._reserve_file(check=True)
                 slot = self._take_slot()
                 try:
                     outstanding = self._others() + len(self._slots)
@@ -454,12 +456,12 @@ class JsonlAudit:
         finally:
             self.release(reservation)
 
-    def _reserve_file(self) -> int:
-        """``audit.reserve``, open; opened again when it was removed or replaced (the state dir
-        deleted) and this sink holds no reservation in the old one."""
-        path = self.path.parent / RESERVE_FILE
+    def _reserve_file(self, *, check: bool = False) -> int:
+        """``audit.reserve``, open; with ``check`` (once per reservation), opened again when it
+        was removed or replaced (the state dir deleted) and this sink holds no reservation in it."""
+        path = self._reserve_path
         fd = self._reserve_fd
-        if fd is not None and not self._slots:
+        if check and fd is not None and not self._slots:
             try:
                 same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
@@ -515,7 +517,7 @@ class JsonlAudit:
         if self._no_fallocate:
             return 0
         with self._reserve_lock:
-            if self._reserve_fd is None and not (self.path.parent / RESERVE_FILE).exists():
+            if self._reserve_fd is None and not os.path.exists(self._reserve_path):
                 return 0
             return self._others() + len(self._slots)
 
