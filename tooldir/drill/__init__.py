@@ -398,7 +398,7 @@ class Scenario(_Frozen):
     title: str = Field(min_length=1)
     plants: str = Field(min_length=1, description="what the scenario plants, for people")
     expected: str = Field(min_length=1, description="the expected outcome, for people")
-    requires: tuple[Literal["root", "sandbox"], ...] = ()
+    requires: tuple[Literal["root", "sandbox", "memory-bound"], ...] = ()
     needs: tuple[str, ...] = ()
     """tooldir machinery the drill uses, as "module.attribute" (e.g. "session.Session"); a build
     without it fails the drill as "not runnable yet"."""
@@ -810,6 +810,12 @@ def _run(
         problem = ex.sandbox_problem(ex.user_policy())
         if problem is not None:
             raise UnavailableError(f"needs a working sandbox: {problem}")
+    if "memory-bound" in scenario.requires:
+        problem = ex.memory_bound_problem(ex.user_policy())
+        if problem is not None:
+            raise UnavailableError(
+                f"needs a memory bound on a whole process tree (a cgroup or systemd scope): {problem}"
+            )
     builtins = tuple(BuiltinSpec(b.name, b.description, {"type": "object"}, b.risk) for b in scenario.builtins)
     for name in scenario.control.project:
         ex.approve(arena, arena.resolve(f"project/.tooldir/tools/{name}"), builtins)

@@ -658,6 +658,14 @@ def sandbox_problem(policy: Policy) -> str | None:
     return problem
 
 
+def memory_bound_problem(policy: Policy) -> str | None:
+    """None when the sandbox bounds the memory of a process tree as a whole (a cgroup or a systemd
+    scope) here, else why not (only per-process rlimits)."""
+    choose_bound = need("sandbox.bubblewrap", "choose_bound")
+    bound = choose_bound(policy.sandbox)
+    return str(bound.why or "only per-process rlimits") if bound.kind == "rlimit+seccomp" else None
+
+
 class Runtime:
     """What calls run against: one SnapshotStore shared by the Registry and, when a call goes
     through a conversation, one Session; both are created on first use."""

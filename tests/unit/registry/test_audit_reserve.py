@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 from regkit import NOOP_SCHEMA, registry_for
+from shared_helpers import require_sandbox
+from toolkit import make_tool
 
 from tooldir import audit
 from tooldir.audit import LINE_RESERVE, TEXT_CAP, AuditEvent, JsonlAudit, verify
@@ -247,3 +249,18 @@ def test_a_state_dir_deleted_between_calls_is_made_again_and_its_new_log_verifie
     assert result.ok, result.error
     report = verify(setup.state / "audit.jsonl")
     assert report.ok and report.lines == 1, report.to_json()
+
+
+def test_a_sandboxed_tool_still_runs_and_is_logged_after_the_state_dir_was_deleted_under_a_live_registry(
+    tmp_path: Path,
+) -> None:
+    require_sandbox()
+    make_tool(tmp_path / "user", "echo")
+    setup = registry_for(tmp_path, user_dir=tmp_path / "user")
+    assert setup.registry.call("echo", {"text": "a"}).ok
+    subprocess.run(["rm", "-rf", str(setup.state)], check=True)  # as serve runs on
+    for text in ("b", "c"):
+        result = setup.registry.call("echo", {"text": text})
+        assert result.ok, result.error
+    report = verify(setup.state / "audit.jsonl")
+    assert report.ok and report.lines == 2, report.to_json()
