@@ -550,29 +550,25 @@ class JsonlAudit:
 
     def _commit(self, batch: list[_Pending]) -> None:
         """Append ``batch`` as consecutive lines under the log's lock, sync once, then record the
-        head (only ever a head whose lines are on disk). Every member ends done or with the error."""
+        head (only ever a head whose lines are on disk). Every member ends done or with the error.
+        A member without a reservation that would take room reserved for a running tool fails
+        alone (:meth:`_keep_reserves`); the reserved members are written all the same."""
         written = False
         try:
             fd, size = self._open_locked()
             try:
-                seq, prev, sep, recorded = self._link(fd, size)
-                data = [sep]
-                for pending in batch:
-                    seq += 1
-                    line: dict[str, Any] = {
-                        "v": RECORD_VERSION,
-                        "seq": seq,
-                        "id": pending.audit_id,
-                        "time": datetime.now(UTC).isoformat(timespec="microseconds"),
-                        **pending.fields,
-                        **self._mode,
-                        "prev": prev,
-                    }
-                    prev = hashlib.sha256(canonical(line)).hexdigest()
-                    line["hash"] = prev
-                    data.append(canonical(line) + b"\n")
-                joined = b"".join(data)
-                self._keep_reserves(fd, size, len(joined), batch)
+                start, start_prev, sep, recorded = self._link(fd, size)
+                members = batch
+                joined, seq, prev = self._lines(members, start, start_prev, sep)
+                refused = self._keep_reserves(fd, size, len(joined), members)
+                if refused is not None:
+                    members = [p for p in batch if p.reserved]
+                    for pending in batch:
+                        if not pending.reserved:
+                            pending.error = refused
+                    if not members:
+                        raise refused
+                    joined, seq, prev = self._lines(members, start, start_prev, sep)
                 try:
                     _write_all(fd, joined)
                 except BaseException:
@@ -599,29 +595,50 @@ class JsonlAudit:
             written = True
         except Exception as exc:  # every member gets the failure (OSError: the log cannot be written)
             for pending in batch:
-                pending.error = exc
+                if pending.error is None:
+                    pending.error = exc
         finally:  # never leave a waiter waiting, even when interrupted
             for pending in batch:
                 if not written and pending.error is None:
                     pending.error = OSError("the audit write was interrupted")
                 pending.done = True
 
-    def _keep_reserves(self, fd: int, size: int, length: int, batch: list[_Pending]) -> None:
-        """Under the log's lock, before ``length`` bytes are appended at ``size``: keep the
-        reservations not in ``batch`` covered after the append (allocate that much past the end).
-        Raises OSError when it cannot and the batch holds a line without a reservation (a refusal):
-        that line must not take room another call's tool was promised. A batch of reserved lines
-        alone is written whatever the answer (its room was allocated when it was reserved)."""
-        if self._no_fallocate:
-            return
+    def _lines(self, batch: list[_Pending], seq: int, prev: str, sep: bytes) -> tuple[bytes, int, str]:
+        """The canonical lines of ``batch`` chained from (``seq``, ``prev``) after ``sep``: (the
+        bytes, the last seq, the last hash)."""
+        data = [sep]
+        for pending in batch:
+            seq += 1
+            line: dict[str, Any] = {
+                "v": RECORD_VERSION,
+                "seq": seq,
+                "id": pending.audit_id,
+                "time": datetime.now(UTC).isoformat(timespec="microseconds"),
+                **pending.fields,
+                **self._mode,
+                "prev": prev,
+            }
+            prev = hashlib.sha256(canonical(line)).hexdigest()
+            line["hash"] = prev
+            data.append(canonical(line) + b"\n")
+        return b"".join(data), seq, prev
+
+    def _keep_reserves(self, fd: int, size: int, length: int, batch: list[_Pending]) -> OSError | None:
+        """Under the log's lock, before ``length`` bytes of ``batch`` are appended at ``size``:
+        a batch holding a line without a reservation (a refusal: no tool ran) must leave the
+        reservations not in ``batch`` covered, so that much is allocated past the end first. The
+        error when it cannot (those lines must not take room another call's tool was promised);
+        None when it can, or when every line of the batch was reserved (its room is allocated)."""
+        if self._no_fallocate or all(p.reserved for p in batch):
+            return None
         try:
             others = self._outstanding() - sum(1 for p in batch if p.reserved)
             _fallocate_keep_size(fd, size, length + max(0, others) * LINE_RESERVE)
         except OSError as exc:
             if exc.errno in (errno.EOPNOTSUPP, errno.ENOSYS):
-                return
-            if not all(p.reserved for p in batch):
-                raise
+                return None
+            return OSError(exc.errno, exc.strerror or str(exc), str(self.path))
+        return None
 
     def _open_locked(self, *, create: bool = True) -> tuple[int, int]:
         """The log, opened for append and locked (reopened if it was replaced while we waited),

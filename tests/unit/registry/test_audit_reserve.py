@@ -15,6 +15,7 @@ import os
 import resource
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,11 +68,15 @@ def canary_tool(canary: Path, effect: Any = None) -> Any:
     return handler
 
 
-def test_the_longest_line_the_log_can_hold_fits_in_the_reserve(tmp_path: Path) -> None:
+def longest_event() -> AuditEvent:
     odd = "\x01\ud800" * (4 * TEXT_CAP)  # every character escaped as six bytes, past every cap
-    longest = AuditEvent(
+    return AuditEvent(
         odd, odd, odd, odd, odd, odd, odd, odd, float("nan"), snapshot=odd, session=odd, tool_sha256=odd, intent=odd
     )
+
+
+def test_the_longest_line_the_log_can_hold_fits_in_the_reserve(tmp_path: Path) -> None:
+    longest = longest_event()
     sink = JsonlAudit(tmp_path / "audit.jsonl", sync_interval_s=0.2)  # the longest mode fields too
     sink.record(longest)
     sink.close()
@@ -128,6 +133,27 @@ def test_a_refusal_never_takes_the_room_reserved_for_a_running_tool(small_disk: 
     sink.record_reserved(event(2), reservation)
     report = verify(small_disk / "audit.jsonl")
     assert report.ok and report.lines == 1, report.to_json()
+
+
+@needs_root
+def test_in_one_group_commit_on_a_full_disk_the_reserved_line_is_written_and_the_refusals_fail_alone(
+    small_disk: Path,
+) -> None:
+    sink = JsonlAudit(small_disk / "audit.jsonl")
+    mine = sink.reserve(event(0, "started"))  # this batch's call
+    other = sink.reserve(event(0, "started"))  # another call whose tool is still running
+    fill(small_disk)
+    refusals = [audit._Pending(c * 32, audit.bounded_fields(longest_event().fields())) for c in "ab"]
+    ran = audit._Pending("c" * 32, audit.bounded_fields(event(2).fields()), reserved=True)
+    sink._commit([*refusals, ran])  # one batch of the group commit: the refusals would eat the other's room
+    sink.release(mine)
+    for refusal in refusals:
+        assert isinstance(refusal.error, OSError) and refusal.error.errno == errno.ENOSPC
+    assert ran.done and ran.error is None
+    lines = [json.loads(line) for line in (small_disk / "audit.jsonl").read_bytes().splitlines()]
+    assert [(line["seq"], line["id"]) for line in lines] == [(1, "c" * 32)]
+    sink.record_reserved(event(3), other)  # the other tool's line still fits
+    assert verify(small_disk / "audit.jsonl").ok
 
 
 @needs_root
@@ -264,3 +290,24 @@ def test_a_sandboxed_tool_still_runs_and_is_logged_after_the_state_dir_was_delet
         assert result.ok, result.error
     report = verify(setup.state / "audit.jsonl")
     assert report.ok and report.lines == 2, report.to_json()
+
+
+def test_concurrent_calls_each_reserve_and_release_their_room_and_the_chain_holds_every_line(tmp_path: Path) -> None:
+    sink = JsonlAudit(tmp_path / "state" / "audit.jsonl")
+    setup = registry_for(tmp_path, audit=sink)
+    setup.registry.register("noop", NOOP_SCHEMA, lambda *, input, context: "x", description="x")
+    results: list[bool] = []
+
+    def work() -> None:
+        for _ in range(20):
+            results.append(setup.registry.call("noop", {}).ok)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [True] * 160
+    assert sink._outstanding() == 0  # every reservation ended with its line
+    report = verify(sink.path)
+    assert report.ok and report.lines == 160, report.to_json()
