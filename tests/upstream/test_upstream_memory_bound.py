@@ -8,6 +8,8 @@ processes that each fill N MiB and exits when one of them is killed before it ho
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,27 @@ def test_every_process_of_a_server_lives_in_its_one_cgroup_until_the_server_is_c
         limit = "memory.max" if bound == "cgroup" else "memory.limit_in_bytes"
         assert int((group.path / limit).read_text()) == 256 * 1024 * 1024
     assert not group.path.exists()  # closing the server emptied and removed its cgroup
+
+
+@pytest.mark.serial
+def test_tooldir_run_of_a_server_tool_over_the_bound_exits_1_naming_the_limit_and_reports_the_bound(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "user"
+    plant_hog(root, tmp_path / "canary")
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[sandbox]\nmemory_mb = 128\n")
+    policy.chmod(0o600)
+    project = tmp_path / "project"
+    project.mkdir()
+    argv = [sys.executable, "-m", "tooldir", "run", "hog__hold", "--json", "--user-dir", str(root)]
+    argv += ["--state-dir", str(tmp_path / "state"), "--policy", str(policy), "--input"]
+    done = subprocess.run([*argv, '{"children": 6, "mb": 60}'], cwd=project, capture_output=True, timeout=120)
+    assert b"Traceback" not in done.stderr
+    report = json.loads(done.stdout)
+    bound = host_bound()
+    assert report["sandbox"] == {"backend": "bubblewrap", "memory_bound": bound}
+    if bound in ("cgroup", "cgroup-v1"):
+        assert done.returncode == 1 and report["error"]["code"] == "upstream-unavailable"
+        assert "after going over its memory limit (sandbox.memory_mb = 128" in report["error"]["message"]
+    assert not (tmp_path / "canary").exists()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -71,6 +72,7 @@ class PreparedServer:
     """The environment to spawn ``argv`` with (empty, or what systemd-run needs for a scope)."""
     oom_killed: bool = False
     """Set by :meth:`finish`: the memory bound made the kernel kill a process of the server."""
+    _group_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def close(self) -> None:
         """Close the descriptors the spawned process inherited (call it once it has started)."""
@@ -105,15 +107,19 @@ class PreparedServer:
                 setattr(self, name, None)
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        group, self.group = self.group, None
-        if group is not None:
-            self.oom_killed = self.oom_killed or group.oom_killed()
-            group.close()
+        with self._group_lock:  # a caller asking killed_by_memory meanwhile sees the one or the other
+            group = self.group
+            if group is not None:
+                self.oom_killed = self.oom_killed or group.oom_killed()
+                group.close()
+                self.group = None
 
     def killed_by_memory(self) -> bool:
         """The memory bound killed a process of the server (now, or before :meth:`finish`)."""
-        group = self.group
-        return self.oom_killed or (group is not None and group.oom_killed())
+        with self._group_lock:
+            if self.oom_killed:
+                return True
+            return self.group is not None and self.group.oom_killed()
 
 
 def server_argv(record: ToolRecord) -> list[str]:
