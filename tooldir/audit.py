@@ -571,11 +571,13 @@ class JsonlAudit:
                     joined, seq, prev = self._lines(members, start, start_prev, sep)
                 try:
                     _write_all(fd, joined)
-                except BaseException:
+                except BaseException as exc:
                     # a short write (ENOSPC, EIO, a signal) leaves no torn line: back to the last
                     # complete one, still under the lock, so the chain verifies once space is back
                     with contextlib.suppress(OSError):
                         os.ftruncate(fd, size)
+                    if isinstance(exc, OSError) and exc.errno and exc.filename is None:  # say where
+                        raise OSError(exc.errno, exc.strerror or str(exc), str(self.path)) from None
                     raise
                 head = ChainHead(seq, prev, size + len(joined))
                 if self.sync_interval_s is not None and not self._closed:

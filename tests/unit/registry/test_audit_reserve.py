@@ -311,3 +311,33 @@ def test_concurrent_calls_each_reserve_and_release_their_room_and_the_chain_hold
     assert sink._outstanding() == 0  # every reservation ended with its line
     report = verify(sink.path)
     assert report.ok and report.lines == 160, report.to_json()
+
+
+def test_an_io_error_on_the_append_after_the_run_withholds_the_result_names_the_log_and_tears_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setup = registry_for(tmp_path)
+    setup.registry.register("noop", NOOP_SCHEMA, lambda *, input, context: "secret result", description="x")
+    assert setup.registry.call("noop", {}).ok
+    log = setup.state / "audit.jsonl"
+    before = log.read_bytes()
+    real_write = os.write
+    writes = {"n": 0}
+
+    def half_then_eio(fd: int, data: bytes | memoryview) -> int:
+        if os.fstat(fd).st_ino != os.stat(log).st_ino:
+            return real_write(fd, data)
+        writes["n"] += 1
+        if writes["n"] == 1:
+            return real_write(fd, bytes(data)[: len(data) // 2])  # the device takes half the line
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(audit.os, "write", half_then_eio)
+    result = setup.registry.call("noop", {})
+    monkeypatch.undo()
+    assert not result.ok and result.content is None and result.error is not None
+    assert result.error.code == "audit-failed"
+    assert "(errno 5)" in result.error.message and str(log) in result.error.message
+    assert log.read_bytes() == before
+    assert setup.registry.call("noop", {}).ok
+    assert verify(log).ok
