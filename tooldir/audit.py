@@ -24,6 +24,20 @@ no line length can break the chain); a log without a head (written by an older v
 backwards to its last line once and the head created. :func:`verify` compares the log with the head
 ("N lines missing at the end"), and with a copy kept elsewhere (``expect_head``).
 
+**Reservations** (issue 23 item 10: no tool starts unless its line is sure to be written).
+Before a tool starts, :meth:`JsonlAudit.reserve` makes room for its line: under the log's lock it
+allocates, past the end of the log and without changing its size (``fallocate`` with
+``FALLOC_FL_KEEP_SIZE``), :data:`LINE_RESERVE` bytes for every reservation outstanding in every
+process. Reservations are counted across processes by open-file-description locks on one byte each
+of ``audit.reserve`` (a crashed process's reservations end with it). Every line is at most
+:data:`LINE_RESERVE` bytes (all its fields are capped), so a reserved line is written into space
+already allocated; an append without a reservation (a refusal: no tool ran) first extends the
+allocation so the outstanding reservations stay covered, and is refused if it cannot. A file
+system without ``fallocate`` (``EOPNOTSUPP``) gets an *intent line* instead: a line with
+``status = "started"`` written (and synced) before the tool starts, which the outcome line names
+(``intent``). When neither can be made the call is refused before the tool starts
+(``audit-unavailable``).
+
 Appends take an exclusive ``flock`` on the log so several processes (a CLI run beside
 ``tooldir serve``) keep one chain. Files are created 0600 in the user's state directory.
 
@@ -44,13 +58,19 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
+import dataclasses
+import errno
 import fcntl
+import functools
 import hashlib
 import json
 import logging
 import math
 import os
 import re
+import resource
+import struct
 import threading
 import time
 import uuid
@@ -74,6 +94,13 @@ TEXT_CAP = 256
 REASON_CAP = 1024
 """Characters kept of ``reason`` (the error code and message)."""
 _CAPS = {"reason": REASON_CAP}
+LINE_RESERVE = 32 * 1024
+"""Bytes reserved in the log for one call's line before its tool starts: more than the longest
+line can be (every field is capped; tests/unit/registry/test_audit_reserve.py builds the longest)."""
+RESERVE_FILE = "audit.reserve"
+"""Beside the log: one byte per outstanding reservation is locked (``F_OFD_SETLK``); never written."""
+RESERVE_SLOTS = 1 << 16
+"""At most this many reservations at once, all processes together."""
 _MAX_LAST_LINE = 1 << 24  # a head-less log whose last line is longer than 16 MiB is treated as damaged
 _MAX_INT = 1 << 53
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -132,11 +159,16 @@ class AuditEvent:
     network: Sequence[Mapping[str, Any]] | None = None
     """A run behind the egress proxy: its connections (host, port, address, bytes_up, bytes_down,
     refused); the key is left out of the line otherwise."""
+    intent: str | None = None
+    """The audit id of this call's intent line (written before the tool started, on a file system
+    without ``fallocate``); else None, and the key is left out of the line."""
 
     def fields(self) -> dict[str, Any]:
         extra: dict[str, Any] = {} if self.tool_sha256 is None else {"tool_sha256": self.tool_sha256}
         if self.secrets:
             extra["secrets"] = ",".join(self.secrets)  # names hold no ','; a plain string, as every field
+        if self.intent is not None:
+            extra["intent"] = self.intent
         after = {} if self.network is None else {"network": list(self.network)}
         return {
             **extra,
@@ -197,6 +229,29 @@ class AuditSink(Protocol):
         ...
 
 
+class ReservingSink(AuditSink, Protocol):
+    """A sink that can promise, before a tool starts, that the call's line will be stored
+    (:class:`JsonlAudit`). The registry asks a sink that has ``reserve`` before every run."""
+
+    def reserve(self, intent: AuditEvent) -> Reservation:
+        """Make sure one more line can be stored, or raise OSError (nothing may start)."""
+        ...
+
+    def record_reserved(self, event: AuditEvent, reservation: Reservation) -> str:
+        """Store the line ``reservation`` was made for, then release it."""
+        ...
+
+
+@dataclass(slots=True)
+class Reservation:
+    """Room for one line (``slot`` of ``audit.reserve``), or the id of the intent line written
+    instead (``intent``). :meth:`JsonlAudit.release` ends it; releasing twice is a no-op."""
+
+    slot: int | None
+    intent: str | None = None
+    released: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class _Known:
     head: ChainHead
@@ -209,6 +264,7 @@ class _Pending:
 
     audit_id: str
     fields: dict[str, Any]
+    reserved: bool = False  # its room was reserved ahead (its tool ran): written even on a full disk
     done: bool = False
     error: BaseException | None = None
 
@@ -266,6 +322,12 @@ class JsonlAudit:
         self._flusher: threading.Thread | None = None
         self._flush_lock = threading.Lock()
         self._closed = False
+        self._reserve_lock = threading.Lock()
+        self._reserve_fd: int | None = None  # audit.reserve, one open file description for this sink
+        self._reserve_path = os.fspath(self.path.parent / RESERVE_FILE)
+        self._reserve_close: weakref.finalize[Any, Any] | None = None
+        self._slots: set[int] = set()  # the reservations this sink holds (their bytes locked on _reserve_fd)
+        self._no_fallocate = False  # the log's file system has no fallocate: intent lines instead
 
     @classmethod
     def in_state_dir(cls, state_dir: Path, *, durable: bool = True, sync_interval_s: float | None = None) -> JsonlAudit:
@@ -355,8 +417,130 @@ class JsonlAudit:
                 log.error("could not sync the audit log %s: %s", self.path, exc)
                 time.sleep(interval)
 
-    def record(self, event: AuditEvent) -> str:
-        pending = _Pending(uuid.uuid4().hex, bounded_fields(event.fields()))
+    # -- reservations --------------------------------------------------------------------------
+
+    def reserve(self, intent: AuditEvent) -> Reservation:
+        """Make room for one more line before a tool starts (see the module's docstring). ``intent``
+        is the line written first on a file system without ``fallocate``.
+
+        Raises:
+            OSError: the room cannot be made (a full disk, a read-only or vanished state dir, EIO,
+                every slot taken): the tool must not start.
+        """
+        if self._no_fallocate:
+            return Reservation(None, intent=self.record(intent))
+        fd, size = self._open_locked()
+        try:
+            if size == 0 and not self.head_path.exists():
+                # the genesis head first (it is written in place afterwards: no new blocks needed)
+                save_chain_head(self.head_path, ChainHead(0, GENESIS, 0), both=True)
+            with self._reserve_lock:
+                self._reserve_file(check=True)
+                slot = self._take_slot()
+                try:
+                    outstanding = self._others() + len(self._slots)
+                    _fallocate_keep_size(fd, size, outstanding * LINE_RESERVE)
+                except BaseException:
+                    self._drop_slot(slot)
+                    raise
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS):
+                if exc.filename is None:  # say where: the log the room was for
+                    raise OSError(exc.errno, exc.strerror or str(exc), str(self.path)) from None
+                raise
+            self._no_fallocate = True
+            log.warning("the file system of %s cannot reserve space (fallocate): intent lines instead", self.path)
+        else:
+            return Reservation(slot)
+        finally:
+            os.close(fd)
+        return Reservation(None, intent=self.record(intent))
+
+    def release(self, reservation: Reservation) -> None:
+        """End ``reservation`` (its line was written, or its call was refused after all)."""
+        if reservation.released:
+            return
+        reservation.released = True
+        if reservation.slot is not None:
+            with self._reserve_lock:
+                self._drop_slot(reservation.slot)
+
+    def record_reserved(self, event: AuditEvent, reservation: Reservation) -> str:
+        """:meth:`record` the line of a call whose room was reserved, then release the reservation."""
+        try:
+            if reservation.intent is not None:
+                return self.record(dataclasses.replace(event, intent=reservation.intent))
+            return self.record(event, _reserved=not reservation.released)
+        finally:
+            self.release(reservation)
+
+    def _reserve_file(self, *, check: bool = False) -> int:
+        """``audit.reserve``, open; with ``check`` (once per reservation), opened again when it
+        was removed or replaced (the state dir deleted) and this sink holds no reservation in it."""
+        path = self._reserve_path
+        fd = self._reserve_fd
+        if check and fd is not None and not self._slots:
+            try:
+                same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                self._reserve_fd = fd = None
+                if self._reserve_close is not None:
+                    self._reserve_close()  # closes the old one (once: a finalizer runs at most once)
+        if fd is None:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            self._reserve_fd = fd
+            self._reserve_close = weakref.finalize(self, os.close, fd)  # its reservations end with the sink
+        return fd
+
+    def _take_slot(self) -> int:
+        """Under ``_reserve_lock`` (and the log's lock): lock a byte no reservation holds."""
+        fd = self._reserve_file()
+        for slot in range(RESERVE_SLOTS):
+            if slot in self._slots:
+                continue
+            try:
+                fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _flock(fcntl.F_WRLCK, slot, 1))
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EACCES):
+                    continue  # held by another process (or another sink)
+                raise
+            self._slots.add(slot)
+            return slot
+        raise OSError(errno.ENOSPC, f"all {RESERVE_SLOTS} audit reservations are taken")
+
+    def _drop_slot(self, slot: int) -> None:
+        if slot in self._slots and self._reserve_fd is not None:
+            self._slots.discard(slot)
+            fcntl.fcntl(self._reserve_fd, fcntl.F_OFD_SETLK, _flock(fcntl.F_UNLCK, slot, 1))
+
+    def _others(self) -> int:
+        """Reservations held by other processes (or sinks): the locked bytes of ``audit.reserve``
+        not ours, found range by range (adjacent bytes of one holder merge into one lock)."""
+        fd = self._reserve_file()
+        count, start = 0, 0
+        while start < RESERVE_SLOTS:
+            answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _flock(fcntl.F_WRLCK, start, RESERVE_SLOTS - start))
+            kind, _, lock_start, length, _ = struct.unpack(_FLOCK, answer[: struct.calcsize(_FLOCK)])
+            if kind == fcntl.F_UNLCK:
+                break
+            end = RESERVE_SLOTS if length == 0 else min(RESERVE_SLOTS, lock_start + length)
+            count += end - max(start, lock_start)
+            start = end
+        return count
+
+    def _outstanding(self) -> int:
+        """Every reservation outstanding now (all processes). 0 without fallocate."""
+        if self._no_fallocate:
+            return 0
+        with self._reserve_lock:
+            if self._reserve_fd is None and not os.path.exists(self._reserve_path):
+                return 0
+            return self._others() + len(self._slots)
+
+    def record(self, event: AuditEvent, _reserved: bool = False) -> str:
+        pending = _Pending(uuid.uuid4().hex, bounded_fields(event.fields()), reserved=_reserved)
         with self._turn:
             self._queue.append(pending)
             while self._committing and not pending.done:
@@ -384,35 +568,34 @@ class JsonlAudit:
 
     def _commit(self, batch: list[_Pending]) -> None:
         """Append ``batch`` as consecutive lines under the log's lock, sync once, then record the
-        head (only ever a head whose lines are on disk). Every member ends done or with the error."""
+        head (only ever a head whose lines are on disk). Every member ends done or with the error.
+        A member without a reservation that would take room reserved for a running tool fails
+        alone (:meth:`_keep_reserves`); the reserved members are written all the same."""
         written = False
         try:
             fd, size = self._open_locked()
             try:
-                seq, prev, sep, recorded = self._link(fd, size)
-                data = [sep]
-                for pending in batch:
-                    seq += 1
-                    line: dict[str, Any] = {
-                        "v": RECORD_VERSION,
-                        "seq": seq,
-                        "id": pending.audit_id,
-                        "time": datetime.now(UTC).isoformat(timespec="microseconds"),
-                        **pending.fields,
-                        **self._mode,
-                        "prev": prev,
-                    }
-                    prev = hashlib.sha256(canonical(line)).hexdigest()
-                    line["hash"] = prev
-                    data.append(canonical(line) + b"\n")
-                joined = b"".join(data)
+                start, start_prev, sep, recorded = self._link(fd, size)
+                members = batch
+                joined, seq, prev = self._lines(members, start, start_prev, sep)
+                refused = self._keep_reserves(fd, size, len(joined), members)
+                if refused is not None:
+                    members = [p for p in batch if p.reserved]
+                    for pending in batch:
+                        if not pending.reserved:
+                            pending.error = refused
+                    if not members:
+                        raise refused
+                    joined, seq, prev = self._lines(members, start, start_prev, sep)
                 try:
                     _write_all(fd, joined)
-                except BaseException:
+                except BaseException as exc:
                     # a short write (ENOSPC, EIO, a signal) leaves no torn line: back to the last
                     # complete one, still under the lock, so the chain verifies once space is back
                     with contextlib.suppress(OSError):
                         os.ftruncate(fd, size)
+                    if isinstance(exc, OSError) and exc.errno and exc.filename is None:  # say where
+                        raise OSError(exc.errno, exc.strerror or str(exc), str(self.path)) from None
                     raise
                 head = ChainHead(seq, prev, size + len(joined))
                 if self.sync_interval_s is not None and not self._closed:
@@ -432,12 +615,50 @@ class JsonlAudit:
             written = True
         except Exception as exc:  # every member gets the failure (OSError: the log cannot be written)
             for pending in batch:
-                pending.error = exc
+                if pending.error is None:
+                    pending.error = exc
         finally:  # never leave a waiter waiting, even when interrupted
             for pending in batch:
                 if not written and pending.error is None:
                     pending.error = OSError("the audit write was interrupted")
                 pending.done = True
+
+    def _lines(self, batch: list[_Pending], seq: int, prev: str, sep: bytes) -> tuple[bytes, int, str]:
+        """The canonical lines of ``batch`` chained from (``seq``, ``prev``) after ``sep``: (the
+        bytes, the last seq, the last hash)."""
+        data = [sep]
+        for pending in batch:
+            seq += 1
+            line: dict[str, Any] = {
+                "v": RECORD_VERSION,
+                "seq": seq,
+                "id": pending.audit_id,
+                "time": datetime.now(UTC).isoformat(timespec="microseconds"),
+                **pending.fields,
+                **self._mode,
+                "prev": prev,
+            }
+            prev = hashlib.sha256(canonical(line)).hexdigest()
+            line["hash"] = prev
+            data.append(canonical(line) + b"\n")
+        return b"".join(data), seq, prev
+
+    def _keep_reserves(self, fd: int, size: int, length: int, batch: list[_Pending]) -> OSError | None:
+        """Under the log's lock, before ``length`` bytes of ``batch`` are appended at ``size``:
+        a batch holding a line without a reservation (a refusal: no tool ran) must leave the
+        reservations not in ``batch`` covered, so that much is allocated past the end first. The
+        error when it cannot (those lines must not take room another call's tool was promised);
+        None when it can, or when every line of the batch was reserved (its room is allocated)."""
+        if self._no_fallocate or all(p.reserved for p in batch):
+            return None
+        try:
+            others = self._outstanding() - sum(1 for p in batch if p.reserved)
+            _fallocate_keep_size(fd, size, length + max(0, others) * LINE_RESERVE)
+        except OSError as exc:
+            if exc.errno in (errno.EOPNOTSUPP, errno.ENOSYS):
+                return None
+            return OSError(exc.errno, exc.strerror or str(exc), str(self.path))
+        return None
 
     def _open_locked(self, *, create: bool = True) -> tuple[int, int]:
         """The log, opened for append and locked (reopened if it was replaced while we waited),
@@ -505,6 +726,38 @@ def _flush_at_exit() -> None:
             sink.close()
         except Exception as exc:
             log.error("could not sync the audit log %s at exit: %s", sink.path, exc)
+
+
+_FLOCK = "@hhqqi"  # struct flock: l_type, l_whence, l_start, l_len, l_pid
+_FALLOC_FL_KEEP_SIZE = 1
+
+
+def _flock(kind: int, start: int, length: int) -> bytes:
+    data = struct.pack(_FLOCK, kind, os.SEEK_SET, start, length, 0)
+    return data + b"\0" * (32 - len(data)) if len(data) < 32 else data
+
+
+def _fallocate_keep_size(fd: int, offset: int, length: int) -> None:
+    """Allocate ``length`` bytes of ``fd`` from ``offset`` without changing its size (Linux
+    ``fallocate(FALLOC_FL_KEEP_SIZE)``; Python has no binding for the flag). Raises OSError
+    (ENOSPC: no room; EOPNOTSUPP: the file system has no fallocate)."""
+    if length <= 0:
+        return
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY and offset + length > limit:
+        # fallocate keeping the size ignores the file-size limit, the append later would not
+        raise OSError(errno.EFBIG, f"{os.strerror(errno.EFBIG)} (the file-size limit RLIMIT_FSIZE is {limit} bytes)")
+    if _libc().fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+@functools.cache
+def _libc() -> Any:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    libc.fallocate.restype = ctypes.c_int
+    return libc
 
 
 def _write_all(fd: int, data: bytes) -> None:

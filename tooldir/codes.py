@@ -97,6 +97,7 @@ class CallErrorCode(enum.StrEnum):
     TOOL_ERROR = "tool-error"
     HANDLER_FAILED = "handler-failed"
     INVALID_OUTPUT = "invalid-output"
+    AUDIT_UNAVAILABLE = "audit-unavailable"  # no room for the line: refused before the tool started
     AUDIT_FAILED = "audit-failed"
     INTERNAL_ERROR = "internal-error"
     UPSTREAM_ERROR = "upstream-error"  # an MCP server package's tool failed (DESIGN §10)

@@ -29,6 +29,8 @@ denials included, is one audit line. Error codes (``CallResult.error.code``) are
 ``tool-error``                the tool answered ``{"ok": false, ...}``
 ``handler-failed``            a builtin handler raised
 ``invalid-output``            a builtin or a post hook produced content that is not plain JSON
+``audit-unavailable``         room for the call's audit line could not be reserved (a full disk, a
+                              read-only or vanished state dir, EIO): refused before the tool started
 ``audit-failed``              the audit line could not be written (the result is withheld)
 ``internal-error``            tooldir itself failed on this call (a bug; nothing more ran)
 ============================  =====================================================================
@@ -66,7 +68,7 @@ from ._internal.schema_worker import (
     WorkerFailedError,
 )
 from ._internal.strictjson import StrictJSONError, freeze, loads, thaw
-from .audit import AuditEvent, AuditSink, JsonlAudit, input_digest
+from .audit import AuditEvent, AuditSink, JsonlAudit, Reservation, ReservingSink, input_digest
 from .errors import ExecutionError, PermissionDeniedError
 from .hooks import Deny, HookCall, HookSet, PostHook, PreHook, Redact, Rewrite, make_hook
 from .model import BuiltinSpec, Risk, Source, Status, ToolRecord, is_runnable
@@ -164,6 +166,7 @@ class _Trace:
     started: float = field(default_factory=time.perf_counter)
     network: tuple[Mapping[str, Any], ...] | None = None
     secrets: tuple[str, ...] = ()  # the names given to the run (its audit line lists them)
+    reservation: Reservation | None = None  # room for this call's audit line, made before its tool started
 
 
 class Registry:
@@ -368,6 +371,7 @@ class Registry:
         data = self._run_pre_hooks(call, data, validator)
         trace.input = data
         ctx = _check_context(context)
+        self._reserve_audit(trace, name, session, snapshot)  # the last step before anything runs
         if builtin is not None:
             trace.ran = True
             try:
@@ -703,6 +707,54 @@ class Registry:
 
     # ----------------------------------------------------------------------------- audit
 
+    def _reserve_audit(self, trace: _Trace, name: str, session: CallGate | None, snapshot: Snapshot) -> None:
+        """No tool starts unless its audit line is sure to be written (issue 23 item 10): a sink
+        that can reserve (the JSONL log) reserves room for the line now, or the call is refused
+        (``audit-unavailable``). A host's own sink without ``reserve`` is not asked."""
+        sink = self._audit
+        if not hasattr(sink, "reserve"):
+            return
+        reserving: ReservingSink = sink  # type: ignore[assignment]
+        intent = self._event(trace, name, getattr(session, "id", None), snapshot.id, status="started")
+        try:
+            trace.reservation = reserving.reserve(intent)
+        except OSError as exc:
+            log.error("audit log unavailable, call of %r refused before it started: %s", name, exc)
+            raise _Stop(
+                "audit-unavailable",
+                f"the audit log cannot take this call's line, so the tool was not started: {_os_error(exc)}",
+            ) from None
+
+    def _event(
+        self,
+        trace: _Trace,
+        name: str,
+        session_id: Any,
+        snapshot_id: str,
+        *,
+        status: str,
+        code: str | None = None,
+        message: str | None = None,
+    ) -> AuditEvent:
+        record = trace.record
+        tool, tool_sha256 = audit_name(name)
+        return AuditEvent(
+            tool=tool,
+            tool_sha256=tool_sha256,
+            source=None if record is None else str(record.source),
+            digest=None if record is None else record.digest,
+            input_sha256=input_digest(trace.input),
+            decision="allow" if trace.ran or status == "started" else "deny",
+            reason=None if code is None else f"{code}: {message}",  # _Stop made the message UTF-8-safe
+            status=status,
+            error_code=code,
+            duration_ms=(time.perf_counter() - trace.started) * 1000,
+            snapshot=snapshot_id,
+            session=None if session_id is None else _utf8_safe(str(session_id))[:AUDIT_NAME_MAX],
+            network=trace.network,
+            secrets=trace.secrets,
+        )
+
     def _finish(
         self,
         trace: _Trace,
@@ -718,30 +770,20 @@ class Registry:
         message = None if error is None else error.message
         if error is not None:
             content = error.content
-        record = trace.record
-        tool, tool_sha256 = audit_name(name)
-        event = AuditEvent(
-            tool=tool,
-            tool_sha256=tool_sha256,
-            source=None if record is None else str(record.source),
-            digest=None if record is None else record.digest,
-            input_sha256=input_digest(trace.input),
-            decision="allow" if trace.ran else "deny",
-            reason=None if code is None else f"{code}: {message}",  # _Stop made the message UTF-8-safe
-            status="ok" if ok else ("error" if trace.ran else "denied"),
-            error_code=code,
-            duration_ms=(time.perf_counter() - trace.started) * 1000,
-            snapshot=snapshot_id,
-            session=None if session_id is None else _utf8_safe(str(session_id))[:AUDIT_NAME_MAX],
-            network=trace.network,
-            secrets=trace.secrets,
-        )
+        status = "ok" if ok else ("error" if trace.ran else "denied")
+        event = self._event(trace, name, session_id, snapshot_id, status=status, code=code, message=message)
+        reservation = trace.reservation
         try:
-            audit_id = self._audit.record(event)
+            if reservation is not None:
+                audit_id = self._audit.record_reserved(event, reservation)  # type: ignore[attr-defined]
+            else:
+                audit_id = self._audit.record(event)
         except OSError as exc:
             log.error("audit log unavailable: %s", exc)
+            if code == "audit-unavailable":  # the refusal itself could not be logged: still that refusal
+                return CallResult(False, None, CallError(code, message or ""), None)
             return CallResult(
-                False, None, CallError("audit-failed", f"the audit log could not be written: {exc}"), None
+                False, None, CallError("audit-failed", f"the audit log could not be written: {_os_error(exc)}"), None
             )
         failure = None if ok else CallError(code or "tool-failed", message or "")
         return CallResult(ok, content, failure, audit_id, trace.network)
@@ -762,6 +804,12 @@ def _default_audit(state_dir: Path, policy: Policy) -> AuditSink:
     if mode != "fsync":
         log.warning("audit lines are not synced to disk before calls return (policy audit.durability = 'buffered')")
     return JsonlAudit.in_state_dir(state_dir, durable=mode == "fsync")
+
+
+def _os_error(exc: OSError) -> str:
+    """One line naming the OS error and the file: ``[Errno 28] No space left on device: '/x'``."""
+    text = f"{exc.strerror or exc}" + (f" (errno {exc.errno})" if exc.errno else "")
+    return text + (f": {exc.filename}" if exc.filename else "")
 
 
 def _unknown_name_message(name: str) -> str:

@@ -61,6 +61,7 @@ from .validate import validate_package
 if TYPE_CHECKING:
     from mcp import ClientSession
 
+    from .sandbox.server import PreparedServer
     from .snapshot import SnapshotStore
 
 log = logging.getLogger("tooldir.upstream")
@@ -580,6 +581,7 @@ class ServerSession:
         self.stderr: deque[str] = deque(maxlen=20)
         self.instructions: str | None = None
         self.over_limit: str | None = None  # why the reader stopped the server, if for a limit
+        self._prepared: PreparedServer | None = None  # the sandbox of the server started last (its cgroup)
         self._relist = threading.Lock()
         self._relisting = False  # a re-listing thread runs (or waits for its turn)
         self._relist_again = False  # a tools/list_changed came while it ran
@@ -681,8 +683,10 @@ class ServerSession:
                 "starting MCP server %s with the host's network, unrestricted (sandbox.network_unrestricted = true)",
                 self.record.name,
             )
+        prepared = None
         try:
             prepared = prepare_server(self.record, sp, self.state_dir, env=env, network=grant.kind == "unrestricted")
+            self._prepared = prepared
             try:
                 uid = prepared.identity.uid
                 process = await anyio.open_process(
@@ -691,7 +695,7 @@ class ServerSession:
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     cwd="/",
-                    env={},
+                    env=prepared.env,
                     start_new_session=True,
                     pass_fds=prepared.fds,
                     user=uid,
@@ -701,6 +705,8 @@ class ServerSession:
             finally:
                 prepared.close()
             self._pid = process.pid
+            # held at bubblewrap's --block-fd until moved into the server's cgroup (then released)
+            await anyio.to_thread.run_sync(prepared.hold, process.pid, self.timeout_s)
             read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
             write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
 
@@ -778,6 +784,8 @@ class ServerSession:
                     os.killpg(process.pid, signal.SIGKILL)
                 with contextlib.suppress(Exception):
                     await process.aclose()
+            if prepared is not None:
+                prepared.finish()  # notes an OOM kill; empties and removes the server's cgroup
             if current:
                 self._pid = None
             if not ready.done():
@@ -838,6 +846,13 @@ class ServerSession:
             what, self.over_limit = f"{self.over_limit}; it was stopped", None
             self._failed(what)
             return ExecutionError(f"MCP server {self.record.name!r} {what}", code="upstream-over-limit")
+        prepared = self._prepared
+        if prepared is not None and prepared.killed_by_memory():  # the same words as a tool's
+            mb = self.policy.sandbox.memory_mb
+            what = (
+                f"{what} after going over its memory limit (sandbox.memory_mb = {mb}: one bound for the server "
+                f"and every process it starts, {prepared.memory_bound})"
+            )
         tail = f"; its stderr: {self.stderr[-1]}" if self.stderr else ""
         self._failed(what + tail)
         return unavailable(f"MCP server {self.record.name!r} {what}{tail}")

@@ -21,12 +21,6 @@ def threat_ids(text: str) -> set[str]:
 # may lack a drill; once an id has its drill it must leave this table (the test below fails until it
 # does), and the table empties as the issues close.
 PENDING: dict[int, frozenset[str]] = {
-    23: frozenset(
-        {
-            "audit:disk-full",
-            "mcp:server-memory",
-        }
-    ),
     27: frozenset({"mcp:client-config"}),
 }
 

@@ -27,6 +27,8 @@ from tooldir.drill import load_scenarios, select
 SCENARIOS = unprivileged.REPO / "tooldir" / "_data" / "scenarios"
 SCENARIO_LIST = load_scenarios(SCENARIOS)
 ROOT_ONLY = sorted(s.drill_id for s in SCENARIO_LIST if "root" in s.requires)
+# need memory_mb to bound a process tree as a whole: not runnable for a user with only rlimits
+BOUND_ONLY = sorted(s.drill_id for s in SCENARIO_LIST if "memory-bound" in s.requires)
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +112,7 @@ def test_an_unprivileged_user_gets_exit_0_with_root_only_drills_reported_as_not_
         "trust:foreign-files/approvals-owner",
         "trust:foreign-files/policy-owner",
     ]
+    assert BOUND_ONLY == ["mcp:server-memory"]
     chosen = SPLIT[part]
     # by folder name: a folder name is never another drill's threat id or drill id (those hold ':')
     done, report = as_user("--only", *(s.name for s in chosen))
@@ -118,17 +121,21 @@ def test_an_unprivileged_user_gets_exit_0_with_root_only_drills_reported_as_not_
     failed = {d["id"]: d["details"] for d in report["drills"] if d["status"] == "failed"}
     assert failed == {}
     root_only_here = sorted(s.drill_id for s in chosen if s.drill_id in ROOT_ONLY)
-    assert sorted(i for i, status in statuses.items() if status == "not-runnable") == root_only_here
+    unbounded = sorted(  # the user has no cgroup or scope of its own here: those drills say so
+        d["id"] for d in report["drills"] if d["status"] == "not-runnable" and d["id"] in BOUND_ONLY
+    )
+    assert sorted(i for i, status in statuses.items() if status == "not-runnable") == sorted(root_only_here + unbounded)
     for d in report["drills"]:
         if d["status"] == "not-runnable":
-            assert d["reason"].startswith("not runnable here (needs root")
+            needs = "needs a memory bound on a whole process tree" if d["id"] in unbounded else "needs root"
+            assert d["reason"].startswith(f"not runnable here ({needs}")
             assert d["passed"] is False
     sandbox = [i for i in statuses if i.startswith("sandbox:")]  # none need root: every one runs
     assert all(statuses[i] == "passed" for i in sandbox)
     assert report["counts"] == {
-        "passed": len(statuses) - len(root_only_here),
+        "passed": len(statuses) - len(root_only_here) - len(unbounded),
         "failed": 0,
-        "not-runnable": len(root_only_here),
+        "not-runnable": len(root_only_here) + len(unbounded),
     }
     assert report["passed"] is True and done.returncode == 0
 

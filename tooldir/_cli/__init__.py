@@ -133,6 +133,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, BrokenPipeError):  # stdout's reader went away (``| head``): end quietly
             _silence_stdout()
             return EXIT_BROKEN_PIPE
+        if isinstance(exc, OSError) and exc.errno is not None:
+            # the OS refused a file (a full disk, EIO, a read-only or vanished state dir): one
+            # line naming the error and the file; state files are replaced atomically, so the
+            # old one is still in place
+            where = f": {exc.filename}" if exc.filename else ""
+            message = f"{exc.strerror or exc} (errno {exc.errno}){where}"
+            console_err().print(f"tooldir {args.command}: {message}", markup=False, highlight=False)
+            return EXIT_USAGE
         raise
     return code if code is not None else EXIT_OK
 

@@ -52,6 +52,7 @@ REFUSED_CODES = frozenset(
         "sandbox-unavailable",
         "changed-since-verification",
         "secret-unavailable",
+        "audit-unavailable",
     }
 )
 
@@ -94,7 +95,12 @@ def exit_code_for(result: CallResult) -> int:
 
 
 def sandbox_report(registry: Registry, record: object | None) -> dict[str, str] | None:
-    """Which backend runs this directory tool and what bounds its memory (None for other tools)."""
+    """Which backend runs this directory tool, or the MCP server of this upstream tool, and what
+    bounds its memory (None for other tools)."""
+    if record is not None and getattr(record, "upstream", None) is not None:
+        from ..sandbox.bubblewrap import choose_bound
+
+        return {"backend": "bubblewrap", "memory_bound": choose_bound(registry.policy.sandbox).kind}
     box = registry.sandbox() if record is not None else None
     if box is None:
         return None
@@ -165,7 +171,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if problem is not None:  # its server never listed its tools: say why, not just "unknown"
             raise CommandError(f"{args.name}: unknown until its MCP server lists it: {problem}", EXIT_FOUND_ERRORS)
     if args.json:
-        print_json({**result.to_json(), "sandbox": sandbox_report(registry, snapshot.by_name.get(args.name))})
+        record = registry.store.current.by_name.get(args.name)  # upstream tools too, once listed
+        print_json({**result.to_json(), "sandbox": sandbox_report(registry, record)})
         return exit_code_for(result)
     if result.error is not None:
         console_err().print(safe(f"error {result.error.code}: {result.error.message}", "red"))

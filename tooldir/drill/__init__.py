@@ -286,6 +286,10 @@ class CallSpec(_Frozen):
     max_live_runs: int | None = Field(default=None, ge=0)
     """No more processes carrying ``{marker}`` on their command line at once than this, from the
     first cancelled call until every run has ended (sampled every 20 ms)."""
+    disk_free: int | None = Field(default=None, ge=0, le=1 << 30)
+    """audit:disk-full: the state dir has only this many bytes left for the call. The drill makes
+    it so with the file-size limit (RLIMIT_FSIZE, soft) set, for this call only, to the audit log's
+    size plus ``disk_free``: no file may grow past it (EFBIG), which needs no privilege."""
 
     @model_validator(mode="after")
     def _cancelling_goes_through_mcp(self) -> CallSpec:
@@ -329,6 +333,9 @@ class WatchSpec(_Frozen):
 class AuditVerify(_Frozen):
     ok: bool
     broken_line: int | None = None
+    lines: int | None = None
+    """The number of intact lines the log must hold (e.g. no line for a call that was refused
+    because its line could not be written)."""
 
 
 class DiagnosticExpectation(_Frozen):
@@ -391,6 +398,10 @@ class Builtin(_Frozen):
     name: str
     description: str = "A builtin registered by the host application."
     risk: Risk = Risk.READ
+    handler: Literal["none", "canary", "echo"] = "none"
+    """``none``: only its name is reserved (the host registers no handler the drill can call);
+    ``canary``: registered with a handler that writes the canary (it must never run); ``echo``:
+    registered with a handler that returns its input."""
 
 
 class Scenario(_Frozen):
@@ -401,7 +412,7 @@ class Scenario(_Frozen):
     title: str = Field(min_length=1)
     plants: str = Field(min_length=1, description="what the scenario plants, for people")
     expected: str = Field(min_length=1, description="the expected outcome, for people")
-    requires: tuple[Literal["root", "sandbox"], ...] = ()
+    requires: tuple[Literal["root", "sandbox", "memory-bound"], ...] = ()
     needs: tuple[str, ...] = ()
     """tooldir machinery the drill uses, as "module.attribute" (e.g. "session.Session"); a build
     without it fails the drill as "not runnable yet"."""
@@ -820,6 +831,12 @@ def _run(
         problem = ex.sandbox_problem(ex.user_policy())
         if problem is not None:
             raise UnavailableError(f"needs a working sandbox: {problem}")
+    if "memory-bound" in scenario.requires:
+        problem = ex.memory_bound_problem(ex.user_policy())
+        if problem is not None:
+            raise UnavailableError(
+                f"needs a memory bound on a whole process tree (a cgroup or systemd scope): {problem}"
+            )
     builtins = tuple(BuiltinSpec(b.name, b.description, {"type": "object"}, b.risk) for b in scenario.builtins)
     for name in scenario.control.project:
         ex.approve(arena, arena.resolve(f"project/.tooldir/tools/{name}"), builtins)
@@ -844,7 +861,7 @@ def _run(
             scenario, arena, planted=planted, before=before, marks_before=marks_before, exc=None, started=started
         )
     elapsed = ck.LoadTime(cpu=ck.cpu_seconds() - cpu0, wall=time.monotonic() - t0)
-    runtime = ex.Runtime(snapshot, arena.state, builtins)
+    runtime = ex.Runtime(snapshot, arena.state, builtins, _handlers(scenario, arena))
     for i, step in enumerate(scenario.after_load):
         ex.apply_step(step, arena, builtins, f"after_load[{i}] ({step.do})", runtime)
     outcomes: list[ex.CallOutcome] = []
@@ -909,6 +926,20 @@ def _run(
     if secrets is not None:
         checks.append(secrets)
     return DrillResult(scenario, observed, tuple(checks), time.monotonic() - started)
+
+
+def _handlers(scenario: Scenario, arena: Arena) -> dict[str, Any]:
+    """The handlers of the scenario's builtins that have one (``Builtin.handler``)."""
+
+    def canary(*, input: Any, context: Any) -> str:
+        arena.canary.write_text("ran: a canary builtin")
+        return "ran"
+
+    def echo(*, input: Any, context: Any) -> Any:
+        return input
+
+    chosen = {"canary": canary, "echo": echo}
+    return {b.name: chosen[b.handler] for b in scenario.builtins if b.handler != "none"}
 
 
 def _materialise(scenario: Scenario, arena: Arena, planted: dict[Path, Planted]) -> dict[Path, Planted]:

@@ -169,13 +169,15 @@ def check_outcome(
     if watch is not None:
         problems.extend(watch.problems)
     if expect.audit_verify is not None:
-        ok, line, reason = ex.verify_audit(arena.state)
+        ok, line, reason, lines = ex.verify_audit(arena.state)
         verdict = expect.audit_verify
         if ok != verdict.ok or (verdict.broken_line is not None and line != verdict.broken_line):
             problems.append(
                 f"audit verify reported ok={ok} line={line} ({reason}); "
                 f"expected ok={verdict.ok} line={verdict.broken_line}"
             )
+        if verdict.lines is not None and lines != verdict.lines:
+            problems.append(f"audit verify found {lines} intact lines; expected {verdict.lines}")
     if elapsed.cpu > expect.max_seconds:
         problems.append(f"the load took {elapsed.cpu:.1f} s of CPU time; the bound is {expect.max_seconds} s")
     elif elapsed.wall > LOAD_WALL_BACKSTOP * expect.max_seconds:

@@ -11,13 +11,14 @@ import importlib
 import io
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
 import stat
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -692,14 +693,29 @@ def sandbox_problem(policy: Policy) -> str | None:
     return problem
 
 
+def memory_bound_problem(policy: Policy) -> str | None:
+    """None when the sandbox bounds the memory of a process tree as a whole (a cgroup or a systemd
+    scope) here, else why not (only per-process rlimits)."""
+    choose_bound = need("sandbox.bubblewrap", "choose_bound")
+    bound = choose_bound(policy.sandbox)
+    return str(bound.why or "only per-process rlimits") if bound.kind == "rlimit+seccomp" else None
+
+
 class Runtime:
     """What calls run against: one SnapshotStore shared by the Registry and, when a call goes
     through a conversation, one Session; both are created on first use."""
 
-    def __init__(self, snapshot: Snapshot, state_dir: Path, builtins: tuple[BuiltinSpec, ...]) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        state_dir: Path,
+        builtins: tuple[BuiltinSpec, ...],
+        handlers: Mapping[str, Callable[..., Any]] | None = None,
+    ) -> None:
         self.snapshot = snapshot
         self.state_dir = state_dir
         self.builtins = builtins
+        self.handlers = dict(handlers or {})  # builtin name -> the handler the host registers
         self._store: Any = None
         self._registry: Any = None
         self._session: Any = None
@@ -719,6 +735,15 @@ class Runtime:
             self._registry = registry_cls(
                 self.store, policy=user_policy(), state_dir=self.state_dir, secret_commands=False
             )
+            for spec in self.builtins:
+                if spec.name in self.handlers:
+                    self._registry.register(
+                        spec.name,
+                        spec.input_schema,
+                        self.handlers[spec.name],
+                        description=spec.description,
+                        risk=spec.risk,
+                    )
             self._open_upstream()
         return self._registry
 
@@ -842,6 +867,8 @@ def call(runtime: Runtime, spec: CallSpec, arena: Arena) -> CallOutcome:
         elif spec.via == "listing":
             result = runtime.listing()
         else:
+            if spec.disk_free is not None:
+                stack.enter_context(_disk_free(runtime.state_dir, spec.disk_free))
             result = target.call(spec.name, json.loads(text))
         seconds = time.monotonic() - t0
         connections = _accepted(listener) if listener is not None else 0
@@ -865,6 +892,25 @@ def call(runtime: Runtime, spec: CallSpec, arena: Arena) -> CallOutcome:
         getattr(result, "network", None),
         served_now,
     )
+
+
+@contextlib.contextmanager
+def _disk_free(state_dir: Path, free: int) -> Iterator[None]:
+    """Only ``free`` bytes more for the audit log (and every other file) while the block runs:
+    the soft RLIMIT_FSIZE at the log's size plus ``free``, restored afterwards."""
+    try:
+        size = os.stat(state_dir / "audit.jsonl").st_size
+    except FileNotFoundError:
+        size = 0
+    old = resource.getrlimit(resource.RLIMIT_FSIZE)
+    soft = size + free
+    if old[1] != resource.RLIM_INFINITY:
+        soft = min(soft, old[1])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old)
 
 
 def _via_mcp(runtime: Runtime, spec: CallSpec, arguments: Any, cancel_arguments: Any, marker: str) -> tuple[Any, int]:
@@ -978,8 +1024,8 @@ def audit_lines(state_dir: Path) -> list[dict[str, Any]]:
     return lines
 
 
-def verify_audit(state_dir: Path) -> tuple[bool, int | None, str | None]:
-    """(ok, first broken line, reason) from ``tooldir.audit.verify``."""
+def verify_audit(state_dir: Path) -> tuple[bool, int | None, str | None, int]:
+    """(ok, first broken line, reason, intact lines) from ``tooldir.audit.verify``."""
     verify = need("audit", "verify")
     report = verify(state_dir / need("audit", "AUDIT_FILE"))
-    return bool(report.ok), report.broken_line, report.reason
+    return bool(report.ok), report.broken_line, report.reason, int(report.lines)

@@ -243,6 +243,33 @@ def choose_bound(policy: SandboxPolicy) -> Bound:
     return Bound("rlimit+seccomp", why=why)
 
 
+def run_group(policy: SandboxPolicy, bound: Bound, *, what: str = "run") -> RunGroup | None:
+    """The cgroup (v2 or v1) of one run -- or of one MCP server for its whole life -- with
+    ``memory_mb`` and ``max_processes`` (plus bubblewrap's two), or None where ``bound`` has no
+    cgroup (systemd scope, rlimit+seccomp).
+
+    Raises:
+        SandboxError: ``sandbox-unavailable`` when the policy asks for a cgroup and none can be had;
+            ``sandbox-failed`` when it cannot be created (fail closed: never unbounded when promised).
+    """
+    if bound.kind == "rlimit+seccomp" and policy.memory_bound == "cgroup":
+        raise SandboxError(
+            f"sandbox.memory_bound = 'cgroup' but no cgroup limit can be had: {bound.why}",
+            code="sandbox-unavailable",
+        )
+    where = bound.parent or (bound.v1.memory if bound.v1 else None)
+    if where is None:
+        return None
+    memory = policy.memory_mb * 1024 * 1024
+    processes = policy.max_processes + BWRAP_PROCESSES
+    try:
+        if bound.v1 is not None:
+            return RunCgroupV1.create(bound.v1, memory_bytes=memory, max_processes=processes)
+        return RunCgroup.create(where, memory_bytes=memory, max_processes=processes)
+    except OSError as exc:
+        raise SandboxError(f"cannot create the {what}'s cgroup under {where}: {exc}", code="sandbox-failed") from None
+
+
 class BubblewrapSandbox:
     name = "bubblewrap"
 
@@ -257,22 +284,7 @@ class BubblewrapSandbox:
         weakref.finalize(self, self._spares.close)  # also at exit: no spare outlives its sandbox
 
     def _cgroup(self) -> RunGroup | None:
-        if self.bound.kind == "rlimit+seccomp" and self.policy.memory_bound == "cgroup":
-            raise SandboxError(
-                f"sandbox.memory_bound = 'cgroup' but no cgroup limit can be had: {self.bound.why}",
-                code="sandbox-unavailable",
-            )
-        where = self.bound.parent or (self.bound.v1.memory if self.bound.v1 else None)
-        if where is None:
-            return None
-        memory = self.policy.memory_mb * 1024 * 1024
-        processes = self.policy.max_processes + BWRAP_PROCESSES
-        try:
-            if self.bound.v1 is not None:
-                return RunCgroupV1.create(self.bound.v1, memory_bytes=memory, max_processes=processes)
-            return RunCgroup.create(where, memory_bytes=memory, max_processes=processes)
-        except OSError as exc:  # fail closed: never run unbounded when a cgroup was promised
-            raise SandboxError(f"cannot create the run's cgroup under {where}: {exc}", code="sandbox-failed") from None
+        return run_group(self.policy, self.bound)
 
     def run(self, request: RunRequest) -> RunResult:
         spare = self._spares.take(_spare_key(request)) if self._spares_allowed(request) else None

@@ -332,7 +332,7 @@ def launch(
         assert info_fd is not None  # noqa: S101 - caller's contract
         try:
             launched.held = _hold(
-                proc, cgroup, info_fd=info_fd, info=launched.info, deadline=started + timeout_s, limits=limits
+                proc.pid, cgroup, info_fd=info_fd, info=launched.info, deadline=started + timeout_s, limits=limits
             )
         except BaseException:
             abandon(launched)
@@ -395,7 +395,7 @@ def _end(launched: Launched, *, kill_init: bool) -> int | None:
 
 
 def _hold(
-    proc: subprocess.Popen[bytes],
+    pid: int,
     cgroup: RunGroup | None,
     *,
     info_fd: int,
@@ -429,14 +429,14 @@ def _hold(
         if child is None:
             return False  # never released without its limits (bubblewrap ended anyway)
         try:
-            for pid in (proc.pid, child):
-                set_limits(pid, limits)
+            for each in (pid, child):
+                set_limits(each, limits)
         except OSError as exc:
             raise SandboxError(f"cannot set the sandbox's rlimits: {exc}", code="sandbox-failed") from None
     if cgroup is None:
         return True
     try:
-        cgroup.add(proc.pid)
+        cgroup.add(pid)
         if child is not None:
             cgroup.add(child)
     except OSError as exc:
