@@ -64,6 +64,7 @@ class DiagnosticCode(enum.StrEnum):
     RISK_NOT_ALLOWED = "risk-not-allowed"
     # policy and state
     POLICY_WEAKENED = "policy-weakened"
+    POLICY_MANAGED = "policy-managed"  # warning: a user value under the managed policy's floor was ignored
     STATE_UNWRITABLE = "state-unwritable"
     # MCP server packages (DESIGN §10)
     DEFINITION_CHANGED = "definition-changed"
@@ -219,6 +220,7 @@ DIAGNOSTIC_HELP: dict[DiagnosticCode, str] = {
     DiagnosticCode.EXPIRED: "The lock's expiry date has passed. Re-lock with a new --expires and re-sign.",
     DiagnosticCode.RISK_NOT_ALLOWED: "The declared risk is above the source's ceiling (sources.<source>.max_risk in your policy).",
     DiagnosticCode.POLICY_WEAKENED: "Your policy weakens a secure default; the message names the key.",
+    DiagnosticCode.POLICY_MANAGED: "Your policy sets a key weaker than the machine's managed policy (/etc/tooldir/policy.toml); your value is ignored and the managed one is used. The message names both files and lines.",
     DiagnosticCode.STATE_UNWRITABLE: "Your state directory could not be written; approvals and rollback marks hold only in this process.",
     DiagnosticCode.DEFINITION_CHANGED: "An MCP server changed a tool definition since you pinned it; held back. Review with tooldir show, then tooldir allow the package.",
     DiagnosticCode.DEFINITION_NEW: "An MCP server offers a tool you have not pinned; held back until you tooldir allow the package.",
