@@ -61,7 +61,7 @@ if _typing.TYPE_CHECKING:
         UpstreamRef,
     )
     from .permissions import PermissionCheck, PermissionRequest
-    from .policy import Policy, load_policy
+    from .policy import ManagedOverride, Policy, load_policy
     from .registry import CallError, CallGate, CallResult, Registry, UpstreamCaller
     from .sandbox import RunRequest, RunResult, Sandbox
     from .search import Bm25fParams, Hit, LexicalScores, ParsedQuery, Ranker, SearchDoc, SearchIndex
@@ -149,6 +149,7 @@ _LAZY: dict[str, str] = {
     "gc_paused": "_internal.gcpause",
     "load": "loader",
     "load_policy": "policy",
+    "ManagedOverride": "policy",
     "locate": "manage",
     "lock": "manage",
     "make_config": "loader",
@@ -196,6 +197,7 @@ __all__ = [
     "LoadConfig",
     "Loader",
     "LockWritten",
+    "ManagedOverride",
     "Manifest",
     "Match",
     "Observer",
