@@ -28,7 +28,6 @@ PENDING: dict[int, frozenset[str]] = {
         }
     ),
     24: frozenset({"sandbox:egress"}),
-    27: frozenset({"mcp:client-config"}),
 }
 
 

@@ -472,9 +472,10 @@ CLI_STEPS = frozenset(
         "eval",
         "policy",
         "init",
+        "adopt",
     }
 )
-"""The ``tooldir`` commands a step may run freely: none runs a tool (``serve``, ``watch`` would
+"""The ``tooldir`` commands a step may run freely: none runs a tool (``adopt`` starts no server) (``serve``, ``watch`` would
 use the scenario's policy outside the drill's ceiling; a tool runs through ``[[calls]]``)."""
 
 RUN_STEP = "run"
