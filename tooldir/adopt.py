@@ -537,9 +537,12 @@ def _url_secrets(entry: ServerEntry, url: str, sub: str) -> list[Finding]:
     try:
         parts = urlsplit(url)
         password = parts.password
+        username = parts.username
     except ValueError:
         return []
     out = []
+    if username and _SECRET_VALUE.match(username):  # https://TOKEN@host
+        out.append(_secret(entry, sub, "the url's user name", username, secret_name(entry.name, "token")))
     if password:
         out.append(_secret(entry, sub, "the url's password", password, secret_name(entry.name, "password")))
     for key, value in parse_qsl(parts.query):

@@ -242,3 +242,27 @@ def test_uvx_is_pinned_only_by_an_exact_version(args: list[str], pinned: bool) -
 def test_a_shown_secret_keeps_at_most_three_characters() -> None:
     assert shown("abcdefghijkl") == "abc… (12 characters)"
     assert shown("abcdef") == "(6 characters)"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://ghp_abcdefghijklmnopqrstuvwxyz0123@example.com/mcp",
+        "https://u:pw123456@example.com/",
+        "https://x/?api_key=k3y3k3y3k3y3",
+    ],
+    ids=["token-as-user", "password", "query"],
+)
+def test_a_secret_in_a_url_is_found_and_not_shown(url: str) -> None:
+    entries = parse_config(
+        json.dumps({"servers": {"s": {"type": "http", "url": url}}}), path="f", client="vscode", form="json-servers"
+    )
+    (found,) = judge(entries, interpreters=())
+    assert found.diagnostic.code == "adopt-secret"
+    secrets_by_url = {
+        "token-as-user": "ghp_abcdefghijklmnopqrstuvwxyz0123",
+        "password": "pw123456",
+        "query": "k3y3k3y3k3y3",
+    }
+    secret = next(value for value in secrets_by_url.values() if value in url)
+    assert secret not in found.diagnostic.message and secret not in found.fix
