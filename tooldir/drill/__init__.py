@@ -802,6 +802,8 @@ def _run(
 ) -> DrillResult:
     progress = progress or _Progress(arena)
     if "root" in scenario.requires and os.geteuid() != 0:
+        if scenario.managed_policy is not None:
+            raise UnavailableError("needs root: the scenario's managed policy is root's own file")
         raise UnavailableError("needs root: the scenario plants files with chown/mknod")
     for item in scenario.needs:
         module, _, attribute = item.rpartition(".")
