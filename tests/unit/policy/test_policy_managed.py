@@ -215,3 +215,27 @@ def test_the_cli_and_a_host_both_keep_a_project_tool_under_the_managed_ceiling(
     assert snapshot.records("writer")[0].status.value == "rejected"
     assert "policy-managed" in {d.code for d in snapshot.diagnostics}
     assert tooldir.make_config(project=str(project)).policy.sources.project.max_risk == "read"
+
+
+@needs_root
+def test_a_managed_allowed_signers_file_is_kept_over_the_users_with_a_warning() -> None:
+    managed = managed_file('[keys]\nallowed_signers = "/etc/tooldir/allowed_signers"\n')
+    user = user_file('[keys]\nallowed_signers = "~/.config/tooldir/allowed_signers"\n')
+    effective = read_policy()
+    assert effective.policy.keys.allowed_signers == "/etc/tooldir/allowed_signers"
+    (override,) = effective.overridden
+    assert (override.key, override.origin, override.managed_origin) == (
+        "keys.allowed_signers",
+        f"{user}:2",
+        f"managed:{managed}:2",
+    )
+
+
+@needs_root
+def test_pins_merge_entry_by_entry_and_the_managed_entry_wins_on_a_shared_name() -> None:
+    team, mine, other = "sha256:" + "a" * 64, "sha256:" + "b" * 64, "sha256:" + "c" * 64
+    managed_file(f'[pins]\nshared = "{team}"\n')
+    user_file(f'[pins]\nshared = "{other}"\nmy_tool = "{mine}"\n')
+    effective = read_policy()
+    assert effective.policy.pins == {"shared": team, "my_tool": mine}
+    assert [o.key for o in effective.overridden] == ["pins.shared"]
