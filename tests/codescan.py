@@ -29,6 +29,7 @@ DIAGNOSTIC_CALLS = {
     ("trust.py", "doubt", "method"): 1,
     ("trust.py", "diag", "method"): 1,
     ("strictjson.py", "StrictJSONError", "function"): 0,
+    ("adopt.py", "_finding", "function"): 1,
 }
 CALL_ERROR_CALLS = {
     ("registry.py", "_Stop", "function"): 0,

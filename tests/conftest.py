@@ -19,6 +19,8 @@ def _isolated_user_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(home / ".local" / "state"))
     monkeypatch.delenv("TOOLDIR_STATE_DIR", raising=False)
+    # nor the machine's managed policy: a test that wants one writes it here (tests/unit/policy)
+    monkeypatch.setattr("tooldir.policy.MANAGED_POLICY_PATH", home / "etc" / "tooldir" / "policy.toml")
     os.umask(0o022)
     yield
 

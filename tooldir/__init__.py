@@ -62,7 +62,7 @@ if _typing.TYPE_CHECKING:
     )
     from .netallow import AllowEntry, NetworkGrant
     from .permissions import PermissionCheck, PermissionRequest
-    from .policy import Policy, load_policy
+    from .policy import ManagedOverride, Policy, load_policy
     from .registry import CallError, CallGate, CallResult, Registry, UpstreamCaller
     from .sandbox import RunRequest, RunResult, Sandbox
     from .search import Bm25fParams, Hit, LexicalScores, ParsedQuery, Ranker, SearchDoc, SearchIndex
@@ -152,6 +152,7 @@ _LAZY: dict[str, str] = {
     "gc_paused": "_internal.gcpause",
     "load": "loader",
     "load_policy": "policy",
+    "ManagedOverride": "policy",
     "locate": "manage",
     "lock": "manage",
     "make_config": "loader",
@@ -200,6 +201,7 @@ __all__ = [
     "LoadConfig",
     "Loader",
     "LockWritten",
+    "ManagedOverride",
     "Manifest",
     "Match",
     "NetworkGrant",

@@ -64,6 +64,7 @@ class DiagnosticCode(enum.StrEnum):
     RISK_NOT_ALLOWED = "risk-not-allowed"
     # policy and state
     POLICY_WEAKENED = "policy-weakened"
+    POLICY_MANAGED = "policy-managed"  # warning: a user value under the managed policy's floor was ignored
     STATE_UNWRITABLE = "state-unwritable"
     # MCP server packages (DESIGN §10)
     DEFINITION_CHANGED = "definition-changed"
@@ -71,6 +72,13 @@ class DiagnosticCode(enum.StrEnum):
     INSTRUCTIONS_CHANGED = "instructions-changed"
     INDEX_IGNORED = "index-ignored"  # warning: a content index that could not be trusted was rebuilt
     UPSTREAM_OVER_LIMIT = "upstream-over-limit"
+    # tooldir adopt: findings in an MCP client's configuration (DESIGN §13)
+    ADOPT_UNPINNED = "adopt-unpinned"
+    ADOPT_SECRET = "adopt-secret"  # noqa: S105 - a code: a secret in plain text in a client's config
+    ADOPT_RUNTIME = "adopt-runtime"
+    ADOPT_NO_TLS = "adopt-no-tls"
+    ADOPT_COLLISION = "adopt-collision"
+    ADOPT_INVALID_ENTRY = "adopt-invalid-entry"
 
 
 class CallErrorCode(enum.StrEnum):
@@ -220,10 +228,17 @@ DIAGNOSTIC_HELP: dict[DiagnosticCode, str] = {
     DiagnosticCode.EXPIRED: "The lock's expiry date has passed. Re-lock with a new --expires and re-sign.",
     DiagnosticCode.RISK_NOT_ALLOWED: "The declared risk is above the source's ceiling (sources.<source>.max_risk in your policy).",
     DiagnosticCode.POLICY_WEAKENED: "Your policy weakens a secure default; the message names the key.",
+    DiagnosticCode.POLICY_MANAGED: "Your policy sets a key weaker than the machine's managed policy (/etc/tooldir/policy.toml); your value is ignored and the managed one is used. The message names both files and lines.",
     DiagnosticCode.STATE_UNWRITABLE: "Your state directory could not be written; approvals and rollback marks hold only in this process.",
     DiagnosticCode.DEFINITION_CHANGED: "An MCP server changed a tool definition since you pinned it; held back. Review with tooldir show, then tooldir allow the package.",
     DiagnosticCode.DEFINITION_NEW: "An MCP server offers a tool you have not pinned; held back until you tooldir allow the package.",
     DiagnosticCode.INDEX_IGNORED: "A content index in your state could not be trusted (corrupt, foreign, writable by others); it was ignored and rebuilt.",
     DiagnosticCode.INSTRUCTIONS_CHANGED: "An MCP server changed its instructions since you pinned them; they are not passed on until you tooldir allow the package.",
+    DiagnosticCode.ADOPT_UNPINNED: "An MCP client starts a package fetched without an exact version (npx -y pkg, uvx pkg@latest, an image without a digest): every start may run other code. Pin an exact version.",
+    DiagnosticCode.ADOPT_SECRET: "A secret in plain text in an MCP client's configuration (env, args, headers or a URL). Move it to secrets.toml (tooldir adopt does) and rotate it if the file was shared.",
+    DiagnosticCode.ADOPT_RUNTIME: "An MCP client starts a command outside the runtimes your policy allows (exec.interpreters and their package launchers).",
+    DiagnosticCode.ADOPT_NO_TLS: "An MCP client talks to a remote server over plain http://; use its https:// address.",
+    DiagnosticCode.ADOPT_COLLISION: "An MCP server would be adopted under a package name you already have (or another server would). Rename one.",
+    DiagnosticCode.ADOPT_INVALID_ENTRY: "An MCP server entry of a client's configuration is not a server tooldir can read (no command or url, wrong types).",
     DiagnosticCode.UPSTREAM_OVER_LIMIT: "An MCP server's listing, one of its messages or its instructions is over a limit tooldir sets; the message names the limit. Nothing over it is used.",
 }

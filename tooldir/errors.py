@@ -10,7 +10,8 @@
     │   │   └── ArenaEscapeError      .where, .target: a plant or step acting outside its arena
     │   ├── HttpSetupError            --http / --token-file unusable (tooldir.mcp_http)
     │   ├── SecretsFileError          .path: the user's secrets.toml cannot be used (tooldir.secrets)
-    │   └── ConfigFileError           an MCP client's config file cannot be merged (tooldir.clientconfig)
+    │   ├── ConfigFileError           an MCP client's config file cannot be merged (tooldir.clientconfig)
+    │   └── AdoptConfigError          .path, .line: a client's config file cannot be read (tooldir.adopt)
     ├── DiscoveryError                a tool root cannot be opened
     ├── PackageError                  .path, .reason, .found (tooldir.manage: approve, lock, sign, ...)
     └── ExecutionError                .code

@@ -45,7 +45,7 @@ from .index import enabled as index_enabled
 from .lockfile import UNLISTED
 from .model import BuiltinSpec, Diagnostic, PackageFile, Source, ToolRecord, warning
 from .names import skeleton
-from .policy import Policy, check_trusted, config_home, policy_diagnostics, read_policy
+from .policy import ManagedOverride, Policy, check_trusted, config_home, policy_diagnostics, read_policy
 from .resolve import Assessed, resolve
 from .signatures import parse_allowed_signers
 from .snapshot import DiagEntry, RecordEntry, Snapshot, assemble, diag_entry, record_entry
@@ -198,6 +198,8 @@ class LoadConfig:
     read_only: bool = False
     #: The file the policy came from (the ``path`` of its ``policy-weakened`` warnings), if any.
     policy_file: str | None = None
+    #: User values the managed policy overrode (``policy-managed`` warnings of every snapshot).
+    policy_overridden: tuple[ManagedOverride, ...] = ()
     #: Use the persistent content index in ``state_dir`` (:mod:`tooldir.index`): a new process
     #: stats unchanged packages instead of reading and validating them. Off: every package is read.
     index: bool = True
@@ -292,7 +294,9 @@ class Loader:
         self._approvals_sig: object = ("unread",)
         # the policy's own warnings (values weaker than their defaults): part of every snapshot
         cfg = self.config
-        self._policy_diags = tuple(diag_entry(d) for d in policy_diagnostics(cfg.policy, cfg.policy_file))
+        self._policy_diags = tuple(
+            diag_entry(d) for d in policy_diagnostics(cfg.policy, cfg.policy_file, cfg.policy_overridden)
+        )
 
     @property
     def trust_cache(self) -> TrustCache:
@@ -721,10 +725,13 @@ def make_config(
     read_only: bool = False,
     index: bool | None = None,
     workers: int = 1,
+    policy_overridden: tuple[ManagedOverride, ...] = (),
 ) -> LoadConfig:
     """What the CLI loads by default: ``policy=None`` means the user's policy file
-    (``$XDG_CONFIG_HOME/tooldir/policy.toml``, read as ``tooldir scan`` reads it; the built-in
-    defaults only when there is none), ``user_dirs=None`` the user's config dir, ``state_dir=None``
+    (``$XDG_CONFIG_HOME/tooldir/policy.toml``, read as ``tooldir scan`` reads it, under the
+    machine's managed policy ``/etc/tooldir/policy.toml`` if there is one; the built-in
+    defaults only when there is neither), ``policy_overridden``: the user values the managed
+    policy overrode in ``policy`` (reported as ``policy-managed``), ``user_dirs=None`` the user's config dir, ``state_dir=None``
     ``$TOOLDIR_STATE_DIR`` or ``$XDG_STATE_HOME/tooldir``; ``project=None`` means no project
     source. ``policy_file``: where ``policy`` was read from (for diagnostics).
     ``read_only``: inspection only, see :attr:`LoadConfig.read_only`. ``index``: use the content
@@ -749,6 +756,7 @@ def make_config(
     if policy is None:  # what the CLI reads without --policy
         effective = read_policy()
         policy, policy_file = effective.policy, effective.file if policy_file is None else policy_file
+        policy_overridden = effective.overridden
     return LoadConfig(
         roots=tuple(roots),
         policy=policy,
@@ -759,6 +767,7 @@ def make_config(
         read_only=read_only,
         index=index_enabled() if index is None else index,
         workers=workers,
+        policy_overridden=policy_overridden,
     )
 
 

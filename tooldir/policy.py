@@ -7,11 +7,13 @@ project. Every field has a safe default, so ``Policy()`` is the default policy a
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fnmatch
 import json
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -405,7 +407,12 @@ class EffectivePolicy:
     file: str | None = None
     preset: str | None = None
     origins: Mapping[str, str] = field(default_factory=dict)
-    """Dotted key -> ``FILE:LINE`` or ``preset:NAME``; keys not listed have their ``default``."""
+    """Dotted key -> ``FILE:LINE``, ``preset:NAME`` or ``managed:FILE:LINE``; keys not listed have
+    their ``default``."""
+    managed_file: str | None = None
+    """The managed policy (:data:`MANAGED_POLICY_PATH`) whose keys are floors here, if any."""
+    overridden: tuple[ManagedOverride, ...] = ()
+    """User values ignored because they would weaken a managed key (``policy-managed``)."""
 
     def origin(self, key: str) -> str:
         return self.origins.get(key, "default")
@@ -420,53 +427,171 @@ class EffectivePolicy:
     def weakenings(self) -> tuple[Weakening, ...]:
         return weakenings(self.policy, self.origins)
 
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        """``policy-weakened`` per weakened key, then ``policy-managed`` per ignored user value."""
+        return policy_diagnostics(self.policy, self.file, self.overridden)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "file": self.file,
             "preset": self.preset,
+            "managed_file": self.managed_file,
             "policy": self.policy.model_dump(mode="json"),
             "origins": {key: origin for key, _, origin in self.values()},
             "weakened": [w.to_json() for w in self.weakenings()],
+            "managed": [o.to_json() for o in self.overridden],
         }
 
 
-def load_policy(path: str | os.PathLike[str] | None = None) -> tuple[Policy, str | None]:
+@dataclass(frozen=True, slots=True)
+class ManagedOverride:
+    """A user value ignored because it would weaken the managed policy's value of that key (by the
+    rule that reports ``policy-weakened`` against a default): the managed value stays in force."""
+
+    key: str
+    value: Any  # the user's value, as JSON (ignored)
+    kept: Any  # the managed value in force
+    why: str
+    origin: str  # where the user set it: "FILE:LINE" or "preset:NAME"
+    managed_origin: str  # "managed:FILE:LINE"
+
+    @property
+    def pointer(self) -> str:
+        return "/" + self.key.replace(".", "/")
+
+    def message(self) -> str:
+        return (
+            f"{self.key} = {json.dumps(self.value)} (set at {self.origin}) is ignored: it would weaken the managed "
+            f"value {json.dumps(self.kept)} (set at {self.managed_origin.removeprefix(MANAGED_ORIGIN)}): {self.why}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "value": self.value,
+            "kept": self.kept,
+            "why": self.why,
+            "origin": self.origin,
+            "managed_origin": self.managed_origin,
+        }
+
+
+def load_policy(
+    path: str | os.PathLike[str] | None = None, *, managed: str | os.PathLike[str] | None = None
+) -> tuple[Policy, str | None]:
     """Load the user's policy. Returns (policy, the file it came from or None for the default).
 
     An explicit ``path`` must exist. Without one, the user's config file is used if present.
-    Every key the file leaves out keeps its default, key by key (DESIGN §9).
+    Every key the file leaves out keeps its default, key by key (DESIGN §9). The machine's managed
+    policy (``/etc/tooldir/policy.toml``, see :func:`read_policy`) is a floor under it.
 
     Raises:
         PolicyError: the file is unreadable, not TOML, or breaks the policy schema.
     """
-    effective = read_policy(path)
+    effective = read_policy(path, managed=managed)
     return effective.policy, effective.file
 
 
-def read_policy(path: str | os.PathLike[str] | None = None) -> EffectivePolicy:
-    """Like :func:`load_policy`, with the origin of every value."""
+def read_policy(
+    path: str | os.PathLike[str] | None = None, *, managed: str | os.PathLike[str] | None = None
+) -> EffectivePolicy:
+    """Like :func:`load_policy`, with the origin of every value.
+
+    The machine's managed policy (``managed``; None: :data:`MANAGED_POLICY_PATH`, never taken from
+    the environment) is read first, if it exists: every key it sets is a floor the user's file
+    cannot weaken (:func:`floor_policy`)."""
+    floor = read_managed_policy(managed)
     if path is None:
         candidate = default_policy_path()
         if not candidate.exists():
-            return EffectivePolicy(Policy())
+            return floor if floor is not None else EffectivePolicy(Policy())
         path = candidate
     file = Path(path)
     text = _read_policy_file(file)  # what kind of file it is first: a FIFO or device is refused as such
     check_trusted(file, "policy file")
-    return effective_policy(text, path=str(file))
+    user = effective_policy(text, path=str(file))
+    return user if floor is None else floor_policy(floor, user)
 
 
-"""A policy file is at most this large (the bundled presets are under 2 KB)."""
+def managed_defaults(managed: str | os.PathLike[str] | None = None) -> EffectivePolicy:
+    """The policy with no user file: the managed policy's floors over the defaults, if there is one."""
+    floor = read_managed_policy(managed)
+    return floor if floor is not None else EffectivePolicy(Policy())
 
 
-def _read_policy_file(file: Path) -> str:
+MANAGED_POLICY_PATH = Path("/etc/tooldir/policy.toml")
+"""The machine-wide managed policy (DESIGN §13). A constant: no environment variable or option
+moves it (a test, or the drill runner's arena, passes ``managed=`` or replaces this constant)."""
+MANAGED_ORIGIN = "managed:"
+
+
+def read_managed_policy(managed: str | os.PathLike[str] | None = None) -> EffectivePolicy | None:
+    """The managed policy file, or None when there is none (nothing at that path).
+
+    It is used only if it is a regular file (not a link) owned by root, not writable by group or
+    others, in folders only root may change; anything else fails closed, with the reason.
+
+    Raises:
+        PolicyError: the file is there but not root's own, unreadable, not TOML or invalid.
+    """
+    file = Path(managed) if managed is not None else MANAGED_POLICY_PATH
+    try:
+        os.lstat(file)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise PolicyError(f"cannot read the managed policy: {exc.strerror or exc}", path=str(file)) from None
+    problem = path_problem(file.parent, euid=0, home="/")
+    if problem is not None:
+        raise PolicyError(_managed_refusal(file, f"{problem[0]} is {problem[1]}"), path=str(file))
+    text = _read_policy_file(file, managed=True)
+    effective = effective_policy(text, path=str(file))
+    return dataclasses.replace(
+        effective,
+        file=None,  # the user's file: none yet
+        origins={key: MANAGED_ORIGIN + origin for key, origin in effective.origins.items()},
+        managed_file=str(file),
+    )
+
+
+def _managed_refusal(file: Path, why: str) -> str:
+    return (
+        f"refused: the managed policy {file} is used only as a regular file owned by root and not writable by "
+        f"group or others, in folders only root can change: {why} (fix it as root: chown root:root, chmod 644)"
+    )
+
+
+def _managed_file_problem(info: os.stat_result) -> str | None:
+    if info.st_uid != 0:
+        return f"it is owned by uid {info.st_uid}, not root"
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"it is writable by {'group' if mode & stat.S_IWGRP else 'others'} (mode {mode:o})"
+    return None
+
+
+def _read_policy_file(file: Path, *, managed: bool = False) -> str:
     """The text of the policy file: a regular file of at most :data:`MAX_POLICY_BYTES`, opened
     without blocking (a FIFO or a device is refused, never waited on or read until memory runs
-    out) and valid UTF-8; anything else is a one-line :class:`PolicyError` naming the file."""
+    out) and valid UTF-8; anything else is a one-line :class:`PolicyError` naming the file. The
+    managed policy is never read through a link, and must be root's own (checked on the
+    descriptor that is read)."""
     where = str(file)
+    refused: list[str] = []
+
+    def roots_own(info: os.stat_result) -> str | None:
+        problem = _managed_file_problem(info)
+        if problem is not None:
+            refused.append(problem)
+        return problem
+
     try:
-        read = read_small_file(file, MAX_POLICY_BYTES, what="a policy file")
+        read = read_small_file(
+            file, MAX_POLICY_BYTES, what="a policy file", follow_links=not managed, check=roots_own if managed else None
+        )
     except Unreadable as exc:
+        if managed and (refused or exc.why == "it is a symbolic link"):
+            raise PolicyError(_managed_refusal(file, exc.why), path=where) from None
         raise PolicyError(f"cannot read policy: {exc.why}", path=where) from None
     if read is None:
         raise PolicyError(f"cannot read policy: {os.strerror(errno.ENOENT)}", path=where)
@@ -755,9 +880,12 @@ def weakenings(policy: Policy, origins: Mapping[str, str] | None = None) -> tupl
     return tuple(found)
 
 
-def policy_diagnostics(policy: Policy, path: str | None = None) -> tuple[Diagnostic, ...]:
-    """A ``policy-weakened`` warning per weakened key (``pointer``: JSON Pointer into the policy)."""
-    return tuple(
+def policy_diagnostics(
+    policy: Policy, path: str | None = None, overridden: tuple[ManagedOverride, ...] = ()
+) -> tuple[Diagnostic, ...]:
+    """A ``policy-weakened`` warning per weakened key (``pointer``: JSON Pointer into the policy),
+    then a ``policy-managed`` warning per user value the managed policy overrode."""
+    weakened = tuple(
         warning(
             "policy-weakened",
             w.message(),
@@ -767,3 +895,108 @@ def policy_diagnostics(policy: Policy, path: str | None = None) -> tuple[Diagnos
         )
         for w in weakenings(policy)
     )
+    return weakened + tuple(warning("policy-managed", o.message(), path=path, pointer=o.pointer) for o in overridden)
+
+
+# -- the managed policy: a floor under the user's ------------------------------------------------
+
+#: Keys whose managed and user values are both kept: the managed trusted signers are trusted for
+#: every user, beside the user's own.
+_UNION_KEYS = frozenset({"keys.minisign"})
+#: Tables of entries (name -> value) merged entry by entry; on the same name the managed entry wins.
+_TABLE_KEYS = frozenset({"pins", "secrets.grants"})
+#: Neutral keys the managed value of which is kept when both set one (only one file can be named).
+_MANAGED_WINS = frozenset({"keys.allowed_signers"})
+
+
+def _policy_keys() -> tuple[str, ...]:
+    return tuple(sorted(set(WEAKENING_RULES) | NEUTRAL_KEYS))
+
+
+def _get(data: Mapping[str, Any], key: str) -> Any:
+    node: Any = data
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def _put(data: dict[str, Any], key: str, value: Any) -> None:
+    *parents, last = key.split(".")
+    node = data
+    for part in parents:
+        node = node[part]
+    node[last] = value
+
+
+def _origin_of(origins: Mapping[str, str], key: str) -> str | None:
+    """Where a layer set ``key`` (or, for a table, its first entry), or None if it did not."""
+    if key in origins:
+        return origins[key]
+    return next((o for k, o in origins.items() if k.startswith(key + ".")), None)
+
+
+def floor_policy(managed: EffectivePolicy, user: EffectivePolicy) -> EffectivePolicy:
+    """The user's policy over the managed one, where every key the managed file sets is a floor.
+
+    A user value the per-key rule of :data:`WEAKENING_RULES` finds weaker than the managed value
+    is ignored (a :class:`ManagedOverride`); a stricter or neutral one is used. The managed
+    ``keys.minisign`` are kept beside the user's, ``pins`` and ``secrets.grants`` are merged entry
+    by entry (the managed entry wins on a name both set), and a managed ``keys.allowed_signers``
+    is kept. Keys the managed file leaves out are the user's as usual."""
+    mvalues = managed.policy.model_dump(mode="json")
+    uvalues = user.policy.model_dump(mode="json")
+    merged = managed.policy.model_dump(mode="json")
+    from_user: set[str] = set()
+    overridden: list[ManagedOverride] = []
+    for key in _policy_keys():
+        uorigin = _origin_of(user.origins, key)
+        if uorigin is None:
+            continue
+        morigin = _origin_of(managed.origins, key)
+        uvalue = _get(uvalues, key)
+        if morigin is None:
+            _put(merged, key, uvalue)
+            from_user.add(key)
+            continue
+        mvalue = _get(mvalues, key)
+        if key in _UNION_KEYS:
+            _put(merged, key, [*mvalue, *(v for v in uvalue if v not in mvalue)])
+            continue
+        if key in _TABLE_KEYS:
+            clashes = sorted(name for name in set(uvalue) & set(mvalue) if uvalue[name] != mvalue[name])
+            _put(merged, key, {**uvalue, **mvalue})
+            for name in clashes:
+                entry = f"{key}.{name}"
+                overridden.append(
+                    ManagedOverride(
+                        entry,
+                        uvalue[name],
+                        mvalue[name],
+                        "the managed policy sets this entry",
+                        _origin_of(user.origins, entry) or uorigin,
+                        _origin_of(managed.origins, entry) or morigin,
+                    )
+                )
+            continue
+        rule = WEAKENING_RULES.get(key)
+        if key in _MANAGED_WINS:
+            why = "the managed policy names this file" if uvalue != mvalue else None
+        else:
+            why = rule(uvalue, mvalue) if rule is not None else None
+        if why is not None:
+            overridden.append(ManagedOverride(key, uvalue, mvalue, why, uorigin, morigin))
+            continue
+        _put(merged, key, uvalue)
+        from_user.add(key)
+    policy = Policy.model_validate(merged)
+    origins: dict[str, str] = {}
+    for leaf in _leaves(policy.model_dump(mode="json")):
+        dotted = _dotted(leaf)
+        owner = next((k for k in _policy_keys() if dotted == k or dotted.startswith(k + ".")), dotted)
+        layers = (user.origins, managed.origins) if owner in from_user else (managed.origins, user.origins)
+        found = next((layer[dotted] for layer in layers if dotted in layer), None)
+        if owner in _UNION_KEYS and dotted in managed.origins and dotted in user.origins:
+            found = f"{managed.origins[dotted]} + {user.origins[dotted]}"
+        if found is not None:
+            origins[dotted] = found
+    return EffectivePolicy(policy, user.file, user.preset, origins, managed.managed_file, tuple(overridden))

@@ -62,7 +62,7 @@ from watchdog.events import (
 from .discover import EntryKind, RootSpec, entry_kind, is_hidden
 from .errors import PolicyError
 from .loader import Loader
-from .policy import Limits, Policy, load_policy
+from .policy import Limits, Policy, managed_defaults, read_policy
 from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
 from .state import APPROVALS, HIGH_WATER
 
@@ -760,19 +760,24 @@ class Watcher:
             return False
         if os.path.exists(path):
             try:
-                policy, file = load_policy(path)
+                effective = read_policy(path)
             except PolicyError as exc:
                 self._report("policy-invalid", f"{exc.diagnostics()}; keeping the policy in use")
                 return False
         else:
-            # what a cold start without the file loads: the built-in defaults (never the old, maybe
-            # looser, policy)
-            policy, file = Policy(), None
+            # what a cold start without the file loads: the built-in defaults under the managed
+            # policy, if any (never the old, maybe looser, policy)
+            try:
+                effective = managed_defaults()
+            except PolicyError as exc:
+                self._report("policy-invalid", f"{exc.diagnostics()}; keeping the policy in use")
+                return False
             self._report("policy-removed", f"policy file {path} was removed; now using the built-in default policy")
+        policy, file, overridden = effective.policy, effective.file, effective.overridden
         config = self._loader.config
-        if policy == config.policy and file == config.policy_file:
+        if policy == config.policy and file == config.policy_file and overridden == config.policy_overridden:
             return False
-        self._loader.reconfigure(replace(config, policy=policy, policy_file=file))
+        self._loader.reconfigure(replace(config, policy=policy, policy_file=file, policy_overridden=overridden))
         log.info("policy %s reloaded", path)
         if self._on_policy is not None:
             self._on_policy(policy)  # e.g. Registry.update_policy: enforcement follows the file too

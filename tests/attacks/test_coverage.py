@@ -20,9 +20,7 @@ def threat_ids(text: str) -> set[str]:
 # Threat ids whose drill lands with the issue that fixes them, keyed by that open issue. Exactly these
 # may lack a drill; once an id has its drill it must leave this table (the test below fails until it
 # does), and the table empties as the issues close.
-PENDING: dict[int, frozenset[str]] = {
-    27: frozenset({"mcp:client-config"}),
-}
+PENDING: dict[int, frozenset[str]] = {}
 
 
 def test_every_threat_has_a_drill_except_exactly_the_pending_ones_and_every_drill_names_a_listed_threat() -> None:

@@ -44,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "eval": "search",
     "serve": "serve",
     "policy": "policy",
+    "adopt": "adopt",
 }
 
 

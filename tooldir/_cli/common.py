@@ -70,19 +70,20 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
 
 def config_from_args(args: argparse.Namespace) -> LoadConfig:
     from ..loader import make_config
-    from ..policy import load_policy
+    from ..policy import read_policy
 
     project = args.project
     if project is not None and not Path(project).is_dir():
         raise CommandError(f"--project {project}: not a directory")
     state_dir = state_dir_from_args(args)
-    policy, policy_file = load_policy(args.policy)
+    effective = read_policy(args.policy)
     return make_config(
         project=project,
         user_dirs=args.user_dir,
-        policy=policy,
+        policy=effective.policy,
         state_dir=state_dir,
-        policy_file=policy_file,
+        policy_file=effective.file,
+        policy_overridden=effective.overridden,
         index=False if getattr(args, "no_index", False) else None,
     )
 

@@ -24,7 +24,8 @@ def register(sub: Any) -> None:
     show = commands.add_parser(
         "show",
         parents=[common_options()],
-        help="the effective policy: every key, its value and its origin (default, preset:NAME, FILE:LINE)",
+        help="the effective policy: every key, its value and its origin (default, preset:NAME, FILE:LINE, "
+        "managed:FILE:LINE)",
     )
     show.set_defaults(handler=cmd_show)
     check = commands.add_parser("check", help="validate a policy file (exit 2 with the error)")
@@ -49,7 +50,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     out = console()
     source = effective.file or "no policy file: the built-in defaults"
     preset = f" (preset {effective.preset})" if effective.preset else ""
-    table = Table(title=f"tooldir policy — {source}{preset}", title_justify="left")
+    managed = f", under the managed policy {effective.managed_file}" if effective.managed_file else ""
+    table = Table(title=f"tooldir policy — {source}{preset}{managed}", title_justify="left")
     table.add_column("key")
     table.add_column("value")
     table.add_column("origin")
@@ -63,6 +65,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 def _print_weakenings(effective: EffectivePolicy) -> None:
     for weak in effective.weakenings():
         console().print(safe(f"warning policy-weakened: {weak.message()}", "yellow"))
+    for override in effective.overridden:
+        console().print(safe(f"warning policy-managed: {override.message()}", "yellow"))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -79,7 +83,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     weak = effective.weakenings()
     if args.json:
         print_json(
-            {"ok": True, "file": effective.file, "preset": effective.preset, "weakened": [w.to_json() for w in weak]}
+            {
+                "ok": True,
+                "file": effective.file,
+                "preset": effective.preset,
+                "weakened": [w.to_json() for w in weak],
+                "managed": [o.to_json() for o in effective.overridden],
+            }
         )
         return EXIT_OK
     keys = len(effective.origins)

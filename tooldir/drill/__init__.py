@@ -417,6 +417,11 @@ class Scenario(_Frozen):
     """tooldir machinery the drill uses, as "module.attribute" (e.g. "session.Session"); a build
     without it fails the drill as "not runnable yet"."""
     policy: str | None = None  # the user's policy.toml
+    managed_policy: str | None = None
+    """The machine's managed policy (``/etc/tooldir/policy.toml``) as the drill's tooldir sees it:
+    written root-owned, 0644, to ``etc/tooldir/policy.toml`` beside the arena's namespaces (no plant
+    or step can reach it; needs root). Without it the drill's tooldir sees no managed policy: the
+    real one is never read."""
     builtins: tuple[Builtin, ...] = ()
     control: Controls = Field(default_factory=Controls)
     plant: tuple[Plant, ...] = ()
@@ -473,6 +478,16 @@ class Scenario(_Frozen):
             raise ValueError(
                 f"expect.refused: the drill stops at {refused.at}, so {', '.join(named)} would never be checked"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _managed_policy_needs_root_and_in_process_steps(self) -> Scenario:
+        if self.managed_policy is None:
+            return self
+        if "root" not in self.requires:
+            raise ValueError('managed_policy: a managed policy is root\'s own file; add requires = ["root"]')
+        if any(s.do == "python-m-tooldir" for s in (*self.steps, *self.after_load, *self.after_calls)):
+            raise ValueError("managed_policy: a python-m-tooldir step would read the machine's own managed policy")
         return self
 
     @model_validator(mode="after")
@@ -819,6 +834,8 @@ def _run(
 ) -> DrillResult:
     progress = progress or _Progress(arena)
     if "root" in scenario.requires and os.geteuid() != 0:
+        if scenario.managed_policy is not None:
+            raise UnavailableError("needs root: the scenario's managed policy is root's own file")
         raise UnavailableError("needs root: the scenario plants files with chown/mknod")
     for item in scenario.needs:
         module, _, attribute = item.rpartition(".")
@@ -955,6 +972,8 @@ def _materialise(scenario: Scenario, arena: Arena, planted: dict[Path, Planted])
         write_control(arena.fs, arena.resolve(f"project/.tooldir/tools/{name}"), name)
     if scenario.policy is not None:
         ex.write_policy(arena, scenario.policy, "policy")
+    if scenario.managed_policy is not None:
+        ex.write_managed_policy(arena, scenario.managed_policy)
     if scenario.storm is not None:
         plant_storm(arena, scenario.storm.packages)
     for i, plant in enumerate(scenario.plant):

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..loader import Loader, make_config
 from ..model import BuiltinSpec
-from ..policy import Policy, load_policy
+from ..policy import Policy, load_policy, read_policy
 from ..snapshot import Snapshot
 from .cliargs import vet
 from .plant import (
@@ -136,7 +136,16 @@ def load(builtins: tuple[BuiltinSpec, ...], *, host: bool = False) -> Snapshot:
     if host:
         config = make_config(project=".", builtins=builtins)
     else:
-        config = make_config(project=".", user_dirs=None, policy=user_policy(), state_dir=None, builtins=builtins)
+        effective = read_policy(None)  # as the CLI reads it: under the (arena's) managed policy
+        config = make_config(
+            project=".",
+            user_dirs=None,
+            policy=ceiling(effective.policy),
+            state_dir=None,
+            builtins=builtins,
+            policy_file=effective.file,
+            policy_overridden=effective.overridden,
+        )
     snapshot = Loader(config).load()
     if any(t.server is not None for t in snapshot.tools):  # MCP server packages: their last listings
         from ..upstream import extend_snapshot, load_upstream_state
@@ -440,6 +449,19 @@ def write_policy(arena: Arena, text: str, where: str = "the scenario's policy") 
     arena.fs.write(target, arena.substitute(text).encode("utf-8"), where)
 
 
+def write_managed_policy(arena: Arena, text: str) -> None:
+    """The scenario's managed policy, where :func:`tooldir.drill.plant.isolated` points tooldir's
+    managed path: ``etc/tooldir/policy.toml`` in the arena, outside every arena namespace, so no
+    plant or step reaches it. Written by the runner (root, 0644, folders 0755)."""
+    target = arena.managed_policy
+    for folder in (target.parent.parent, target.parent):
+        folder.mkdir(mode=0o755, exist_ok=True)
+        folder.chmod(0o755)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as out:
+        out.write(arena.substitute(text).encode("utf-8"))
+
+
 def approve(arena: Arena, package: Path, builtins: tuple[BuiltinSpec, ...], state_dir: Path | None = None) -> None:
     """Record an approval of the package as it is now, in tooldir's own approval-state format
     (what ``tooldir allow`` records); with ``state_dir`` a forgery where the project can write."""
@@ -477,9 +499,10 @@ CLI_STEPS = frozenset(
         "eval",
         "policy",
         "init",
+        "adopt",
     }
 )
-"""The ``tooldir`` commands a step may run freely: none runs a tool (``serve``, ``watch`` would
+"""The ``tooldir`` commands a step may run freely: none runs a tool (``adopt`` starts no server) (``serve``, ``watch`` would
 use the scenario's policy outside the drill's ceiling; a tool runs through ``[[calls]]``)."""
 
 RUN_STEP = "run"

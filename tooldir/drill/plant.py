@@ -127,6 +127,12 @@ class Arena:
         return self.base / "outside"
 
     @property
+    def managed_policy(self) -> Path:
+        """The managed policy the drill's tooldir reads (``/etc/tooldir/policy.toml`` on a machine):
+        outside the namespaces, written only by the runner (a scenario's ``managed_policy``)."""
+        return self.base / "etc" / "tooldir" / "policy.toml"
+
+    @property
     def canary_dir(self) -> Path:
         return self.base / "canary"
 
@@ -453,7 +459,10 @@ def drill_environment(arena: Arena, caller: Mapping[str, str]) -> dict[str, str]
 @contextlib.contextmanager
 def isolated(arena: Arena) -> Iterator[dict[str, str]]:
     """The drill's environment (see :func:`drill_environment`; ``os.environ`` is replaced whole),
-    umask and working directory; all restored afterwards. Yields the caller's environment."""
+    umask, working directory and managed policy path (:attr:`Arena.managed_policy`); all restored
+    afterwards. Yields the caller's environment."""
+    from .. import policy
+
     caller = dict(os.environ)
     cwd = os.getcwd()
     env = drill_environment(arena, caller)
@@ -461,9 +470,13 @@ def isolated(arena: Arena) -> Iterator[dict[str, str]]:
     os.environ.update(env)
     os.chdir(arena.project)
     umask = os.umask(0o022)  # folders the drill creates must not look group-writable
+    # the machine's managed policy is never read by a drill: only the scenario's, in the arena
+    managed = policy.MANAGED_POLICY_PATH
+    policy.MANAGED_POLICY_PATH = arena.managed_policy
     try:
         yield caller
     finally:
+        policy.MANAGED_POLICY_PATH = managed
         os.umask(umask)
         os.chdir(cwd)
         os.environ.clear()
