@@ -189,6 +189,10 @@ class AuditEvent:
 
 NETWORK_CAP = 64
 """Connections written into one audit line at most (``network_more`` counts the rest)."""
+NETWORK_LINE_BYTES = 8 * 1024
+"""Bytes of one line the connections may take at most (as written: escaped, compact), so that
+the longest line still fits in :data:`LINE_RESERVE` (64 long refusals would not); the connections
+past it are counted in ``network_more`` too."""
 
 
 def bounded_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -202,9 +206,9 @@ def bounded_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
         elif isinstance(value, float):
             out[key] = round(value, 3) if math.isfinite(value) else None
         elif key == "network" and isinstance(value, list):  # the egress proxy's connections
-            out[key] = [bounded_fields(c) for c in value[:NETWORK_CAP] if isinstance(c, Mapping)]
-            if len(value) > NETWORK_CAP:
-                out["network_more"] = len(value) - NETWORK_CAP
+            out[key] = kept = _bounded_network(value)
+            if len(kept) < len(value):
+                out["network_more"] = len(value) - len(kept)
         else:
             text = value if isinstance(value, str) else _repr(value)
             shown = _SURROGATE.sub("\ufffd", text[: _CAPS.get(key, TEXT_CAP)])
@@ -214,6 +218,22 @@ def bounded_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
                 out[f"{key}_sha256"] = "sha256:" + hashlib.sha256(full).hexdigest()
                 out[f"{key}_length"] = len(text)
     return out
+
+
+def _bounded_network(connections: list[Any]) -> list[dict[str, Any]]:
+    """The first connections, each bounded, while they are at most NETWORK_CAP and take at most
+    NETWORK_LINE_BYTES of the line."""
+    kept: list[dict[str, Any]] = []
+    size = 0
+    for connection in connections[:NETWORK_CAP]:
+        if not isinstance(connection, Mapping):
+            continue
+        entry = bounded_fields(connection)
+        size += len(_ENCODER.encode(entry)) + 1  # and its comma
+        if size > NETWORK_LINE_BYTES:
+            break
+        kept.append(entry)
+    return kept
 
 
 def _repr(value: Any) -> str:

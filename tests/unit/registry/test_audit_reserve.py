@@ -26,7 +26,16 @@ from shared_helpers import require_sandbox
 from toolkit import make_tool
 
 from tooldir import audit
-from tooldir.audit import LINE_RESERVE, TEXT_CAP, AuditEvent, JsonlAudit, verify
+from tooldir.audit import (
+    LINE_RESERVE,
+    NETWORK_CAP,
+    NETWORK_LINE_BYTES,
+    TEXT_CAP,
+    AuditEvent,
+    JsonlAudit,
+    bounded_fields,
+    verify,
+)
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs (a real full disk) needs root")
 
@@ -70,8 +79,16 @@ def canary_tool(canary: Path, effect: Any = None) -> Any:
 
 def longest_event() -> AuditEvent:
     odd = "\x01\ud800" * (4 * TEXT_CAP)  # every character escaped as six bytes, past every cap
+    connection = {"host": odd, "port": 65535, "address": odd, "bytes_up": 2**62, "bytes_down": 2**62, "refused": odd}
     return AuditEvent(
-        odd, odd, odd, odd, odd, odd, odd, odd, float("nan"), snapshot=odd, session=odd, tool_sha256=odd, intent=odd
+        *(odd,) * 8,
+        float("nan"),
+        snapshot=odd,
+        session=odd,
+        tool_sha256=odd,
+        intent=odd,
+        secrets=tuple(f"S{n:02d}" + "X" * 125 for n in range(16)),  # 16 names of the longest kind
+        network=[connection] * 1000,  # a run's proxy records 512, then sums the rest: more than ever
     )
 
 
@@ -341,3 +358,17 @@ def test_an_io_error_on_the_append_after_the_run_withholds_the_result_names_the_
     assert log.read_bytes() == before
     assert setup.registry.call("noop", {}).ok
     assert verify(log).ok
+
+
+def test_an_audit_line_keeps_the_first_connections_that_fit_and_counts_the_rest() -> None:
+    refused = "not-allowed: " + "a" * 200 + ":443 is not on the tool's network allowlist"
+    connections = [
+        {"host": "a" * 200, "port": 443, "address": None, "bytes_up": 0, "bytes_down": 0, "refused": refused}
+    ] * 100
+    fields = bounded_fields({"network": connections})
+    kept = fields["network"]
+    assert 0 < len(kept) < 64  # long refusals: the byte bound, not the count, ends the list
+    assert fields["network_more"] == 100 - len(kept)
+    assert len(json.dumps(kept, separators=(",", ":"))) <= NETWORK_LINE_BYTES
+    short = bounded_fields({"network": [{"host": "h", "port": 1, "refused": None}] * 100})
+    assert len(short["network"]) == NETWORK_CAP and short["network_more"] == 100 - NETWORK_CAP
