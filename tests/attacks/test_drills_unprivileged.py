@@ -109,6 +109,8 @@ def test_an_unprivileged_user_gets_exit_0_with_root_only_drills_reported_as_not_
         "fs:perms/file",
         "fs:perms/owner",
         "fs:special/device",
+        "host:defaults/managed-floor",
+        "policy:partial/managed-floor",
         "trust:foreign-files/approvals-owner",
         "trust:foreign-files/policy-owner",
     ]
@@ -153,6 +155,8 @@ def test_require_all_makes_an_unprivileged_run_with_root_only_drills_exit_1(as_u
         "fs:perms/owner": "not-runnable",
         "fs:prefix": "passed",
         "fs:special/device": "not-runnable",
+        "host:defaults/managed-floor": "not-runnable",
+        "policy:partial/managed-floor": "not-runnable",
         "trust:foreign-files/approvals-owner": "not-runnable",
         "trust:foreign-files/policy-owner": "not-runnable",
     }
