@@ -180,7 +180,7 @@ def open_config(
             from .upstream import open_upstream
 
             box._hub = open_upstream(
-                registry, policy=config.policy, state_dir=config.state_dir, builtins=config.builtins, follow=watch
+                registry, policy=config.policy, state_dir=config.state_dir, builtins=config.builtins, follow=True
             )
         if watch:
             from .watch import Watcher
@@ -238,6 +238,22 @@ class Toolbox:
     def config(self) -> LoadConfig:
         """The load configuration in use (roots, state dir; its policy is :attr:`policy`)."""
         return self._loader.config
+
+    @property
+    def hub(self) -> Any:
+        """The :class:`tooldir.upstream.UpstreamHub` serving the MCP server packages (``upstream=True``
+        and the snapshot has some), else None."""
+        return self._hub
+
+    @property
+    def watcher(self) -> Watcher | None:
+        """The watcher (``watch=True``), started by :func:`open` and stopped by :meth:`close`."""
+        return self._watcher
+
+    @property
+    def follower(self) -> IndexFollower | None:
+        """The search index the sessions of this toolbox share (made with the first session)."""
+        return self._follower
 
     @property
     def start_problems(self) -> Mapping[str, str]:
