@@ -209,6 +209,7 @@ class Registry:
         self._sandbox_problem: str | None = None
         self._sandbox_lock = threading.Lock()
         self._audit: AuditSink = audit if audit is not None else _default_audit(self._state_dir, policy)
+        self._own_audit = audit is None
         self._permissions = permissions if permissions is not None else from_policy(policy.permissions)
         self._builtins: Mapping[str, _Builtin] = MappingProxyType({})
         self._register_lock = threading.Lock()
@@ -292,6 +293,23 @@ class Registry:
                 self._sandbox = None  # re-probed with the new limits on the next directory-tool call
                 self._sandbox_problem = None
         log.info("registry now enforces the reloaded policy")
+
+    def close(self) -> None:
+        """Stop the background work this registry started itself: the spare sandboxes of the
+        sandbox it built (their maker thread joined) and the audit log's interval syncing (its
+        lines synced now). A sandbox or audit sink the host supplied is left alone. A later call
+        still works: it builds and probes a sandbox again, and its audit line is synced at once."""
+        with self._sandbox_lock:
+            box = self._sandbox if self._own_sandbox else None
+            if self._own_sandbox:
+                self._sandbox = None
+                self._sandbox_problem = None
+        close_box = getattr(box, "close", None)
+        if callable(close_box):
+            close_box()
+        close_audit = getattr(self._audit, "close", None) if self._own_audit else None
+        if callable(close_audit):
+            close_audit()
 
     # ----------------------------------------------------------------------------- the call
 

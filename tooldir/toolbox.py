@@ -27,8 +27,9 @@ pinned is not an error: the snapshot lists them as ``pending`` (with ``not-appro
 MCP server packages are started only with ``upstream=True`` and only once trusted.
 
 :meth:`Toolbox.close` (or leaving the ``with`` block) stops the watcher and joins its thread,
-closes the sessions it handed out (persisting their usage priors) and stops the MCP servers it
-started. It is idempotent.
+closes the sessions it handed out (persisting their usage priors), stops the MCP servers it
+started and the registry's background work (spare sandboxes, audit syncing: :meth:`Registry.close`).
+It is idempotent.
 """
 
 from __future__ import annotations
@@ -311,6 +312,7 @@ class Toolbox:
             steps.append(("stop following snapshots for search", self._follower.close))
         if self._hub is not None:
             steps.append(("stop the MCP server packages", self._hub.close))
+        steps.append(("stop the registry's spare sandboxes and audit syncing", self._registry.close))
         for what, step in steps:
             try:
                 step()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_helpers import require_sandbox
 from toolkit import make_tool
 
 import tooldir
@@ -180,3 +181,16 @@ def test_with_watch_a_reloaded_policy_file_reaches_the_registry_and_every_open_s
     assert direct.error is not None and direct.error.code == "permission-denied"
     assert not in_session.ok
     assert "stock_quote" not in offered  # the session follows the reloaded policy too
+
+
+def test_close_ends_the_spare_sandboxes_the_registry_made_for_directory_tools(tmp_path: Path) -> None:
+    require_sandbox()
+    user = tmp_path / "user"
+    make_tool(user, "echo_text")
+    before = set(threading.enumerate())
+    with tooldir.open(project=None, user_dirs=[user], state_dir=tmp_path / "state") as toolbox:
+        results = [toolbox.call("echo_text", {"text": "hi"}) for _ in range(3)]  # spares from the second run on
+        during = {t.name for t in set(threading.enumerate()) - before if t.is_alive()}
+    assert [r.content for r in results] == [{"text": "hi"}] * 3
+    assert "tooldir-spare-sandbox" in during
+    assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
