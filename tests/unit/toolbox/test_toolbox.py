@@ -194,3 +194,14 @@ def test_close_ends_the_spare_sandboxes_the_registry_made_for_directory_tools(tm
     assert [r.content for r in results] == [{"text": "hi"}] * 3
     assert "tooldir-spare-sandbox" in during
     assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
+
+
+def test_a_call_after_close_still_runs_and_is_audited(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    toolbox = tooldir.open(project=None, state_dir=state, builtins=[QUOTE])
+    toolbox.close()
+    toolbox.close()  # idempotent
+    result = toolbox.call("stock_quote", {"text": "ACME"})
+    assert result.ok and result.audit_id is not None
+    lines = (state / "audit.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["tool"] == "stock_quote"
