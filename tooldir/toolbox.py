@@ -104,11 +104,18 @@ def open(  # the documented front door (DESIGN §12), tooldir.open
     from .errors import ConfigError
     from .loader import make_config
     from .policy import default_policy_path, read_policy
+    from .state import absolute_state_dir, default_state_dir
 
+    # the state dir first, once: a relative one is refused before any file is read
+    state = (
+        default_state_dir()
+        if state_dir is None
+        else absolute_state_dir(state_dir, setting="tooldir.open(state_dir=...)")
+    )
     if project is not None and not Path(project).is_dir():
         raise ConfigError(f"tooldir.open(project={os.fspath(project)!r}): not a directory")
     if isinstance(policy, Policy):
-        config = make_config(project=project, user_dirs=user_dirs, policy=policy, state_dir=state_dir)
+        config = make_config(project=project, user_dirs=user_dirs, policy=policy, state_dir=state)
         policy_file: str | os.PathLike[str] | None = None
     elif policy is None or isinstance(policy, str | os.PathLike):
         effective = read_policy(policy)
@@ -116,7 +123,7 @@ def open(  # the documented front door (DESIGN §12), tooldir.open
             project=project,
             user_dirs=user_dirs,
             policy=effective.policy,
-            state_dir=state_dir,
+            state_dir=state,
             policy_file=effective.file,
             policy_overridden=effective.overridden,
         )

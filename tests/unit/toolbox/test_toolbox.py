@@ -87,6 +87,7 @@ def test_open_refuses_a_relative_state_folder_before_reading_anything(
     how: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)  # the project a relative folder would land in
+    _user_policy("not toml [")  # never read: the state folder is checked first
     if how == "environment":
         monkeypatch.setenv("TOOLDIR_STATE_DIR", "state")
     with pytest.raises(StateDirError, match="relative path"):
