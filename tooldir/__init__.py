@@ -29,7 +29,7 @@ if _typing.TYPE_CHECKING:
         StateError,
         ToolDirError,
     )
-    from .hooks import Deny, HookCall, Redact, Rewrite
+    from .hooks import Deny, Hook, HookCall, Redact, Rewrite
     from .loader import LoadConfig, Loader, SignatureCheckFactory, load, make_config, remember_load
     from .manage import (
         LockWritten,
@@ -70,6 +70,7 @@ if _typing.TYPE_CHECKING:
     from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
     from .state import Approval
     from .tokens import TokenCounter, TokenReport
+    from .toolbox import Builtin, Toolbox, open
     from .watch import Observer, Watcher, WatchProblem, WatchStatus
 
 #: Every public name and the submodule (relative to this package) that defines it.
@@ -80,6 +81,7 @@ _LAZY: dict[str, str] = {
     "AuditEvent": "audit",
     "AuditSink": "audit",
     "Bm25fParams": "search",
+    "Builtin": "toolbox",
     "BuiltinSpec": "model",
     "CallError": "registry",
     "CallGate": "registry",
@@ -92,6 +94,7 @@ _LAZY: dict[str, str] = {
     "ExecutionError": "errors",
     "Grant": "model",
     "Hit": "search",
+    "Hook": "hooks",
     "HookCall": "hooks",
     "IndexFollower": "session",
     "LexicalScores": "search",
@@ -139,6 +142,7 @@ _LAZY: dict[str, str] = {
     "TokenReport": "tokens",
     "ToolDef": "catalog",
     "ToolDirError": "errors",
+    "Toolbox": "toolbox",
     "ToolRecord": "model",
     "Trust": "model",
     "UpstreamCaller": "registry",
@@ -156,6 +160,7 @@ _LAZY: dict[str, str] = {
     "locate": "manage",
     "lock": "manage",
     "make_config": "loader",
+    "open": "toolbox",
     "remember_load": "loader",
     "review": "manage",
     "revoke": "manage",
@@ -183,6 +188,7 @@ __all__ = [
     "AuditEvent",
     "AuditSink",
     "Bm25fParams",
+    "Builtin",
     "BuiltinSpec",
     "CallError",
     "CallGate",
@@ -195,6 +201,7 @@ __all__ = [
     "ExecutionError",
     "Grant",
     "Hit",
+    "Hook",
     "HookCall",
     "IndexFollower",
     "LexicalScores",
@@ -245,6 +252,7 @@ __all__ = [
     "ToolDef",
     "ToolDirError",
     "ToolRecord",
+    "Toolbox",
     "Trust",
     "UpstreamCaller",
     "UpstreamRef",
@@ -260,6 +268,7 @@ __all__ = [
     "locate",
     "lock",
     "make_config",
+    "open",
     "remember_load",
     "review",
     "revoke",

@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 import anyio
 import anyio.from_thread
@@ -51,13 +51,15 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from ._mcp_early import INSTRUCTIONS, SERVER_NAME, Wire, server_version
 from ._mcp_stdio import guarded_stdio
 from .catalog import ToolDef
-from .loader import LoadConfig, Loader
+from .loader import LoadConfig
 from .model import Risk
-from .policy import Policy
 from .registry import CallResult, Registry
 from .session import IndexFollower, Session
 from .snapshot import SnapshotStore
 from .watch import Watcher, WatchProblem
+
+if TYPE_CHECKING:
+    from .toolbox import Toolbox
 
 log = logging.getLogger("tooldir.serve")
 T = TypeVar("T")
@@ -272,6 +274,7 @@ class ToolServer:
         self._unsubscribe = session.subscribe(self._on_session_change)
         self.upstream: Any = None  # the UpstreamHub of MCP server packages, if there are any
         self.follower: IndexFollower | None = None  # the session's, when open() made it
+        self.toolbox: Toolbox | None = None  # what open() opened: closing it stops all of it
 
     def warm_search(self) -> None:
         """Build the search index now (blocking; a background thread), so the first tool_search
@@ -292,48 +295,36 @@ class ToolServer:
         turn_idle_s: float = DEFAULT_TURN_IDLE_S,
         notifier: ListChangedNotifier | None = None,
     ) -> ToolServer:
-        """Load the roots, build the registry and one session, and start watching (blocking)."""
-        loader = Loader(config)
-        store = SnapshotStore(loader.load())
-        registry = Registry(store, policy=config.policy, state_dir=config.state_dir)
-        problem = registry.sandbox_problem()
-        if problem is not None:
-            log.warning("no working sandbox (%s): directory tools will be refused with sandbox-unavailable", problem)
-        else:  # the first calls of the first tools then only release a sandbox set up meanwhile (bounded)
-            registry.prepare_sandboxes()
-        upstream = None
-        if any(t.server is not None for t in store.current.tools):  # MCP server packages (DESIGN §10)
-            from .upstream import open_upstream
+        """Load the roots, build the registry and one session, and start watching (blocking):
+        :func:`tooldir.toolbox.open_config` wires them, and the registry and the session follow a
+        reloaded policy file."""
+        from .toolbox import open_config
 
-            upstream = open_upstream(
-                registry, policy=config.policy, state_dir=config.state_dir, builtins=config.builtins, follow=True
+        box = open_config(config, policy_file=policy_file, watch=watch, upstream=True)  # DESIGN §10 packages too
+        try:
+            store, registry = box.store, box.registry
+            problem = registry.sandbox_problem()
+            if problem is not None:
+                log.warning(
+                    "no working sandbox (%s): directory tools will be refused with sandbox-unavailable", problem
+                )
+            else:  # the first calls of the first tools then only release a sandbox set up meanwhile (bounded)
+                registry.prepare_sandboxes()
+            # the search index is built on the first search, or by warm_search once serving
+            front = cls(
+                store=store,
+                registry=registry,
+                session=box.session(),
+                watcher=box.watcher,
+                turn_idle_s=turn_idle_s,
+                notifier=notifier,
             )
-        # the search index is built on the first search, or by warm_search once serving
-        follower = IndexFollower(store, registry.builtin_specs())
-        session = Session(store, policy=config.policy, registry=registry, state_dir=config.state_dir, follower=follower)
-        watcher = (
-            Watcher(
-                loader, store, policy_file=policy_file, on_problem=_log_problem, on_policy=_follow(registry, session)
-            )
-            if watch
-            else None
-        )
-        front = cls(
-            store=store,
-            registry=registry,
-            session=session,
-            watcher=watcher,
-            turn_idle_s=turn_idle_s,
-            notifier=notifier,
-        )
-        front.follower = follower
-        front.upstream = upstream
-        if watcher is not None:
-            try:
-                watcher.start()
-            except BaseException:
-                front.close()
-                raise
+        except BaseException:
+            box.close()
+            raise
+        front.toolbox = box
+        front.follower = box.follower
+        front.upstream = box.hub
         snap = store.current
         log.info("snapshot %s: %d tool(s) found, %d offered", snap.id, len(snap.tools), len(snap.by_name))
         return front
@@ -462,13 +453,16 @@ class ToolServer:
         step is logged and the others still run, so shutdown never ends in a traceback."""
         self.detach()
         steps: list[tuple[str, Callable[[], None]]] = [("unsubscribe", self._unsubscribe)]
-        if self.watcher is not None:
-            steps.append(("stop the watcher", self.watcher.stop))
-        steps.append(("close the session (usage priors)", self.session.close))
-        if self.follower is not None:
-            steps.append(("stop following snapshots for search", self.follower.close))
-        if self.upstream is not None:
-            steps.append(("stop the MCP server packages", self.upstream.close))
+        if self.toolbox is not None:  # the watcher, the session, the search index, the MCP servers
+            steps.append(("close the toolbox", self.toolbox.close))
+        else:
+            if self.watcher is not None:
+                steps.append(("stop the watcher", self.watcher.stop))
+            steps.append(("close the session (usage priors)", self.session.close))
+            if self.follower is not None:
+                steps.append(("stop following snapshots for search", self.follower.close))
+            if self.upstream is not None:
+                steps.append(("stop the MCP server packages", self.upstream.close))
         for what, step in steps:
             try:
                 step()
@@ -537,16 +531,6 @@ def _exit_on_signal(front: ToolServer | None, name: str) -> NoReturn:
     log.info("signal %s; shut down cleanly", name)
     logging.shutdown()
     os._exit(0)
-
-
-def _follow(registry: Registry, session: Session) -> Callable[[Policy], None]:
-    """Enforcement and the session follow a reloaded policy file without a restart."""
-
-    def apply(policy: Policy) -> None:
-        registry.update_policy(policy)
-        session.update_policy(policy)
-
-    return apply
 
 
 def _log_problem(problem: WatchProblem) -> None:

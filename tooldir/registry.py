@@ -209,6 +209,7 @@ class Registry:
         self._sandbox_problem: str | None = None
         self._sandbox_lock = threading.Lock()
         self._audit: AuditSink = audit if audit is not None else _default_audit(self._state_dir, policy)
+        self._own_audit = audit is None
         self._permissions = permissions if permissions is not None else from_policy(policy.permissions)
         self._builtins: Mapping[str, _Builtin] = MappingProxyType({})
         self._register_lock = threading.Lock()
@@ -241,21 +242,7 @@ class Registry:
                 that is not a valid JSON Schema of ``type: object``; a handler that cannot be called
                 with ``input=`` and ``context=``; an unknown risk.
         """
-        if not isinstance(name, str) or not is_valid_name(name):
-            raise ValueError(f"builtin name {name!r} must match [A-Za-z0-9_-]{{1,64}}")
-        if name in GUARD_TOOLS and not guard:
-            raise ValueError(f"{name!r} is a guard tool name; only the session layer registers it")
-        if guard and name not in GUARD_TOOLS:
-            raise ValueError(f"guard=True is only for {sorted(GUARD_TOOLS)}, not {name!r}")
-        if not isinstance(description, str) or not description.strip():
-            raise ValueError(f"builtin {name!r} needs a non-empty description")
-        try:
-            level = Risk(risk)
-        except ValueError:
-            raise ValueError(f"builtin {name!r}: risk {risk!r} is not one of {[str(r) for r in Risk]}") from None
-        schema = _check_builtin_schema(name, input_schema)
-        _check_handler(name, handler)
-        spec = BuiltinSpec(name=name, description=description, input_schema=freeze(schema), risk=level)
+        spec, schema = _checked_builtin(name, input_schema, handler, description=description, risk=risk, guard=guard)
         record = builtin_record(spec, deferred=False)
         entry = _Builtin(spec, handler, record, _InProcess(compile_input_schema(schema)))
         with self._register_lock:
@@ -306,6 +293,23 @@ class Registry:
                 self._sandbox = None  # re-probed with the new limits on the next directory-tool call
                 self._sandbox_problem = None
         log.info("registry now enforces the reloaded policy")
+
+    def close(self) -> None:
+        """Stop the background work this registry started itself: the spare sandboxes of the
+        sandbox it built (their maker thread joined) and the audit log's interval syncing (its
+        lines synced now). A sandbox or audit sink the host supplied is left alone. A later call
+        still works: it builds and probes a sandbox again, and its audit line is synced at once."""
+        with self._sandbox_lock:
+            box = self._sandbox if self._own_sandbox else None
+            if self._own_sandbox:
+                self._sandbox = None
+                self._sandbox_problem = None
+        close_box = getattr(box, "close", None)
+        if callable(close_box):
+            close_box()
+        close_audit = getattr(self._audit, "close", None) if self._own_audit else None
+        if callable(close_audit):
+            close_audit()
 
     # ----------------------------------------------------------------------------- the call
 
@@ -787,6 +791,41 @@ class Registry:
             )
         failure = None if ok else CallError(code or "tool-failed", message or "")
         return CallResult(ok, content, failure, audit_id, trace.network)
+
+
+def builtin_spec(
+    name: str, input_schema: Mapping[str, Any], handler: Handler, *, description: str, risk: Risk | str = Risk.READ
+) -> BuiltinSpec:
+    """The spec :meth:`Registry.register` would make of this builtin, with the same checks (and
+    ``ValueError``s), before any registry exists: a composition root reserves the names of its
+    builtins in the load (``make_config(builtins=...)``) and registers them once the registry is made."""
+    return _checked_builtin(name, input_schema, handler, description=description, risk=risk, guard=False)[0]
+
+
+def _checked_builtin(
+    name: str,
+    input_schema: Mapping[str, Any],
+    handler: Handler,
+    *,
+    description: str,
+    risk: Risk | str,
+    guard: bool,
+) -> tuple[BuiltinSpec, dict[str, Any]]:
+    if not isinstance(name, str) or not is_valid_name(name):
+        raise ValueError(f"builtin name {name!r} must match [A-Za-z0-9_-]{{1,64}}")
+    if name in GUARD_TOOLS and not guard:
+        raise ValueError(f"{name!r} is a guard tool name; only the session layer registers it")
+    if guard and name not in GUARD_TOOLS:
+        raise ValueError(f"guard=True is only for {sorted(GUARD_TOOLS)}, not {name!r}")
+    if not isinstance(description, str) or not description.strip():
+        raise ValueError(f"builtin {name!r} needs a non-empty description")
+    try:
+        level = Risk(risk)
+    except ValueError:
+        raise ValueError(f"builtin {name!r}: risk {risk!r} is not one of {[str(r) for r in Risk]}") from None
+    schema = _check_builtin_schema(name, input_schema)
+    _check_handler(name, handler)
+    return BuiltinSpec(name=name, description=description, input_schema=freeze(schema), risk=level), schema
 
 
 def _default_audit(state_dir: Path, policy: Policy) -> AuditSink:

@@ -137,8 +137,7 @@ def _read_input(args: argparse.Namespace, limit: int) -> dict[str, Any]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .._internal.strictjson import thaw
-    from ..registry import Registry
-    from ..snapshot import SnapshotStore
+    from ..toolbox import open_config
 
     config = config_from_args(args)
     data = _read_input(args, config.policy.sandbox.max_input_bytes)
@@ -148,30 +147,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..sandbox.bubblewrap import prestart_probe
 
     prestart_probe(config.policy.sandbox)  # and find out whether bubblewrap works here meanwhile
-    snapshot = load_roots(config)
-    registry = Registry(SnapshotStore(snapshot), policy=config.policy, state_dir=config.state_dir)
-    hub = None
-    if SEPARATOR in args.name and any(t.server is not None for t in snapshot.tools):
-        from ..upstream import open_upstream  # an MCP server package's tool: start its server
-
-        hub = open_upstream(registry, policy=config.policy, state_dir=config.state_dir, builtins=config.builtins)
-    try:
-        result = registry.call(args.name, data)
-    finally:
-        if hub is not None:
-            hub.close()
+    # an MCP server package's tool (<package>__<tool>): start the trusted servers, stopped on leaving
+    with open_config(config, upstream=SEPARATOR in args.name, load=lambda loader: load_roots(loader.config)) as box:
+        result = box.call(args.name, data)
+        registry, snapshot, start_problems = box.registry, box.snapshot, box.start_problems
     if SEPARATOR in args.name and result.error is not None and result.error.code == "unknown-tool":
         from .upstream import package_refusal
 
         why = package_refusal(snapshot, args.name)
         if why is not None:
             raise CommandError(f"{args.name}: {why}", EXIT_REFUSED)
-        package = args.name.split(SEPARATOR, 1)[0]
-        problem = None if hub is None else hub.start_problems.get(package)
+        problem = start_problems.get(args.name.split(SEPARATOR, 1)[0])
         if problem is not None:  # its server never listed its tools: say why, not just "unknown"
             raise CommandError(f"{args.name}: unknown until its MCP server lists it: {problem}", EXIT_FOUND_ERRORS)
     if args.json:
-        record = registry.store.current.by_name.get(args.name)  # upstream tools too, once listed
+        record = snapshot.by_name.get(args.name)  # upstream tools too, once listed
         print_json({**result.to_json(), "sandbox": sandbox_report(registry, record)})
         return exit_code_for(result)
     if result.error is not None:

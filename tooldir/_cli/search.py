@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .common import (
@@ -19,7 +21,7 @@ from .progress import load_roots, progress
 
 if TYPE_CHECKING:
     from ..session import Session
-    from ..snapshot import SnapshotStore
+    from ..snapshot import Snapshot
 
 # kept equal to tooldir.catalog.FORMATS and tooldir.session.MAX_TOP_K (tests/test_startup_imports.py):
 # registering the options must not import the catalog and the session (tooldir --help stays cheap)
@@ -42,15 +44,17 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=cmd_eval)
 
 
-def _session(args: argparse.Namespace) -> tuple[Session, SnapshotStore]:
-    from ..session import Session
-    from ..snapshot import SnapshotStore
+@contextlib.contextmanager
+def _session(args: argparse.Namespace) -> Iterator[tuple[Session, Snapshot]]:
+    """The first turn of one session over the roots (the model has seen the eager tools). No usage
+    priors are read or written: the command shows what a fresh conversation would find."""
+    from ..toolbox import open_config
 
     config = config_from_args(args)
-    store = SnapshotStore(load_roots(config))
-    session = Session(store, policy=config.policy, builtins=config.builtins)
-    session.working_set()  # the first turn: the model has seen the eager tools
-    return session, store
+    with open_config(config, load=lambda loader: load_roots(loader.config)) as toolbox:
+        session = toolbox.session(state_dir=None)
+        session.working_set()
+        yield session, toolbox.snapshot
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -58,11 +62,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise CommandError(f"--top-k must be from 1 to {MAX_TOP_K}")
     if not args.query.strip():
         raise CommandError("the query is empty")
-    session, _ = _session(args)
-    try:
+    with _session(args) as (session, _):
         result = session.tool_search(queries=[args.query], top_k=args.top_k, scope="all")
-    finally:
-        session.close()
     if args.json:
         data = result.to_json()
         data.pop("hint", None)
@@ -90,15 +91,11 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_catalog(args: argparse.Namespace) -> int:
     from ..catalog import directory_text
 
-    session, store = _session(args)
-    try:
-        snap = store.current
+    with _session(args) as (session, snap):
         entries = session.directory()
         working = session.working_set()
         report = session.token_report()
         decision = session.defer_decision
-    finally:
-        session.close()
     if args.json:
         data: dict[str, Any] = {
             "snapshot": {"id": snap.id, "generation": snap.generation},

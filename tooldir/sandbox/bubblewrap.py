@@ -283,6 +283,12 @@ class BubblewrapSandbox:
         self._spares = _Spares()
         weakref.finalize(self, self._spares.close)  # also at exit: no spare outlives its sandbox
 
+    def close(self) -> None:
+        """Kill the spare sandboxes held and end the thread that makes them (joined). Runs after
+        this still work, each setting up its own sandbox."""
+        self._spares.close()
+        self._spares.join()
+
     def _cgroup(self) -> RunGroup | None:
         return run_group(self.policy, self.bound)
 
@@ -628,6 +634,13 @@ class _Spares:
             self._lock.notify_all()
         for spare in old:
             spare.discard()
+
+    def join(self) -> None:
+        """After :meth:`close`: wait until the maker thread has ended (it finishes the spare it is
+        making, if any, and discards it)."""
+        worker = self._worker
+        if worker is not None and worker is not threading.current_thread():
+            worker.join()
 
 
 def _memfd(data: bytes, fds: list[int]) -> int:
