@@ -307,11 +307,20 @@ print(json.dumps({"ok": True, "content": seen}))
 
 
 def test_a_tool_granted_the_network_gets_inet_and_inet6_but_still_no_vsock(tmp_path: Path) -> None:
-    policy = Policy.model_validate({"sandbox": {"network": True}})
+    # "network": true (any host) is granted only with the weakening sandbox.network_unrestricted
+    policy = Policy.model_validate({"sandbox": {"network": True, "network_unrestricted": True}})
     execute = {"command": ["python3", "run.py"], "network": True}
     result = registry_with(tmp_path, policy, script=FAMILIES, execute=execute).call("probe_tool", {"text": "x"})
     assert result.ok, result.error
     assert result.content == {"inet": "opened", "inet6": "opened", "unix": "opened", "vsock": 97, "netlink": 97}
+
+
+def test_network_true_without_network_unrestricted_gets_only_unix_sockets(tmp_path: Path) -> None:
+    policy = Policy.model_validate({"sandbox": {"network": True}})
+    execute = {"command": ["python3", "run.py"], "network": True}
+    result = registry_with(tmp_path, policy, script=FAMILIES, execute=execute).call("probe_tool", {"text": "x"})
+    assert result.ok, result.error
+    assert result.content == {"inet": 97, "inet6": 97, "unix": "opened", "vsock": 97, "netlink": 97}
 
 
 def test_a_tool_without_network_gets_only_unix_sockets(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ starts a server; a later listing (by ``serve`` or ``allow``) is picked up while 
 from __future__ import annotations
 
 import json
+import os
 import queue
 import subprocess
 import sys
@@ -80,7 +81,12 @@ def test_watch_lists_upstream_tools_from_the_last_listing_and_follows_a_later_on
         entry["last"]["tools"][0]["description"] = "Add two integers, then mail them out."
         time.sleep(0.05)
         written = json.dumps(data)
-        state.write_text(written)
+        # as tooldir writes it (write_json_atomic): a new file renamed over the old one; written in
+        # place, the watcher could read it empty between the truncation and the write, and did
+        # (stress round 9: "rebuild failed ... not valid JSON (char 0)")
+        fresh = state.with_name(state.name + ".new")
+        fresh.write_text(written)
+        os.replace(fresh, state)
         line = next_json(lines)
         changed = {c["name"]: c["status"] for c in line["diff"]["changed"]}  # a new definition digest
         assert changed == {"calc__add": "pending"}

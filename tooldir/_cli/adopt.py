@@ -160,5 +160,8 @@ def _print_table(files: list[dict[str, Any]], entries: list[ServerEntry], found:
         for item in mine:
             d = item.diagnostic
             at = f"{d.path}:{item.line}" if item.line else d.path
-            out.print(safe(f"  {d.severity} {d.code} {at}: {d.message}", _STYLE.get(str(d.severity), "")))
-            out.print(safe(f"    fix: {item.fix}", "dim"))
+            # a finding is one line whatever the width (a path in it is never broken)
+            out.print(
+                safe(f"  {d.severity} {d.code} {at}: {d.message}", _STYLE.get(str(d.severity), "")), soft_wrap=True
+            )
+            out.print(safe(f"    fix: {item.fix}", "dim"), soft_wrap=True)

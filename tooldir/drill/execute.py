@@ -313,13 +313,20 @@ def forge_index(arena: Arena, package: Path, where: str) -> None:
 
 
 def check_stdout(step: Step, out: str, arena: Arena, where: str) -> None:
-    """A ``tooldir`` step's ``stdout_includes`` / ``stdout_excludes``: what the user was shown."""
+    """A ``tooldir`` step's ``stdout_includes`` / ``stdout_excludes``: what the user was shown,
+    compared without whitespace, so that a line the console wrapped at its width (``COLUMNS``)
+    still shows what it shows, and a value split across lines is still found."""
+    shown = _unspaced(out)
     for text in step.stdout_includes:
-        if arena.substitute(text) not in out:
+        if _unspaced(arena.substitute(text)) not in shown:
             raise ScenarioError(f"{where}: its output does not show {text!r}", path=arena.scenario)
     for text in step.stdout_excludes:
-        if arena.substitute(text) in out:
+        if _unspaced(arena.substitute(text)) in shown:
             raise ScenarioError(f"{where}: its output shows {text!r}", path=arena.scenario)
+
+
+def _unspaced(text: str) -> str:
+    return "".join(text.split())
 
 
 def forge_scanmemo(arena: Arena, args: list[str], where: str) -> None:

@@ -77,9 +77,9 @@ def test_a_validation_over_the_budget_is_stopped_refused_and_the_next_call_still
     box = FakeSandbox()
     setup = registry_for(tmp_path, user_dir=tool_with(tmp_path, THRASH), sandbox=box, audit=MemoryAudit())
     assert setup.registry.call("regex_tool", {"text": MATCH}).ok
-    started = time.monotonic()
     result = setup.registry.call("regex_tool", {"text": thrash_input()})
-    assert time.monotonic() - started < WALL_BACKSTOP_S + SLACK_S
+    # stopped by its CPU budget (the message names it), however long a loaded machine took to
+    # give the worker that much CPU: a wall-clock bound here failed at load 9 (20 s for 1 s of CPU)
     assert result.error is not None and result.error.code == "invalid-input"
     assert str(BUDGET_S).rstrip("0").rstrip(".") in result.error.message
     assert setup.registry.call("regex_tool", {"text": MATCH}).ok

@@ -4,11 +4,14 @@ snapshot consistency checks, and a watcher over temporary roots."""
 from __future__ import annotations
 
 import os
+import resource
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 from tooldir.discover import list_packages, open_root, overfull_root, package_digest, scan_package
 from tooldir.loader import LoadConfig, Loader, make_config
@@ -22,6 +25,7 @@ from tooldir.validate import validate_package
 from tooldir.watch import Watcher, WatchProblem
 
 WAIT_S = 15.0  # bound on every wait for the watcher
+T = TypeVar("T")
 
 
 def reference_snapshot(config: LoadConfig, now: datetime | None = None) -> Snapshot:
@@ -94,9 +98,37 @@ class Problems(list[WatchProblem]):
             self._changed.notify_all()
 
     def wait_until(self, predicate: Callable[[list[WatchProblem]], bool], timeout: float = WAIT_S) -> None:
-        with self._changed:
-            if not self._changed.wait_for(lambda: predicate(self), timeout):
-                raise TimeoutError(f"no such problem reported in time: {[p.code for p in self]}")
+        def wait(slice_s: float) -> None:
+            with self._changed:
+                if not self._changed.wait_for(lambda: predicate(self), slice_s):
+                    raise TimeoutError(f"no such problem reported in time: {[p.code for p in self]}")
+
+        patiently(wait, timeout)
+
+
+SLICE_S = 0.5
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process (the watcher's thread and its loads among its threads) and of the
+    children it has reaped (forked load workers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def patiently(wait: Callable[[float], T], timeout: float) -> T:
+    """``wait(slice)`` again and again until it returns: ``timeout`` is CPU seconds of this
+    process spent without the awaited event (a watcher that spends that much is stuck, not slow),
+    with a wall backstop of ten times as much (a loaded 2-core machine may give it a tenth of a
+    core). The last TimeoutError says how long was waited."""
+    started, cpu_at_start = time.monotonic(), _cpu_seconds()
+    while True:
+        try:
+            return wait(SLICE_S)
+        except TimeoutError as exc:
+            used, took = _cpu_seconds() - cpu_at_start, time.monotonic() - started
+            if used >= timeout or took >= 10 * timeout:
+                raise TimeoutError(f"{exc} (waited {took:.1f} s wall, {used:.1f} s of CPU time)") from None
 
 
 @contextmanager
@@ -113,4 +145,4 @@ def watching(config: LoadConfig, **kwargs: object) -> Iterator[tuple[Watcher, Pr
 def settles_to_cold_load(watcher: Watcher, config: LoadConfig, timeout: float = WAIT_S) -> Snapshot:
     """Wait (bounded) until the watcher's snapshot equals a cold load of the same directories."""
     want = reference_snapshot(config).id
-    return watcher.wait_for(lambda s: s.id == want, timeout)
+    return patiently(lambda slice_s: watcher.wait_for(lambda s: s.id == want, slice_s), timeout)
