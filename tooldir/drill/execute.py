@@ -319,7 +319,8 @@ def check_stdout(step: Step, out: str, arena: Arena, where: str) -> None:
     shown = _unspaced(out)
     for text in step.stdout_includes:
         if _unspaced(arena.substitute(text)) not in shown:
-            raise ScenarioError(f"{where}: its output does not show {text!r}", path=arena.scenario)
+            seen = " | ".join(out.replace(arena.secret, "{secret}").splitlines())[:800]  # what it did show
+            raise ScenarioError(f"{where}: its output does not show {text!r}; it showed: {seen}", path=arena.scenario)
     for text in step.stdout_excludes:
         if _unspaced(arena.substitute(text)) in shown:
             raise ScenarioError(f"{where}: its output shows {text!r}", path=arena.scenario)
