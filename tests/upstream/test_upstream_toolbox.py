@@ -30,7 +30,14 @@ def test_open_with_upstream_calls_a_trusted_server_packages_tool_and_close_stops
         session_result = toolbox.session().call("calc__add", {"a": 1, "b": 1})
     assert (result.ok, result.content) == (True, "42")
     assert session_result.ok
-    assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
+    started = [t for t in set(threading.enumerate()) - before if t.is_alive()]
+    # AnyIO's pooled worker threads are told to stop when the hub's event loop closes and end a
+    # moment later, on their own: those are waited for (joined, with a cap); any other thread
+    # close() must have ended already (stress round 3: an AnyIO worker still ending was counted)
+    assert [t.name for t in started if t.name != "AnyIO worker thread"] == []
+    for thread in started:
+        thread.join(timeout=60)
+    assert [t.name for t in started if t.is_alive()] == []
 
 
 def test_open_without_upstream_starts_no_server_and_the_tool_is_unknown(tmp_path: Path, root: Path) -> None:
