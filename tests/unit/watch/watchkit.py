@@ -4,7 +4,6 @@ snapshot consistency checks, and a watcher over temporary roots."""
 from __future__ import annotations
 
 import os
-import resource
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from tooldir.discover import list_packages, open_root, overfull_root, package_digest, scan_package
+from tooldir.drill.checks import cpu_seconds  # this process (the watcher among its threads) and reaped children
 from tooldir.loader import LoadConfig, Loader, make_config
 from tooldir.model import Diagnostic, Status
 from tooldir.policy import Policy
@@ -109,24 +109,17 @@ class Problems(list[WatchProblem]):
 SLICE_S = 0.5
 
 
-def _cpu_seconds() -> float:
-    """CPU time of this process (the watcher's thread and its loads among its threads) and of the
-    children it has reaped (forked load workers)."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
 def patiently(wait: Callable[[float], T], timeout: float) -> T:
     """``wait(slice)`` again and again until it returns: ``timeout`` is CPU seconds of this
     process spent without the awaited event (a watcher that spends that much is stuck, not slow),
     with a wall backstop of ten times as much (a loaded 2-core machine may give it a tenth of a
     core). The last TimeoutError says how long was waited."""
-    started, cpu_at_start = time.monotonic(), _cpu_seconds()
+    started, cpu_at_start = time.monotonic(), cpu_seconds()
     while True:
         try:
             return wait(SLICE_S)
         except TimeoutError as exc:
-            used, took = _cpu_seconds() - cpu_at_start, time.monotonic() - started
+            used, took = cpu_seconds() - cpu_at_start, time.monotonic() - started
             if used >= timeout or took >= 10 * timeout:
                 raise TimeoutError(f"{exc} (waited {took:.1f} s wall, {used:.1f} s of CPU time)") from None
 
