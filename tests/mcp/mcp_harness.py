@@ -29,8 +29,6 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from server_clock import ANSWER_CPU_S, SLICE_S, WALL_BACKSTOP_S, cpu_seconds, process_state
 
-WAIT_S = 20.0  # generous wall bound for a subprocess that is not the server (a CLI run, --help)
-
 ENV_KEYS = ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "PATH", "TOOLDIR_REQUIRE_SANDBOX", "LANG", "TOOLDIR_SEMANTIC")
 
 
