@@ -37,7 +37,8 @@ after its previous run (a **spare**, from its second run on), or at the start of
 permission and hooks, so the set-up overlaps them). Either is exactly what the run would set up
 itself, for the very same snapshot record and environment, so the run only re-reads and re-hashes
 the verified bytes (as every run does) and releases it. No tool code runs before its run releases
-it: a call refused by permission or a hook leaves it held. At most :data:`MAX_SPARES` are kept; one
+it (a word on its stdin, read by a POSIX sh gate, not only bubblewrap's block: see
+:data:`RELEASE_WORD`): a call refused by permission or a hook leaves it held. At most :data:`MAX_SPARES` are kept; one
 that does not fit or died is killed, and they die with the sandbox object and with tooldir
 (``--die-with-parent``; made by one long-lived thread, since bubblewrap ends with the thread that
 started it).
@@ -84,9 +85,18 @@ ETC_FILES = (
 )
 NETWORK_ETC = ("/etc/resolv.conf", "/etc/hosts", "/etc/gai.conf")
 SANDBOX_ID = 65534
+GATE_SHELL = "/bin/sh"  # POSIX sh, under SYSTEM_DIRS: bound read-only into every sandbox
 TOOL_DIR = "/tool"
 MASKED_PROC = ("/proc/keys", "/proc/key-users")  # the caller's keys, by description and by owner
 BWRAP_PROCESSES = 2  # bubblewrap's launcher and the sandbox's init, counted in the cgroup's pids.max
+# The tool starts only after a word on its stdin, not merely once bubblewrap's --block-fd is
+# readable: a killed tooldir's pipes are closed by the kernel *before* its children get the
+# parent-death signal, so a held bubblewrap reads end of file and goes on (seen: 2 kills in 10 ran a
+# held tool). The gate is the system's POSIX sh, whose read builtin takes one byte at a time from a
+# pipe (nothing of the tool's input is consumed); it exits NOT_RELEASED_EXIT at end of file.
+RELEASE_WORD = b"tooldir-run\n"
+NOT_RELEASED_EXIT = 125
+_GATE = 'IFS= read -r word || exit 125; [ "$word" = tooldir-run ] || exit 125; exec "$@"'
 
 MemoryBound = Literal["cgroup", "cgroup-v1", "systemd-scope", "rlimit+seccomp"]
 log = logging.getLogger("tooldir")
@@ -154,6 +164,12 @@ def base_args(policy: SandboxPolicy, *, network: bool) -> list[str]:
     args += ["--size", scratch, "--perms", "1777", "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]  # noqa: S108
     args += ["--size", scratch, "--perms", "1777", "--tmpfs", "/tmp"]  # noqa: S108 - the sandbox's own tmpfs
     return args
+
+
+def gate_argv() -> list[str]:
+    """The sandbox's first command: wait for :data:`RELEASE_WORD` on stdin, then exec the tool's
+    argv (its arguments); end of file ends the sandbox unstarted."""
+    return [GATE_SHELL, "-c", _GATE, "tooldir-gate"]
 
 
 def tool_argv(record: ToolRecord) -> list[str]:
@@ -362,6 +378,7 @@ class BubblewrapSandbox:
                 proxy = EgressProxy(request.egress)
                 argv = [*prelude_argv(), str(proxy.inner_fd()), *argv]
                 extra_env = proxy_env()
+            argv = [*gate_argv(), *argv]
             args = base_args(self.policy, network=request.network)
             bounded = self.bound.kind != "rlimit+seccomp"
             wrapper: list[str] = []
@@ -432,7 +449,7 @@ class BubblewrapSandbox:
         try:
             result = collect(
                 prepared.launched,
-                stdin=request.stdin,
+                stdin=RELEASE_WORD + request.stdin,
                 timeout_s=request.timeout_s,
                 cap=self.policy.max_output_bytes,
                 from_now=from_now,
