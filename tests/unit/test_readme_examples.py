@@ -235,10 +235,33 @@ def test_every_console_block_of_the_readme_is_a_tested_transcript() -> None:
     assert untested == [], f"README.md lines {untested}: a console block claims an output; mark it <!-- readme-test -->"
 
 
-@pytest.mark.both_rankers
-def test_every_readme_example_that_claims_an_output_prints_it(tmp_path: Path) -> None:
+# a block whose output the search ranker decides: it runs in both ranker passes
+RANKER = re.compile(r"\btooldir (?:search|eval|catalog)\b|\btool_search\(")
+
+
+def for_ranker_pass(blocks: list[Block], mode: str) -> list[Block]:
+    """Every block in the semantic pass; in the BM25F pass the blocks whose output the ranker
+    decides, after the README's first block (the try-out: it sets ``$O`` and approves the tool they
+    search). A ranker block that needed another block's state would fail here, not pass unseen."""
+    if mode == "semantic":
+        return blocks
+    return blocks[:1] + [b for b in blocks[1:] if any(RANKER.search(step.text) for step in b.steps)]
+
+
+def test_the_bm25f_pass_runs_the_try_out_and_every_block_that_searches() -> None:
     blocks = parse_readme(README.read_text(encoding="utf-8"))
-    assert len(blocks) >= 5, "the README's tested examples went missing"
+    chosen = for_ranker_pass(blocks, "bm25f")
+    searching = [b.line for b in blocks if any(RANKER.search(step.text) for step in b.steps)]
+    assert chosen[0] is blocks[0] and [b.line for b in chosen[1:]] == searching
+    assert len(searching) >= 2, "the README's search examples went missing (or RANKER no longer finds them)"
+    assert for_ranker_pass(blocks, "semantic") == blocks
+
+
+@pytest.mark.both_rankers
+def test_every_readme_example_that_claims_an_output_prints_it(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    every = parse_readme(README.read_text(encoding="utf-8"))
+    assert len(every) >= 5, "the README's tested examples went missing"
+    blocks = for_ranker_pass(every, request.node.callspec.params["ranker_pass"])
     env, home, cwd = _session(tmp_path)
     work = tmp_path / "work"
     work.mkdir()
