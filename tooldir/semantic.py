@@ -312,7 +312,7 @@ def tool_text(doc: SearchDoc) -> str:
     return "\n".join(p for p in parts if p)[:MAX_TEXT_CHARS]
 
 
-_PART_SPLIT = re.compile(r"(?<=[.!?;])\s+|,\s*(?:and|then|also|but|so)\b\s*", re.IGNORECASE)
+_PART_SPLIT = re.compile(r"(?<=[.!?;])\s+|,\s*(?:and\s+then|and|then|also|but|so)\b\s*", re.IGNORECASE)
 
 
 def query_parts(text: str) -> list[str]:
