@@ -61,10 +61,6 @@ def split_of(query: LabelledQuery) -> str:
 RANKERS = ("bm25f", "hybrid")  # what ``tooldir eval --ranker`` accepts (the ensemble is not built)
 
 
-class RankerUnavailable(ConfigError):
-    """The ranker asked for cannot run here (exit code 2)."""
-
-
 class EvalDataError(ConfigError):
     """An evaluation file is unreadable or malformed (exit code 2)."""
 
@@ -250,7 +246,7 @@ def evaluate(
     """Score every ranker available on ``queries``. The active one (the report's ``metrics``):
     ``"default"`` is the best one installed (:func:`tooldir.semantic.default_ranker`: the
     hybrid with the extra, unless ``TOOLDIR_SEMANTIC`` says otherwise), ``"hybrid"`` the hybrid
-    (:class:`RankerUnavailable` when it cannot run), ``"bm25f"`` or None plain BM25F. Every
+    (:class:`~tooldir.errors.ConfigError`, exit code 2, when it cannot run), ``"bm25f"`` or None plain BM25F. Every
     ranker that can run is scored beside it."""
     from .semantic import HybridRanker, default_ranker, load_embedder, semantic_status
 
@@ -260,7 +256,7 @@ def evaluate(
     if choice == "hybrid":
         usable, why = semantic_status({}, load=True)
         if not usable:
-            raise RankerUnavailable(f"the hybrid ranker cannot run: {why}")
+            raise ConfigError(f"the hybrid ranker cannot run: {why}")
         ranker = HybridRanker(load_embedder)
     elif choice in {"default", "bm25f"}:
         # "bm25f" is the active one, the hybrid (if installed and not disabled) still scored beside it
@@ -268,9 +264,9 @@ def evaluate(
         if ranker is None:
             note = semantic_status(load=False)[1]
     elif choice is not None:
-        raise RankerUnavailable(f"unknown ranker {choice!r}: choose bm25f or hybrid")
+        raise ConfigError(f"unknown ranker {choice!r}: choose bm25f or hybrid")
     if isinstance(ranker, str):  # every name was handled above
-        raise RankerUnavailable(f"unknown ranker {ranker!r}")
+        raise ConfigError(f"unknown ranker {ranker!r}")
     index = SearchIndex.build(docs, ranker=ranker)
     lexical = SearchIndex.build(docs) if index.ranker is not None else index
     baseline = PlainBM25(docs)
