@@ -572,10 +572,14 @@ class HybridRanker:
             # a tool no query term matches comes in on meaning alone, only if the query holds a
             # word the model knows whole (random strings are split into meaningless pieces) and
             # only above the threshold; a required term rules out every tool BM25F did not find
-            for u, ok in [(unit, True), *part_units]:
-                if ok:
-                    reach, reach_cos = self._reachable(cat, u)
-                    pools.append(self._semantic_pool(cat, reach, reach_cos, allow))
+            units = [u for u, ok in [(unit, True), *part_units] if ok and u is not None]
+            if len(units) == 1:  # a bounded pass (the rows under the bound's reach only)
+                reach, reach_cos = self._reachable(cat, units[0])
+                pools.append(self._semantic_pool(cat, reach, reach_cos, allow))
+            elif units:  # the whole query and its parts in one pass over the catalog
+                for reach_cos in self._all_cosines_of(cat, units):
+                    reach = np.flatnonzero(reach_cos >= np.float32(self.min_cosine - BOUND_SLACK))
+                    pools.append(self._semantic_pool(cat, reach, reach_cos[reach], allow))
         rows = np.unique(np.concatenate(pools)) if len(pools) > 1 else np.unique(lex_rows)
         if not len(rows):
             return []
@@ -639,6 +643,14 @@ class HybridRanker:
         # stacked small products: one multithreaded BLAS call at 10k rows costs more in thread
         # wake-ups (and far more on a loaded machine) than it saves
         return (cat.blocks @ unit).reshape(-1)[: len(cat.names)]
+
+    def _all_cosines_of(self, cat: _Catalog, units: Sequence[npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
+        """The cosines of each of ``units`` with every tool, in one pass over the catalog (the
+        product is bound by reading the matrix, not by the number of query vectors)."""
+        n = len(cat.names)
+        both = cat.blocks @ np.stack(units, axis=1)  # (blocks, BLOCK, len(units))
+        flat = both.reshape(-1, len(units))[:n]
+        return [np.ascontiguousarray(flat[:, j]) for j in range(len(units))]
 
     def _cosines_at(
         self, cat: _Catalog, rows: npt.NDArray[np.intp], unit: npt.NDArray[np.float32] | None
