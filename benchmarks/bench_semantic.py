@@ -1,8 +1,8 @@
 """The hybrid ranker (BM25F fused with the static embedding, issue 15) at 10k tools, beside
 tooldir's BM25F alone and rank_bm25, same corpus and queries, in one run.
 
-Targets (issue 15 item 4), at 10,000 tools: hybrid query p50 <= 1 ms and p99 <= 3 ms (the query's
-embedding included), catalog build (embedding every tool) <= 2 s, added memory <= 60 MB (the model
+Targets (issues 15 and 26), at 10,000 tools: hybrid query p50 <= 1 ms and p99 <= 3 ms (the query's
+embedding included), catalog build (embedding every tool) <= 2 s, added memory <= 70 MB (the model
 table plus the catalog matrix and cache, traced with tracemalloc). Each round times every engine
 on the same queries; the figures are min/median/max over rounds of each round's p50/p99, and
 the ratio hybrid / BM25F is taken per round. The corpus is bench_search's (the real Seal-Tools and
@@ -32,7 +32,7 @@ from bench_search import bag, corpus, real_corpus, synthetic_corpus
 from tooldir.search import SearchIndex, parse_query, split_words
 from tooldir.semantic import HybridRanker, load_embedder, model_dir
 
-TARGETS = {"p50_ms": 1.0, "p99_ms": 3.0, "build_s": 2.0, "memory_mb": 60.0}
+TARGETS = {"p50_ms": 1.0, "p99_ms": 3.0, "build_s": 2.0, "memory_mb": 70.0}  # issue 26
 
 
 def percentiles(fn: Callable[[str], object], queries: list[str]) -> dict[str, float]:

@@ -12,9 +12,10 @@ on the same data. Metrics (binary relevance), averaged over queries:
 The baseline is plain BM25 (k1=1.2, b=0.75) over one bag of words per tool: the name split on
 camelCase/snake_case, the description and the parameter names; no stemming, no stop words.
 
-Rankers scored side by side (:func:`evaluate`): the active one (``hybrid`` with the
-``[semantic]`` extra, else ``bm25f``), ``bm25f`` alone, ``plain_bm25``, and with the extra the
-``embedding`` alone. Every figure is also given per split: ``train``/``test`` (:func:`split_of`)
+Rankers scored side by side (:func:`evaluate`): every one available: ``hybrid`` with the
+``[semantic]`` extra (unless ``TOOLDIR_SEMANTIC`` disables it), ``bm25f`` alone, ``plain_bm25``,
+and with the extra the ``embedding`` alone. The active one (the headline ``metrics``) is the best
+installed, or the one asked for (``ranker="bm25f"`` / ``"hybrid"``; ``tooldir eval --ranker``). Every figure is also given per split: ``train``/``test`` (:func:`split_of`)
 and the file's own split labels.
 """
 
@@ -55,6 +56,9 @@ def split_of(query: LabelledQuery) -> str:
         return "train" if query.split in TRAIN_SPLITS else "test"
     key = (query.id or query.query).encode("utf-8", "surrogatepass")
     return "train" if hashlib.sha256(key).digest()[0] % 2 == 0 else "test"
+
+
+RANKERS = ("bm25f", "hybrid")  # what ``tooldir eval --ranker`` accepts (the ensemble is not built)
 
 
 class EvalDataError(ConfigError):
@@ -236,19 +240,33 @@ def evaluate(
     docs: Sequence[SearchDoc],
     queries: Sequence[LabelledQuery],
     *,
-    ranker: Ranker | Literal["default"] | None = "default",
+    ranker: Ranker | Literal["default", "hybrid", "bm25f"] | None = "default",
     progress: Progress | None = None,
 ) -> EvalReport:
-    """Score every ranker on ``queries``; ``ranker="default"`` uses the semantic ranker when
-    the extra is installed (:func:`tooldir.semantic.default_ranker`), None plain BM25F."""
-    from .semantic import HybridRanker, default_ranker, semantic_status
+    """Score every ranker available on ``queries``. The active one (the report's ``metrics``):
+    ``"default"`` is the best one installed (:func:`tooldir.semantic.default_ranker`: the
+    hybrid with the extra, unless ``TOOLDIR_SEMANTIC`` says otherwise), ``"hybrid"`` the hybrid
+    (:class:`~tooldir.errors.ConfigError`, exit code 2, when it cannot run), ``"bm25f"`` or None plain BM25F. Every
+    ranker that can run is scored beside it."""
+    from .semantic import HybridRanker, default_ranker, load_embedder, semantic_status
 
     depth = max(KS)  # every metric looks at most this deep
     note = ""
-    if ranker == "default":
+    choice = ranker if isinstance(ranker, str) else None
+    if choice == "hybrid":
+        usable, why = semantic_status({}, load=True)
+        if not usable:
+            raise ConfigError(f"the hybrid ranker cannot run: {why}")
+        ranker = HybridRanker(load_embedder)
+    elif choice in {"default", "bm25f"}:
+        # "bm25f" is the active one, the hybrid (if installed and not disabled) still scored beside it
         ranker = default_ranker()
         if ranker is None:
             note = semantic_status(load=False)[1]
+    elif choice is not None:
+        raise ConfigError(f"unknown ranker {choice!r}: choose bm25f or hybrid")
+    if isinstance(ranker, str):  # every name was handled above
+        raise ConfigError(f"unknown ranker {ranker!r}")
     index = SearchIndex.build(docs, ranker=ranker)
     lexical = SearchIndex.build(docs) if index.ranker is not None else index
     baseline = PlainBM25(docs)
@@ -270,7 +288,7 @@ def evaluate(
             done += 1
             if progress is not None and (done % 50 == 0 or done == total):
                 progress(done, total)
-    active = index.ranker.name if index.ranker is not None else "bm25f"
+    active = index.ranker.name if index.ranker is not None and choice != "bm25f" else "bm25f"
     rankers = {name: score_rankings(queries, r) for name, r in rankings.items()}
     splits: dict[str, dict[str, Any]] = {}
     labels = sorted({q.split for q in queries if q.split} - {"train", "test"})
@@ -306,6 +324,12 @@ def _labelled(label: str, query: LabelledQuery) -> bool:
     return query.split == label
 
 
-def evaluate_files(tools: str | Path, queries: str | Path, *, progress: Progress | None = None) -> EvalReport:
+def evaluate_files(
+    tools: str | Path,
+    queries: str | Path,
+    *,
+    ranker: Literal["default", "hybrid", "bm25f"] = "default",
+    progress: Progress | None = None,
+) -> EvalReport:
     docs = read_tools(tools)
-    return evaluate(docs, read_queries(queries, {d.name for d in docs}), progress=progress)
+    return evaluate(docs, read_queries(queries, {d.name for d in docs}), ranker=ranker, progress=progress)

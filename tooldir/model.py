@@ -443,6 +443,8 @@ class UpstreamRef:
     tool: str  # the tool's name upstream
     definition_digest: str  # "sha256:<hex>" of the definition as pinned
     listed_at: str  # ISO time of the listing it came from
+    title: str = ""  # the tool's ``title`` upstream (indexed for search beside its description)
+    server_description: str = ""  # the package's own server.json description (indexed for search)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -225,9 +225,14 @@ def doc_from_schema(name: str, description: str, input_schema: Any, keywords: It
 
 def doc_from_record(record: ToolRecord, builtin: Mapping[str, Any] | None = None) -> SearchDoc | None:
     """The document of a record with a manifest, or of a builtin given its spec as
-    ``{"description", "input_schema"}``; None when there is nothing to index."""
+    ``{"description", "input_schema"}``; None when there is nothing to index. An upstream MCP
+    tool's keywords also hold its ``title`` and its server package's own description."""
     m = record.manifest
     if m is not None:
+        up = record.upstream
+        if up is not None:  # an upstream MCP tool: also what its title and its server say (issue 26)
+            extra = tuple(t for t in (up.title, up.server_description) if t and t not in m.keywords)
+            return doc_from_schema(m.name, m.description, m.input_schema, (*m.keywords, *extra))
         return doc_from_schema(m.name, m.description, m.input_schema, m.keywords)
     if builtin is not None:
         return _builtin_doc(record.name, builtin)

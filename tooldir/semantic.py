@@ -1,35 +1,45 @@
-"""An offline semantic ranker fused with BM25F (issue 15). Optional: ``pip install "tooldir[semantic]"``.
+"""An offline semantic ranker fused with BM25F (issues 15 and 26). Optional: ``pip install "tooldir[semantic]"``.
 
 The embedder is the static token-embedding model that ships *inside* the ``wordllama`` wheel
 (``wordllama/weights/l2_supercat_256.safetensors`` and its tokenizer file): a text's vector is the
-mean of its tokens' vectors. The two files are opened directly (safetensors + tokenizers) and the
-``wordllama`` package itself is never imported: its ``__init__`` configures the root logger and its
-loader falls back to a network download and to ``~/.cache``. Nothing here reads HOME or the network.
+mean of its tokens' vectors, all :data:`DIM` (256) dimensions. The two files are opened directly
+(safetensors + tokenizers) and the ``wordllama`` package itself is never imported: its ``__init__``
+configures the root logger and its loader falls back to a network download and to ``~/.cache``.
+Nothing here reads HOME or the network.
 
-Every tool is embedded once from all the text a model would use (:func:`tool_texts`): what it
-is (name split into words, description, keywords) and, apart, what it takes (parameter names and
-descriptions, enum values), added with the weight :data:`PARAM_WEIGHT` (calibrated: 0, so the
-parameters and enums count through BM25F, which indexes them field by field). Vectors are cached
-(L2-normalised) by the SHA-256 of that text and the cache is handed from one index to the next
-(:meth:`HybridRanker.follow`), so an edit re-embeds one tool, not the catalog; the rows of the
-tools whose document did not change (the same object in the updated index) are copied from the
-last catalog built, without even hashing their text again. A query costs one embedding and, when
-a tool no term matches may come in on meaning, one matrix-vector product over the catalog's
-(tools x 128) float32 matrix (the model is trained so that its first dimensions can be used
-alone: :data:`DIM`); everything after it is vectorised over the at most ``2 * pool`` candidates.
+Every tool is embedded once as ONE vector of the whole text a model would read about it
+(:func:`tool_text`: name split into words, description, keywords, parameter names and
+descriptions, enum values). Vectors are cached (L2-normalised) by the SHA-256 of that text and
+the cache is handed from one index to the next (:meth:`HybridRanker.follow`), so an edit
+re-embeds one tool, not the catalog; the rows of the tools whose document did not change (the
+same object in the updated index) are copied from the last catalog built, without even hashing
+their text again. A query costs one embedding per part (below) and, when a tool no term matches
+may come in on meaning, a bounded pass over the catalog's (tools x 256) float32 matrix;
+everything after it is vectorised over the candidates.
 
 Fusion (:meth:`HybridRanker.rank`), per query: the BM25F scores of the lexical candidates are
 divided by the query's best one (the lexical part is capped at 1 whatever a description holds:
 a description stuffed with popular words cannot outscore the best honest match by more than
 the lexical weight), cosines are min-max normalised over the candidates, and the fused score is
-``alpha * lexical + (1 - alpha) * semantic``. ``alpha``, the parameter weight and the miss
-threshold were chosen on the training splits of ``../shared/eval`` only
-(``benchmarks/calibrate_fusion.py``). A tool that no query term matches is returned only when
+``alpha * lexical + (1 - alpha) * semantic``.
+
+Query parts (:func:`query_parts`): a query is cut at sentence ends and at ", and / then / also /
+but / so"; the parts of at least :data:`MIN_PART_WORDS` words are kept. With two parts or more
+the semantic side is ``FULL_WEIGHT * minmax(cos(full query)) + (1 - FULL_WEIGHT) *
+minmax(max over parts of cos(part))``, each part's best lexical and semantic candidates join the
+pool, and the top k covers the parts: the best tool of each part (by that part's own fusion,
+its BM25F scores and its cosines) is ranked before any other, its score raised by 1 (every fused
+score is at most 1, so the order stays ``(-score, name)``).
+
+``alpha``, the pool and the miss threshold were chosen by ``benchmarks/calibrate_fusion.py`` on
+the training splits of ``../shared/eval`` only (``benchmarks/calibrate_fusion.json`` holds what
+it chose and the data it chose it on). A tool that no query term matches is returned only when
 the query holds a word the model knows whole (random strings do not: they are split into
 meaningless pieces) and the tool's cosine reaches :data:`MIN_COSINE`, which 99% of random
-three-word salads of the model's vocabulary never reach on the training catalogs: a nonsense
+three-word salads of the model's vocabulary never reach on the calibration catalogs: a nonsense
 query still misses. ``+required`` terms keep their meaning (only lexical candidates, which hold
-every required term, are eligible) and the order stays ``(-score, name)``.
+every required term, are eligible, and a query with a required term is not cut into parts) and
+the order stays ``(-score, name)``.
 """
 
 from __future__ import annotations
@@ -48,35 +58,50 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .search import STOP_WORDS, Hit, LexicalScores, ParsedQuery, SearchDoc, SearchIndex, split_words
+from .search import (
+    STOP_WORDS,
+    Hit,
+    LexicalScores,
+    ParsedQuery,
+    SearchDoc,
+    SearchIndex,
+    lexical_scores,
+    parse_query,
+    split_words,
+)
 
 __all__ = [
     "ALPHA",
     "MIN_COSINE",
+    "POOL",
     "SEMANTIC_ENV",
     "HybridRanker",
     "SemanticUnavailable",
     "StaticEmbedder",
     "default_ranker",
     "load_embedder",
+    "query_parts",
     "semantic_status",
     "tool_text",
 ]
 
-SEMANTIC_ENV = "TOOLDIR_SEMANTIC"  # "off": BM25F only, even with the extra installed
+SEMANTIC_ENV = "TOOLDIR_SEMANTIC"  # "off": BM25F only; "hybrid" (or unset): this ranker when installed
+SEMANTIC_OFF = frozenset({"0", "off", "no", "false", "bm25f"})
+SEMANTIC_ON = frozenset({"", "1", "on", "yes", "true", "hybrid"})
 MODEL_PACKAGE = "wordllama"
 WEIGHTS = ("weights", "l2_supercat_256.safetensors")
 TOKENIZER = ("tokenizers", "l2_supercat_tokenizer_config.json")
 TENSOR_KEY = "embedding.weight"
-DIM = 128  # the model is trained to be truncated (Matryoshka): half the dimensions, half the cost
+DIM = 256  # every dimension of the model (issue 26: the truncated 128 lost more than it saved)
 
-# Calibrated on the training splits (benchmarks/calibrate_fusion.py: maximin gain over BM25F).
-# PARAM_WEIGHT 0: the vector is what the tool is; what it takes (parameters, enums) helps most
-# through BM25F, which indexes it field by field, and only blurred the embedding's part.
-PARAM_WEIGHT = 0.0  # weight of what a tool takes beside what it is, in its vector
-ALPHA = 0.8  # weight of the lexical part; calibrated on training splits (module docstring)
-MIN_COSINE = 0.65  # a tool no query term matches needs at least this cosine (calibrated, see above)
-POOL = 20  # candidates taken from each side before fusion
+# Chosen by benchmarks/calibrate_fusion.py on training splits only (its choice and data:
+# benchmarks/calibrate_fusion.json; tests/unit/search/test_semantic.py checks they agree).
+ALPHA = 0.5  # weight of the lexical part
+MIN_COSINE = 0.65  # a tool no query term matches needs at least this cosine
+POOL = 50  # candidates taken from each side before fusion
+FULL_WEIGHT = 0.3  # with query parts: weight of the whole query's cosine beside the best part's
+MIN_PART_WORDS = 3  # a query part shorter than this is not a part of its own
+MAX_PARTS = 6  # parts beyond these are not embedded apart (the whole query still counts)
 EMBED_BATCH = 128  # texts embedded together
 MAX_CACHED_WORDS = 200_000  # distinct words whose token ids are kept (then the cache starts over)
 MAX_TEXT_CHARS = 4096  # what is embedded of one tool (a mean over more tokens says nothing new)
@@ -240,11 +265,16 @@ def load_embedder(directory: Path | None = None) -> StaticEmbedder:
 
 
 def semantic_status(environ: Mapping[str, str] | None = None, *, load: bool = True) -> tuple[bool, str]:
-    """(usable, why): whether the hybrid ranker will run, and the reason if not. With
+    """(usable, why): whether the hybrid ranker will run, and the reason if not.
+    :data:`SEMANTIC_ENV` chooses: ``off`` (or ``bm25f``) is BM25F alone, ``hybrid`` or unset is
+    this ranker when installed; any other value is BM25F alone, with the reason. With
     ``load=False`` only checks that the model files are there (cheap: nothing is read)."""
     env = os.environ if environ is None else environ
-    if env.get(SEMANTIC_ENV, "").strip().lower() in {"0", "off", "no", "false"}:
+    choice = env.get(SEMANTIC_ENV, "").strip().lower()
+    if choice in SEMANTIC_OFF:
         return False, f"disabled by {SEMANTIC_ENV}={env[SEMANTIC_ENV]}"
+    if choice not in SEMANTIC_ON:  # a typo (or "ensemble", not built) must not pass for a choice
+        return False, f"{SEMANTIC_ENV}={env[SEMANTIC_ENV]!r} is not one of off, hybrid: BM25F alone"
     try:
         if load:
             load_embedder()
@@ -269,22 +299,29 @@ def default_ranker(environ: Mapping[str, str] | None = None) -> HybridRanker | N
 # What is embedded
 
 
-def tool_texts(doc: SearchDoc) -> tuple[str, str]:
-    """All the text a model would read about a tool, as plain words, in two parts embedded
-    apart: what the tool is (name split into words, description, keywords) and what it takes
-    (parameter names and descriptions, enum values)."""
-    head = [" ".join(split_words(doc.name)), doc.description]
-    if doc.keywords:
-        head.append(", ".join(doc.keywords))
-    takes = [" ".join(split_words(p)) + (f": {d}" if d else "") for p, d in doc.params]
-    if doc.enums:
-        takes.append(", ".join(doc.enums))
-    return "\n".join(p for p in head if p)[:MAX_TEXT_CHARS], "\n".join(p for p in takes if p)[:MAX_TEXT_CHARS]
-
-
 def tool_text(doc: SearchDoc) -> str:
-    """Both parts of :func:`tool_texts` as one text."""
-    return "\n".join(p for p in tool_texts(doc) if p)
+    """All the text a model would read about a tool, as plain words, embedded as one vector:
+    the name split into words, the description, keywords, parameter names with their
+    descriptions and enum values."""
+    parts = [" ".join(split_words(doc.name)), doc.description]
+    if doc.keywords:
+        parts.append(", ".join(doc.keywords))
+    parts += [" ".join(split_words(p)) + (f": {d}" if d else "") for p, d in doc.params]
+    if doc.enums:
+        parts.append(", ".join(doc.enums))
+    return "\n".join(p for p in parts if p)[:MAX_TEXT_CHARS]
+
+
+_PART_SPLIT = re.compile(r"(?<=[.!?;])\s+|,\s*(?:and\s+then|and|then|also|but|so)\b\s*", re.IGNORECASE)
+
+
+def query_parts(text: str) -> list[str]:
+    """The parts of a query that may each ask for a tool: cut at sentence ends and at ", and",
+    ", then", ", also", ", but", ", so"; only parts of at least :data:`MIN_PART_WORDS` words
+    count. Fewer than two such parts: ``[]`` (the query is one intent)."""
+    parts = [p.strip() for p in _PART_SPLIT.split(text)]
+    kept = [p for p in parts if len(p.split()) >= MIN_PART_WORDS]
+    return kept[:MAX_PARTS] if len(kept) >= 2 else []
 
 
 def _key(text: str) -> bytes:
@@ -293,6 +330,30 @@ def _key(text: str) -> bytes:
 
 def query_text(parsed: ParsedQuery) -> str:
     return " ".join(w[1:] if w.startswith("+") and len(w) > 1 else w for w in parsed.text.split())
+
+
+def _unit(vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32] | None:
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0.0 else None
+
+
+def _minmax(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """``values`` min-max normalised to [0, 1]; all ones when they are (nearly) equal."""
+    hi, lo = float(values.max()), float(values.min())
+    span = hi - lo
+    return (values - lo) / span if span > 1e-9 else np.ones(len(values), dtype=np.float64)
+
+
+def _share(
+    rows: npt.NDArray[np.intp], at: npt.NDArray[np.intp], scores: npt.NDArray[np.float64]
+) -> npt.NDArray[np.float64]:
+    """``scores`` (of the rows ``at``, all among ``rows``) divided by their best, aligned with
+    ``rows`` (0 for the other rows)."""
+    out = np.zeros(len(rows), dtype=np.float64)
+    best = float(scores.max()) if len(scores) else 0.0
+    if best > 0:
+        out[np.searchsorted(rows, at)] = scores / best
+    return out
 
 
 def _normalised(rows: Matrix) -> Matrix:
@@ -331,10 +392,11 @@ class HybridRanker:
         embedder: StaticEmbedder | Callable[[], StaticEmbedder],
         *,
         alpha: float = ALPHA,
-        param_weight: float = PARAM_WEIGHT,
         min_cosine: float = MIN_COSINE,
         pool: int = POOL,
         mode: str = "hybrid",
+        parts: bool = True,
+        cover: bool = True,
         _index: SearchIndex | None = None,
         _cache: dict[bytes, npt.NDArray[np.float32]] | None = None,
         _previous: _Catalog | None = None,
@@ -343,7 +405,8 @@ class HybridRanker:
             raise ValueError(f"unknown ranker mode {mode!r}")
         self._embedder = embedder
         self.alpha = alpha
-        self.param_weight = param_weight
+        self.parts = parts  # cut a query into parts (query_parts) for the semantic side
+        self.cover = cover  # with parts: each part's best tool first
         self.min_cosine = min_cosine
         self.pool = pool
         self.mode = mode
@@ -361,19 +424,24 @@ class HybridRanker:
         return HybridRanker(
             self._embedder,
             alpha=self.alpha,
-            param_weight=self.param_weight,
             min_cosine=self.min_cosine,
             pool=self.pool,
             mode=self.mode,
+            parts=self.parts,
+            cover=self.cover,
             _index=index,
             _cache=self._cache,
             _previous=self._catalog or self._previous,
         )
 
-    def with_alpha(self, alpha: float) -> HybridRanker:
-        """The same ranker over the same catalog (shared, not rebuilt) with another fusion weight."""
+    def tuned(self, **settings: Any) -> HybridRanker:
+        """The same ranker over the same catalog (shared, not rebuilt) with other settings
+        (``alpha``, ``min_cosine``, ``pool``, ``parts``, ``cover``): for calibration."""
         other = self.as_mode(self.mode)
-        other.alpha = alpha
+        for key, value in settings.items():
+            if key not in {"alpha", "min_cosine", "pool", "parts", "cover"}:
+                raise ValueError(f"unknown ranker setting {key!r}")
+            setattr(other, key, value)
         return other
 
     def as_mode(self, mode: str) -> HybridRanker:
@@ -381,10 +449,11 @@ class HybridRanker:
         other = HybridRanker(
             self._embedder,
             alpha=self.alpha,
-            param_weight=self.param_weight,
             min_cosine=self.min_cosine,
             pool=self.pool,
             mode=mode,
+            parts=self.parts,
+            cover=self.cover,
             _index=self._index,
             _cache=self._cache,
         )
@@ -414,7 +483,7 @@ class HybridRanker:
         padded = np.zeros((-(-len(names) // BLOCK) * BLOCK, dim), dtype=np.float32)
         raw = padded[: len(names)]  # the catalog's rows (and the cache's vectors) are views of one array
         keys: list[bytes] = [b""] * len(names)
-        texts: dict[int, tuple[str, str]] = {}
+        texts: dict[int, str] = {}
         prev = self._previous
         if prev is not None:  # an update: the rows of the tools whose document is the same object are kept
             old_docs, old_at = prev.docs, prev.position
@@ -433,14 +502,11 @@ class HybridRanker:
             kept = set()
         for i, (n, doc) in enumerate(zip(names, docs, strict=True)):
             if i not in kept:
-                texts[i] = tool_texts(doc) if doc is not None else (n, "")
-                keys[i] = _key(f"{texts[i][0]}\x00{texts[i][1]}")
+                texts[i] = tool_text(doc) if doc is not None else " ".join(split_words(n))
+                keys[i] = _key(texts[i])
         old = self._cache
         todo = [i for i in texts if keys[i] not in old]
-        fresh = _normalised(self.embedder.embed([texts[i][0] for i in todo]))
-        if self.param_weight:
-            takes = _normalised(self.embedder.embed([texts[i][1] for i in todo]))
-            fresh = _normalised(fresh + self.param_weight * takes)
+        fresh = _normalised(self.embedder.embed([texts[i] for i in todo]))
         new = {keys[i]: fresh[j] for j, i in enumerate(todo)}
         for i in texts:
             raw[i] = new.get(keys[i], old.get(keys[i]))
@@ -469,13 +535,14 @@ class HybridRanker:
         allow: Callable[[str], bool] | None = None,
     ) -> list[Hit]:
         """Fuse the best ``pool`` lexical candidates (``lexical``: the query's BM25F scores, or
-        those best candidates as hits, all holding every required term) with cosine similarity.
-        Returns at most ``top_k`` hits by (-score, name).
+        those best candidates as hits, all holding every required term) with cosine similarity,
+        with the query's parts when it has several (module docstring). Returns at most ``top_k``
+        hits by (-score, name).
 
-        Vectorised: one matrix-vector product over the catalog when a tool no term matches may
-        come in on meaning (else only the lexical candidates' rows, padded to the product's block
-        so the cosines are the same to the bit), a threshold pass instead of a sort of the
-        catalog, and the fusion over the (at most 2 * pool) candidates' arrays."""
+        Vectorised: a bounded pass over the catalog when a tool no term matches may come in on
+        meaning (else only the candidates' rows, padded to the product's block so the cosines
+        are the same to the bit), a threshold pass instead of a sort of the catalog, and the
+        fusion over the candidates' arrays."""
         if top_k <= 0 or not parsed.terms:
             return []
         try:
@@ -487,34 +554,67 @@ class HybridRanker:
             return list(lexical[:top_k])
         if self.mode == "embedding":  # cosine alone over every allowed tool: no threshold, no terms
             return self._embedding_only(cat, parsed, top_k, allow)
-        lex_rows, lex_scores = self._lexical_pool(cat, lexical, max(top_k, self.pool), allow)
-        q, known = self.embedder.query(query_text(parsed))
-        norm = float(np.linalg.norm(q))
-        unit = q / norm if norm > 0.0 else None
+        pool = max(top_k, self.pool)
+        lex_rows, lex_scores = self._lexical_pool(cat, lexical, pool, allow)
+        text = query_text(parsed)
+        q, known = self.embedder.query(text)
+        unit = _unit(q)
+        # a required term is a filter on the whole query: such a query is not cut into parts
+        parts = query_parts(text) if self.parts and not parsed.required else []
+        part_units: list[tuple[npt.NDArray[np.float32] | None, bool]] = []
+        part_lex: list[tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]] = []
+        for part in parts:
+            pq, part_known = self.embedder.query(part)
+            part_units.append((_unit(pq), part_known))
+            part_lex.append(self._part_lexical(cat, part, pool, allow))
+        pools = [lex_rows, *(r for r, _ in part_lex)]
         if not parsed.required and known:
             # a tool no query term matches comes in on meaning alone, only if the query holds a
             # word the model knows whole (random strings are split into meaningless pieces) and
             # only above the threshold; a required term rules out every tool BM25F did not find
-            reach, reach_cos = self._reachable(cat, unit)
-            rows = np.union1d(self._semantic_pool(cat, reach, reach_cos, allow), lex_rows)
-        else:
-            rows = np.unique(lex_rows)
-        cos = self._cosines_at(cat, rows, unit).astype(np.float64)
+            units = [u for u, ok in [(unit, True), *part_units] if ok and u is not None]
+            if len(units) == 1:  # a bounded pass (the rows under the bound's reach only)
+                reach, reach_cos = self._reachable(cat, units[0])
+                pools.append(self._semantic_pool(cat, reach, reach_cos, allow))
+            elif units:  # the whole query and its parts in one pass over the catalog
+                for reach_cos in self._all_cosines_of(cat, units):
+                    reach = np.flatnonzero(reach_cos >= np.float32(self.min_cosine - BOUND_SLACK))
+                    pools.append(self._semantic_pool(cat, reach, reach_cos[reach], allow))
+        rows = np.unique(np.concatenate(pools)) if len(pools) > 1 else np.unique(lex_rows)
         if not len(rows):
             return []
-        lx = np.zeros(len(rows), dtype=np.float64)
-        top_lex = float(lex_scores.max()) if len(lex_scores) else 0.0
-        if top_lex > 0:
-            lx[np.searchsorted(rows, lex_rows)] = lex_scores
-            lx /= top_lex
-        hi, lo = float(cos.max()), float(cos.min())
-        span = hi - lo
-        sem = (cos - lo) / span if span > 1e-9 else np.ones(len(rows), dtype=np.float64)
         a = self.alpha
+        lx = _share(rows, lex_rows, lex_scores)
+        sem = _minmax(self._cosines_at(cat, rows, unit).astype(np.float64))
+        if parts:
+            per_part = np.stack([self._cosines_at(cat, rows, u).astype(np.float64) for u, _ in part_units])
+            sem = FULL_WEIGHT * sem + (1 - FULL_WEIGHT) * _minmax(per_part.max(axis=0))
         fused = a * lx + (1 - a) * sem
+        if parts and self.cover:
+            # each part's best tool (by the part's own fusion) before any other: +1 (fused <= 1);
+            # only a tool that matches a term of the part or reaches the threshold on its meaning
+            bonus = np.zeros(len(rows), dtype=np.float64)
+            for (_, part_known), (p_rows, p_scores), part_cos in zip(part_units, part_lex, per_part, strict=True):
+                p_lx = _share(rows, p_rows, p_scores)
+                mine = a * p_lx + (1 - a) * _minmax(part_cos)
+                evidence = (p_lx > 0) | ((part_cos >= self.min_cosine) & part_known)
+                if evidence.any():
+                    at = np.flatnonzero(evidence)
+                    bonus[at[np.lexsort((rows[at], -mine[at]))[0]]] = 1.0
+            fused += bonus
         order = np.lexsort((rows, -fused))[:top_k]  # rows are in name order: (-score, name)
         names = cat.names
         return [Hit(names[r], round(f, 6)) for r, f in zip(rows[order].tolist(), fused[order].tolist(), strict=True)]
+
+    def _part_lexical(
+        self, cat: _Catalog, part: str, pool: int, allow: Callable[[str], bool] | None
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+        """Catalog rows and BM25F scores of the best ``pool`` lexical candidates of one part."""
+        index = self._index
+        parsed = parse_query(part)
+        if index is None or not parsed.terms:
+            return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float64)
+        return self._lexical_pool(cat, lexical_scores(index, parsed), pool, allow)
 
     def _lexical_pool(
         self,
@@ -543,6 +643,14 @@ class HybridRanker:
         # stacked small products: one multithreaded BLAS call at 10k rows costs more in thread
         # wake-ups (and far more on a loaded machine) than it saves
         return (cat.blocks @ unit).reshape(-1)[: len(cat.names)]
+
+    def _all_cosines_of(self, cat: _Catalog, units: Sequence[npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
+        """The cosines of each of ``units`` with every tool, in one pass over the catalog (the
+        product is bound by reading the matrix, not by the number of query vectors)."""
+        n = len(cat.names)
+        both = cat.blocks @ np.stack(units, axis=1)  # (blocks, BLOCK, len(units))
+        flat = both.reshape(-1, len(units))[:n]
+        return [np.ascontiguousarray(flat[:, j]) for j in range(len(units))]
 
     def _cosines_at(
         self, cat: _Catalog, rows: npt.NDArray[np.intp], unit: npt.NDArray[np.float32] | None

@@ -366,8 +366,16 @@ def upstream_records(
             upstream_name = str(tool.get("name"))
             pinned = pins.get(upstream_name)
             candidates.append((package, candidate, pinned if isinstance(pinned, str) else None))
+            title = tool.get("title")
             refs[candidate.name] = UpstreamRef(
-                package.name, package.path, package.digest, upstream_name, candidate.scan.digest, listed_at
+                package.name,
+                package.path,
+                package.digest,
+                upstream_name,
+                candidate.scan.digest,
+                listed_at,
+                title=title if isinstance(title, str) else "",
+                server_description=package.server.description if package.server is not None else "",
             )
         if digest_of(last.get("instructions")) != entry.get("instructions_digest"):
             extra.append(

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 # registering the options must not import the catalog and the session (tooldir --help stays cheap)
 FORMATS = ("anthropic", "openai", "mcp")
 MAX_TOP_K = 20
+EVAL_RANKERS = ("bm25f", "hybrid")  # kept equal to tooldir.evaluate.RANKERS (tests/unit/search)
 
 
 def register(sub: Any) -> None:
@@ -41,6 +42,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser("eval", parents=[parent], help="score tool search on a labelled set beside plain BM25")
     p.add_argument("--tools", required=True, metavar="FILE", help='JSON lines {"name", "description", "input_schema"}')
     p.add_argument("--queries", required=True, metavar="FILE", help='JSON lines {"query", "relevant": [names]}')
+    p.add_argument(
+        "--ranker",
+        choices=EVAL_RANKERS,
+        help="the active ranker (default: the best installed); every ranker available is scored beside it",
+    )
     p.set_defaults(handler=cmd_eval)
 
 
@@ -140,7 +146,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         queries = read_queries(args.queries, {d.name for d in docs})
     with progress("searching") as tracker:
         report = evaluate(
-            docs, queries, progress=lambda done, total: tracker.label(f"searching: {done}/{total} rankings")
+            docs,
+            queries,
+            ranker=args.ranker or "default",
+            progress=lambda done, total: tracker.label(f"searching: {done}/{total} rankings"),
         )
     if args.json:
         print_json(report.to_json())

@@ -186,6 +186,34 @@ def test_eval_json_names_the_ranker_that_ran_and_scores_every_ranker(
         assert set(metrics) == set(data["baseline"])
 
 
+def test_eval_takes_the_active_ranker_by_name_and_still_scores_every_one_available(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tooldir._cli.search import EVAL_RANKERS
+    from tooldir.evaluate import RANKERS
+
+    assert EVAL_RANKERS == RANKERS == ("bm25f", "hybrid")
+    t, q = _write(tmp_path / "t.jsonl", TOOLS), _write(tmp_path / "q.jsonl", QUERIES)
+    monkeypatch.delenv(SEMANTIC_ENV, raising=False)
+    usable, why = semantic_status()
+    assert main(["eval", "--tools", str(t), "--queries", str(q), "--ranker", "bm25f", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ranker"] == "bm25f" and data["metrics"] == data["rankers"]["bm25f"]
+    if not usable:
+        assert not os.environ.get("TOOLDIR_REQUIRE_SEMANTIC"), why
+        assert main(["eval", "--tools", str(t), "--queries", str(q), "--ranker", "hybrid", "--json"]) == 2
+        assert "hybrid ranker cannot run" in capsys.readouterr().err
+        return
+    assert set(data["rankers"]) == {"hybrid", "bm25f", "plain_bm25", "embedding"}  # every one available
+    monkeypatch.setenv(SEMANTIC_ENV, "off")  # an explicit --ranker hybrid is what was asked for
+    assert main(["eval", "--tools", str(t), "--queries", str(q), "--ranker", "hybrid", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ranker"] == "hybrid" and data["metrics"] == data["rankers"]["hybrid"]
+    with pytest.raises(SystemExit) as exit_:  # not built (issue 26 item 2): argparse refuses the name
+        main(["eval", "--tools", str(t), "--queries", str(q), "--ranker", "ensemble"])
+    assert exit_.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
 def test_eval_reports_train_and_test_splits_from_the_split_field_or_a_hash_of_the_id() -> None:
     assert split_of(LabelledQuery("q", ("a",), "x", "dev")) == "train"
     assert split_of(LabelledQuery("q", ("a",), "x", "test_in_domain")) == "test"

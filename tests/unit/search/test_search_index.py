@@ -369,3 +369,26 @@ def test_scores_equal_once_rounded_are_ordered_by_name_and_scores_apart_by_score
     ]
     assert [h.name for h in top_k(index, slots, scores, 1)] == ["c_tool"]
     assert [h.name for h in top_k(index, slots, scores, 2, allow=lambda n: n != "c_tool")] == ["d_tool", "b_tool"]
+
+
+def test_an_upstream_tool_is_indexed_with_its_title_and_its_server_packages_description(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from tooldir.model import Status, Trust, UpstreamRef
+
+    user = tmp_path / "user"
+    make_tool(user, "gh__list_pulls", description="List pull requests.")
+    loader = Loader(make_config(project=None, user_dirs=[user], policy=Policy(), state_dir=tmp_path / "s"))
+    record = loader.load().by_name["gh__list_pulls"]
+    ref = UpstreamRef(
+        "gh", "/p", "sha256:" + "0" * 64, "list_pulls", "sha256:" + "1" * 64, "now",
+        title="Pull request listing", server_description="GitHub repositories, issues and code review",
+    )  # fmt: skip
+    upstream = replace(record, status=Status.PENDING, grant=None, trust=Trust(False, "t"), upstream=ref)
+    doc = search.doc_from_record(upstream)
+    assert doc is not None and doc.description == "List pull requests."
+    assert doc.keywords[-2:] == ("Pull request listing", "GitHub repositories, issues and code review")
+    index = SearchIndex.build([doc, SearchDoc("other", "List files.")])
+    assert [h.name for h in index.search("code review", top_k=3)] == ["gh__list_pulls"]
+    plain = search.doc_from_record(replace(upstream, upstream=None))
+    assert plain is not None and plain.keywords == doc.keywords[:-2]  # a directory tool: its own keywords only

@@ -427,3 +427,93 @@ def test_without_the_package_a_session_never_imports_the_semantic_module(tmp_pat
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 26: the calibrated constants, query parts, part coverage, the ranker choice
+
+
+def test_the_rankers_constants_are_the_ones_the_calibration_chose_and_wrote_down() -> None:
+    report = json.loads((Path(__file__).resolve().parents[3] / "benchmarks" / "calibrate_fusion.json").read_text())
+    chosen = report["chosen"]
+    assert (
+        chosen["alpha"],
+        chosen["pool"],
+        chosen["min_cosine"],
+    ) == (semantic.ALPHA, semantic.POOL, semantic.MIN_COSINE)
+    assert report["model"]["dim"] == semantic.DIM == 256
+    assert chosen["shape"] == "parts+cover"  # what HybridRanker() does by default
+    ranker = HybridRanker(load_embedder)
+    assert ranker.parts and ranker.cover
+    from tooldir.search import Bm25fParams
+
+    assert dict(Bm25fParams().weights) == chosen["bm25f"]["weights"]
+    assert dict(Bm25fParams().b) == chosen["bm25f"]["b"]
+
+
+@pytest.mark.parametrize(
+    ("query", "parts"),
+    [
+        ("weather forecast for Oslo tomorrow", []),
+        (
+            "Get the weather in Oslo, and then send an email to my boss.",
+            ["Get the weather in Oslo", "send an email to my boss."],
+        ),
+        (
+            "Find the stock price of ACME. Translate the report into German!",
+            ["Find the stock price of ACME.", "Translate the report into German!"],
+        ),
+        ("Rent a car, then book a hotel room", ["Rent a car", "book a hotel room"]),
+        ("Rent a car, and go", []),  # a part of fewer than three words is no part
+        ("Book me a car, but also a very cheap one", ["Book me a car", "also a very cheap one"]),
+    ],
+)
+def test_a_query_is_cut_into_parts_at_sentence_ends_and_joining_commas(query: str, parts: list[str]) -> None:
+    assert semantic.query_parts(query) == parts
+
+
+def test_with_several_parts_each_parts_best_tool_comes_before_any_other(embedder: semantic.StaticEmbedder) -> None:
+    docs = _catalog(120)
+    index = _hybrid(embedder, docs)
+    query = "Check the weather forecast for Oslo tomorrow, and then send an email to my boss about it."
+    hits = index.search(query, top_k=5)
+    assert {h.name for h in hits[:2]} == {"weather_forecast", "send_email"}, hits
+    assert all(h.score > 1 for h in hits[:2]) and all(h.score <= 1 for h in hits[2:])
+    whole = SearchIndex.build(docs, ranker=HybridRanker(embedder, cover=False))
+    assert [h.name for h in whole.search(query, top_k=5)] != [h.name for h in hits]  # the coverage did something
+    assert [(h.name, h.score) for h in hits] == sorted(((h.name, h.score) for h in hits), key=lambda e: (-e[1], e[0]))
+
+
+def test_a_part_with_no_evidence_promotes_no_tool(embedder: semantic.StaticEmbedder) -> None:
+    index = _hybrid(embedder)
+    hits = index.search("Translate this text into German, and then qwxzt vrrkp blorptk", top_k=5)
+    assert hits[0].name == "translate_text"
+    assert [h.name for h in hits if h.score > 1] == ["translate_text"]
+
+
+def test_a_query_with_a_required_term_is_not_cut_into_parts(embedder: semantic.StaticEmbedder) -> None:
+    index = _hybrid(embedder)
+    hits = index.search("Check the weather in Oslo, and then send a message +email", top_k=5)
+    assert [h.name for h in hits] == ["send_email"] and hits[0].score <= 1
+
+
+@pytest.mark.parametrize(
+    ("value", "usable"),
+    [
+        ("", True),
+        ("hybrid", True),
+        ("HYBRID", True),
+        ("off", False),
+        ("bm25f", False),
+        ("ensemble", False),
+        ("hybird", False),
+    ],
+)
+def test_tooldir_semantic_chooses_the_ranker_and_an_unknown_value_is_bm25f_with_the_reason(
+    embedder: semantic.StaticEmbedder, value: str, usable: bool
+) -> None:
+    got, why = semantic_status({SEMANTIC_ENV: value}, load=False)
+    assert got is usable
+    assert (default_ranker({SEMANTIC_ENV: value}) is not None) is usable
+    if value in {"ensemble", "hybird"}:
+        assert value in why and "off, hybrid" in why

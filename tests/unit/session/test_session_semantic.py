@@ -26,7 +26,10 @@ def hybrid_session_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_session_finds_a_deferred_tool_by_meaning_and_still_misses_nonsense(
     tmp_path: Path, hybrid_session_env: None
 ) -> None:
-    s = setup(tmp_path, builtins={**BUILTINS, "rent_car": "Rent a car for a trip."})
+    # no parameters: the tool's one vector (issue 26) is its name and description alone; the
+    # fixture's generic "text: the text" parameter would pull its cosine under the threshold
+    rent_car = ("Rent a car for a trip.", {"type": "object", "properties": {}})
+    s = setup(tmp_path, builtins={**BUILTINS, "rent_car": rent_car})
     result = s.session.tool_search(queries=["vehicle rental", "qwxzt vrrkp"])
     assert [m.name for m in result.matches] == ["rent_car"]
     assert result.missing == ("qwxzt vrrkp",)
