@@ -45,9 +45,10 @@ from .adopt import ServerEntry, is_reference, looks_secret, package_name, secret
 from .discover import RootSpec, scan_one
 from .model import Source
 from .policy import Limits
+from .trust import ADOPTED_MARKER
 
-MARKER = "adopted.json"
-"""The file of an adopted package that says where it came from."""
+MARKER = ADOPTED_MARKER
+"""The file of an adopted package that says where it came from (and makes it wait for approval)."""
 INSTALL_TIMEOUT_S = 600.0
 RISK = "external-write"
 """An adopted server's risk ceiling: nothing here knows what its tools do (``readOnlyHint`` lowers
@@ -163,6 +164,8 @@ def plan(entry: ServerEntry, *, interpreters: Sequence[str]) -> Plan:
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise AdoptError(skip, "args is not an array of strings")
     base = PurePosixPath(command).name
+    if entry.name == "tooldir" and "serve" in args:
+        raise AdoptError(skip, "tooldir's own entry: it serves the adopted packages")
     if base in ("docker", "podman"):
         raise AdoptError(skip, f"a {base} container: tooldir sandboxes packages, not container images")
     if base in _NPX:
@@ -199,7 +202,7 @@ def plan(entry: ServerEntry, *, interpreters: Sequence[str]) -> Plan:
             env[key] = value
     out_args: list[str | dict[str, str]] = list(rest)
     offset = len(args) - len(rest)
-    for index, where, value, name in secret_args(entry.name, args):
+    for index, where, value, secret in secret_args(entry.name, args):
         if index < offset:
             raise AdoptError(skip, f"the launcher's own argument {index} looks like a secret")
         if where is None:
@@ -215,10 +218,10 @@ def plan(entry: ServerEntry, *, interpreters: Sequence[str]) -> Plan:
         flag, eq, _ = args[index].partition("=")
         if eq and flag.startswith("-"):
             raise AdoptError(skip, f"argument {flag}=... holds a secret: write it as two arguments ({flag} VALUE)")
-        if name in secrets and secrets[name] != value:
-            raise AdoptError(skip, f"two different secrets would be named {name}")
-        secrets[name] = value
-        out_args[index - offset] = {"secret": name}
+        if secret in secrets and secrets[secret] != value:
+            raise AdoptError(skip, f"two different secrets would be named {secret}")
+        secrets[secret] = value
+        out_args[index - offset] = {"secret": secret}
     return Plan(
         entry,
         package_name(entry.name),

@@ -205,7 +205,14 @@ def _write_client_config(args: argparse.Namespace, outcomes: list[Outcome]) -> l
             by_file.setdefault((o.entry.client, o.entry.file), []).append(_key_path(o.entry.pointer))
     done: list[dict[str, Any]] = []
     for (client, file), names in by_file.items():
-        serve_args = argparse.Namespace(**{**vars(args), "follow_workspace": True})
+        serve_args = argparse.Namespace(
+            follow_workspace=True,  # the client starts it in (or names) the folder it has open
+            no_watch=False,
+            project=args.project or ".",
+            user_dir=getattr(args, "user_dir", None),
+            policy=getattr(args, "policy", None),
+            state_dir=getattr(args, "state_dir", None),
+        )
         command, argv = server_argv(serve_args, client)
         try:
             result = replace_with_tooldir(client, Path(file), names, command, argv)
