@@ -97,8 +97,9 @@ class Plan:
 @dataclass(frozen=True, slots=True)
 class Installed:
     version: str
-    launcher: str  # the launcher's file name (argv[1] of server.command)
-    text: str  # its source
+    folder: str  # what was installed, relative to the package folder ("node", "site")
+    entry: str  # npm: the bin file, relative to the package folder; PyPI: the console script's "module:attr"
+    script: str  # the name it runs as (argv[0])
 
 
 @dataclass(slots=True)
@@ -445,7 +446,7 @@ def install_npm(p: Plan, folder: Path, registry: Registry | None = None) -> Inst
     rel = PurePosixPath("node/node_modules", p.name, PurePosixPath(chosen.removeprefix("./")))
     if ".." in rel.parts or not (folder / rel).is_file():
         raise AdoptError("adopt-skipped", f"{p.name}@{version}: its bin {chosen!r} is not a file of the package")
-    return Installed(version, "launch.mjs", _launch_mjs(p, version, str(rel)))
+    return Installed(version, "node", str(rel), short if p.command is None else p.command)
 
 
 def sandbox_python() -> tuple[str, str]:
@@ -487,7 +488,7 @@ def install_pypi(p: Plan, folder: Path, registry: Registry | None = None) -> Ins
             "adopt-skipped",
             f"{base} {version} has no console script {command!r} (it has: {', '.join(sorted(scripts)) or 'none'})",
         )
-    return Installed(version, "launch.py", _launch_py(p, version, command, target))
+    return Installed(version, "site", target, command)
 
 
 def _canonical(name: str) -> str:
@@ -531,48 +532,78 @@ def _header(p: Plan, version: str) -> str:
     )
 
 
-def _launch_mjs(p: Plan, version: str, rel: str) -> str:
-    return f"""// {_header(p, version)}
-// Sets the entry's plain environment values, fills secret arguments from the environment (tooldir
-// gives granted secrets as variables) and runs the package's bin, installed in this folder.
-import {{ dirname, join }} from "node:path";
-import {{ fileURLToPath, pathToFileURL }} from "node:url";
-
-const ENV = {json.dumps(dict(p.env), ensure_ascii=False)};
-const ARGS = {json.dumps(list(p.args), ensure_ascii=False)};
-const BIN = join(dirname(fileURLToPath(import.meta.url)), {json.dumps(rel)});
-
-for (const [key, value] of Object.entries(ENV)) if (!(key in process.env)) process.env[key] = value;
-const args = ARGS.map((a) => {{
-  if (typeof a === "string") return a;
-  if (process.env[a.secret] === undefined) {{
-    process.stderr.write(`secret ${{a.secret}} was not given to this server\\n`);
-    process.exit(78);
-  }}
-  return process.env[a.secret];
-}});
-process.argv = [process.argv[0], BIN, ...args, ...process.argv.slice(2)];
-await import(pathToFileURL(BIN).href);
-"""
+PAYLOAD = "payload.zip"
+"""The installed tree, zipped into the package (its parts ``payload.zip.000``, ...): the sandbox
+recreates a package file by file from memory (one memfd and bubblewrap option each), so thousands
+of files (a node_modules tree, a site-packages) cannot be carried one by one; one archive can,
+covered by the package digest like any file."""
+LAUNCHER = "launch.py"
 
 
-def _launch_py(p: Plan, version: str, script: str, target: str) -> str:
-    module, _, attr = target.partition(":")
-    return f'''"""{_header(p, version)}
+def pack(work: Path, folder: str, *, part_bytes: int) -> tuple[list[str], list[list[Any]]]:
+    """Zip ``work/folder`` into ``work/payload.zip.NNN`` parts of at most ``part_bytes`` and remove
+    the tree; returns the part names and the listing (path, size, sha256) of every file in it."""
+    import io
+    import zipfile
 
-Sets the entry's plain environment values, fills secret arguments from the environment (tooldir
-gives granted secrets as variables) and runs the console script {script!r} ({target}) of the
-packages installed in ./site.
+    root = work / folder
+    listing: list[list[Any]] = []
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as archive:
+        for path in sorted(root.rglob("*")):
+            if path.is_symlink() or not (path.is_file() or path.is_dir()):
+                raise AdoptError("adopt-install-failed", f"{path.relative_to(work)}: not a regular file or folder")
+            if path.is_dir():
+                continue
+            rel = str(path.relative_to(work))
+            data = path.read_bytes()
+            info = zipfile.ZipInfo(rel, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, data)
+            listing.append([rel, len(data), hashlib.sha256(data).hexdigest()])
+    shutil.rmtree(root)
+    blob = buffer.getvalue()
+    parts = []
+    for n, start in enumerate(range(0, len(blob), part_bytes)):
+        name = f"{PAYLOAD}.{n:03d}"
+        (work / name).write_bytes(blob[start : start + part_bytes])
+        parts.append(name)
+    return parts, listing
+
+
+_LAUNCHER = '''"""@HEADER@
+
+Unpacks this package's payload (@PARTS@: the installed files, listed with their sha256 in
+adopted.json) into a new folder under $TMPDIR, sets the entry's plain environment values, fills
+secret arguments from the environment (tooldir gives granted secrets as variables) and runs
+@SCRIPT@ (@ENTRY@).
 """
 
 import importlib
+import io
 import os
+import shutil
 import sys
+import tempfile
+import zipfile
 
-ENV = {json.dumps(dict(p.env), ensure_ascii=False)}
-ARGS = {json.dumps(list(p.args), ensure_ascii=False)}
+KIND = @KIND_R@
+ENTRY = @ENTRY_R@
+SCRIPT = @SCRIPT_R@
+PARTS = @PARTS_J@
+ENV = @ENV_J@
+ARGS = @ARGS_J@
 
-sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")]
+here = os.path.dirname(os.path.abspath(__file__))
+data = b"".join(open(os.path.join(here, part), "rb").read() for part in PARTS)
+dest = tempfile.mkdtemp(prefix="tooldir-adopted-")
+with zipfile.ZipFile(io.BytesIO(data)) as archive:
+    for name in archive.namelist():
+        if name.startswith("/") or ".." in name.split("/"):
+            sys.exit("payload holds an unsafe name: " + name)
+    archive.extractall(dest)
+del data
 for key, value in ENV.items():
     os.environ.setdefault(key, value)
 args = []
@@ -583,12 +614,41 @@ for arg in ARGS:
         args.append(os.environ[arg["secret"]])
     else:
         sys.exit("secret " + arg["secret"] + " was not given to this server")
-sys.argv = [{script!r}, *args, *sys.argv[1:]]
-target = importlib.import_module({module!r})
-for part in {attr!r}.split(".") if {attr!r} else ():
+if KIND == "npm":
+    node = shutil.which("node")
+    if node is None:
+        sys.exit("node is not installed")
+    os.execv(node, [node, os.path.join(dest, ENTRY), *args, *sys.argv[1:]])
+sys.path[:0] = [os.path.join(dest, "site")]
+sys.argv = [SCRIPT, *args, *sys.argv[1:]]
+module, _, attr = ENTRY.partition(":")
+target = importlib.import_module(module)
+for part in attr.split(".") if attr else ():
     target = getattr(target, part)
 sys.exit(target())
 '''
+
+
+def launcher_text(p: Plan, got: Installed, parts: Sequence[str]) -> str:
+    """``launch.py``: unpacks the payload into a fresh folder under $TMPDIR (the sandbox's own
+    tmpfs), then runs the server: npm -- ``node BIN``; PyPI -- the console script, the unpacked
+    site-packages first on sys.path."""
+    values = {
+        "@HEADER@": _header(p, got.version).replace('"""', "'''"),
+        "@PARTS@": ", ".join(parts),
+        "@SCRIPT@": json.dumps(got.script),
+        "@ENTRY@": json.dumps(got.entry),
+        "@KIND_R@": repr(p.ecosystem),
+        "@ENTRY_R@": repr(got.entry),
+        "@SCRIPT_R@": repr(got.script),
+        "@PARTS_J@": repr(list(parts)),
+        "@ENV_J@": repr(dict(p.env)),
+        "@ARGS_J@": repr(list(p.args)),
+    }
+    text = _LAUNCHER
+    for key, value in values.items():
+        text = text.replace(key, value)
+    return text
 
 
 def install(p: Plan, folder: Path, registry: Registry | None = None) -> Installed:
@@ -692,7 +752,7 @@ def _adopt_one(
         old_umask = os.umask(0o022)
         try:
             got = install(p, work, registry)
-            _write_package(p, got, work)
+            _write_package(p, got, work, target.limits)
         finally:
             os.umask(old_umask)
         files = _check_limits(staging, pkg, target.limits)
@@ -716,8 +776,9 @@ def _adopt_one(
     )
 
 
-def _write_package(p: Plan, got: Installed, work: Path) -> None:
+def _write_package(p: Plan, got: Installed, work: Path, limits: Limits) -> None:
     e = p.entry
+    parts, listing = pack(work, got.folder, part_bytes=min(4 << 20, limits.max_file_bytes))
     manifest = {
         "name": p.package,
         "description": f"MCP server {e.name!r} adopted from {e.file} ({e.client}): {p.ecosystem} "
@@ -725,14 +786,14 @@ def _write_package(p: Plan, got: Installed, work: Path) -> None:
         "risk": RISK,
         "keywords": [p.ecosystem],
         "server": {
-            "command": ["node" if p.ecosystem == "npm" else "python3", got.launcher],
+            "command": ["python3", LAUNCHER],
             "network": False,
             "env": list(p.passed),
             **({"secrets": sorted(p.secrets)} if p.secrets else {}),
         },
     }
     (work / "server.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", "utf-8")
-    (work / got.launcher).write_text(got.text, "utf-8")
+    (work / LAUNCHER).write_text(launcher_text(p, got, parts), "utf-8")
     marker = {
         "origin": {
             "client": e.client,
@@ -743,6 +804,7 @@ def _write_package(p: Plan, got: Installed, work: Path) -> None:
         },
         "resolved": {"ecosystem": p.ecosystem, "package": p.name, "asked": p.requested, "version": got.version},
         "secrets": sorted(p.secrets),
+        "payload": {"parts": parts, "files": listing},
     }
     (work / MARKER).write_text(json.dumps(marker, indent=2, ensure_ascii=False) + "\n", "utf-8")
 
@@ -752,7 +814,7 @@ def _check_limits(staging: Path, pkg: str, limits: Limits) -> int:
     scan = scan_one(RootSpec(Source.USER, str(staging)), pkg, limits)
     if scan.digest is not None:
         return len(scan.files)
-    files, size, depth = _measure(staging / pkg)
+    files, size, depth, largest = _measure(staging / pkg)
     problems = sorted({d.code for d in scan.diagnostics})
     over = []
     if files > limits.max_package_files:
@@ -761,13 +823,16 @@ def _check_limits(staging: Path, pkg: str, limits: Limits) -> int:
         over.append(f"max_package_bytes = {size + (8 << 20)}")
     if depth > limits.max_package_depth:
         over.append(f"max_package_depth = {depth + 2}")
+    if largest > limits.max_file_bytes:
+        over.append(f"max_file_bytes = {largest + (1 << 20)}")
     if over:
         raise AdoptError(
             "adopt-over-limit",
-            f"the installed package has {files} files, {size} bytes, folders {depth} deep; your limits are "
-            f"max_package_files = {limits.max_package_files}, max_package_bytes = {limits.max_package_bytes}, "
-            f"max_package_depth = {limits.max_package_depth}. Set [limits] {', '.join(over)} in your policy "
-            "and adopt again (nothing was written)",
+            f"the installed package has {files} files, {size} bytes, folders {depth} deep, its largest file "
+            f"{largest} bytes; your limits are max_package_files = {limits.max_package_files}, "
+            f"max_package_bytes = {limits.max_package_bytes}, max_package_depth = {limits.max_package_depth}, "
+            f"max_file_bytes = {limits.max_file_bytes}. Set [limits] {', '.join(over)} in your policy and "
+            "adopt again (nothing was written)",
         )
     first = next(iter(scan.diagnostics), None)
     raise AdoptError(
@@ -777,16 +842,18 @@ def _check_limits(staging: Path, pkg: str, limits: Limits) -> int:
     )
 
 
-def _measure(folder: Path) -> tuple[int, int, int]:
-    files = size = depth = 0
+def _measure(folder: Path) -> tuple[int, int, int, int]:
+    files = size = depth = largest = 0
     for here, _dirs, names in os.walk(folder):
         level = len(Path(here).relative_to(folder).parts) + 1
         depth = max(depth, level)
         for name in names:
             files += 1
             with contextlib.suppress(OSError):
-                size += os.lstat(os.path.join(here, name)).st_size
-    return files, size, depth
+                one = os.lstat(os.path.join(here, name)).st_size
+                size += one
+                largest = max(largest, one)
+    return files, size, depth, largest
 
 
 # -- secrets.toml and the policy's grants (textual edits: the rest of each file kept) ---------------

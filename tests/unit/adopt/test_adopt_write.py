@@ -138,16 +138,22 @@ def test_each_fetched_stdio_entry_becomes_a_pending_server_package_with_its_reso
     assert ("npm install", "@acme/server-notes@1.4.2") in registry.calls  # the exact version, resolved first
     notes = config_home() / "tools" / "notes"
     manifest = json.loads((notes / "server.json").read_text())
-    assert manifest["server"] == {"command": ["node", "launch.mjs"], "network": False, "env": []}
+    assert manifest["server"] == {"command": ["python3", "launch.py"], "network": False, "env": []}
     assert manifest["risk"] == "external-write"
-    launcher = (notes / "launch.mjs").read_text()
-    assert '"node/node_modules/@acme/server-notes/dist/index.js"' in launcher
-    assert '["--root", "/data"]' in launcher
-    assert json.loads((notes / "adopted.json").read_text())["resolved"]["version"] == "1.4.2"
+    launcher = (notes / "launch.py").read_text()
+    assert "ENTRY = 'node/node_modules/@acme/server-notes/dist/index.js'" in launcher
+    assert "ARGS = ['--root', '/data']" in launcher
+    marker = json.loads((notes / "adopted.json").read_text())
+    assert marker["resolved"]["version"] == "1.4.2"
+    # the installed tree is one zipped payload in the package (covered by its digest), listed file by file
+    assert sorted(p.name for p in notes.iterdir()) == ["adopted.json", "launch.py", "payload.zip.000", "server.json"]
+    listed = {path for path, _size, _sha in marker["payload"]["files"]}
+    assert "node/node_modules/@acme/server-notes/dist/index.js" in listed
     time_manifest = json.loads((config_home() / "tools" / "time" / "server.json").read_text())
     assert time_manifest["server"]["command"] == ["python3", "launch.py"]
     assert time_manifest["server"]["env"] == ["HOME_DIR"]
-    assert not (config_home() / "tools" / "time" / "site" / "bin").exists()  # host-interpreter scripts dropped
+    time_files = json.loads((config_home() / "tools" / "time" / "adopted.json").read_text())["payload"]["files"]
+    assert not [f for f in time_files if f[0].startswith("site/bin/")]  # host-interpreter scripts dropped
     # pending: discovered, never started, waiting for `tooldir allow`
     assert main(["scan", "--json", "--project", str(project)]) in (0, 1)
     scan = json.loads(capsys.readouterr().out)
@@ -195,18 +201,29 @@ def test_plain_text_secrets_move_to_secrets_toml_with_a_grant_and_never_into_the
 
 
 def test_the_launcher_sets_plain_env_values_and_fills_secret_arguments_from_the_environment(
-    project: Path, registry: LocalRegistry, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, project: Path, registry: LocalRegistry, capsys: pytest.CaptureFixture[str]
 ) -> None:
     adopt(project, capsys)
     launcher = config_home() / "tools" / "time" / "launch.py"
-    env = {"PATH": os.environ["PATH"], "TIME_TOKEN": "from-tooldir", "GITHUB_TOKEN": "gh-from-tooldir"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "TMPDIR": str(tmp_path),
+        "TIME_TOKEN": "from-tooldir",
+        "GITHUB_TOKEN": "gh-from-tooldir",
+    }
     done = subprocess.run(
         [sys.executable, "-I", str(launcher), "extra"], capture_output=True, text=True, env=env, check=True
     )
     shown = json.loads(done.stdout)
     assert shown["argv"] == ["acme-time", "--token", "from-tooldir", "extra"]
     assert shown["env"] == {"LOG_LEVEL": "debug", "GITHUB_TOKEN": "gh-from-tooldir"}
-    missing = subprocess.run([sys.executable, "-I", str(launcher)], capture_output=True, text=True, env={}, check=False)
+    missing = subprocess.run(
+        [sys.executable, "-I", str(launcher)],
+        capture_output=True,
+        text=True,
+        env={"TMPDIR": str(tmp_path)},
+        check=False,
+    )
     assert missing.returncode != 0 and "secret TIME_TOKEN was not given" in missing.stderr
 
 
@@ -256,12 +273,12 @@ def test_an_installed_package_over_the_package_limits_is_refused_naming_the_limi
 ) -> None:
     policy = config_home() / "policy.toml"
     policy.parent.mkdir(parents=True)
-    policy.write_text("[limits]\nmax_package_files = 4\n")
+    policy.write_text("[limits]\nmax_package_files = 3\n")
     code, doc = adopt(project, capsys)
     assert code == 1
     notes = by_name(doc)["notes"]
     assert notes["code"] == "adopt-over-limit"
-    assert "max_package_files = 4" in notes["message"] and "[limits] max_package_files = " in notes["message"]
+    assert "max_package_files = 3" in notes["message"] and "[limits] max_package_files = " in notes["message"]
     assert not (config_home() / "tools" / "notes").exists()
     assert not (config_home() / "secrets.toml").exists()  # time was over the limit too: its secrets stay out
 
