@@ -1,0 +1,121 @@
+"""Issue 27 item 3: MCP servers nobody here wrote, fetched from the registries by ``tooldir adopt``
+itself (no vendored copy): ``mcp-server-time`` from PyPI out of a Claude Code ``.mcp.json`` and
+``@modelcontextprotocol/server-everything`` from npm out of a VS Code ``.vscode/mcp.json``. Each is
+adopted (pending, nothing started), allowed (started sandboxed, every definition pinned), listed
+through ``tooldir serve`` by the official SDK client and called. A registry that cannot be reached
+fails the test: adopt reports ``adopt-install-failed``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from shared_helpers import require_sandbox
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mcp"))
+from mcp_harness import serve, text_of
+
+
+@pytest.fixture(autouse=True)
+def _sandbox() -> None:
+    require_sandbox()
+
+
+def tooldir(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tooldir", *args, "--project", str(tmp_path / "project"), "--state-dir", str(tmp_path / "state")],
+        cwd=tmp_path, capture_output=True, text=True, check=False, timeout=900,
+    )  # fmt: skip
+
+
+def user_root() -> Path:
+    return Path(os.environ["XDG_CONFIG_HOME"]) / "tooldir" / "tools"
+
+
+def write_policy(text: str = "") -> None:
+    """The user's policy: every tool listed at once (no deferral), so tools/list shows the adopted ones."""
+    policy = Path(os.environ["XDG_CONFIG_HOME"]) / "tooldir" / "policy.toml"
+    policy.parent.mkdir(parents=True, exist_ok=True)
+    policy.write_text('[defer]\nmode = "off"\n' + text)
+
+
+def adopt_and_allow(tmp_path: Path, config: Path, package: str) -> dict[str, object]:
+    adopted = tooldir(tmp_path, "adopt", "--from", str(config), "--json")
+    assert adopted.returncode == 0, adopted.stdout + adopted.stderr
+    (server,) = json.loads(adopted.stdout)["servers"]
+    assert server["status"] == "adopted", server
+    assert (user_root() / package / "server.json").is_file()
+    listed = tooldir(tmp_path, "list", "--all", "--json")
+    pending = {t["name"]: t["status"] for t in json.loads(listed.stdout)["tools"]}
+    assert pending[package] == "pending"  # nothing started, nothing offered before `tooldir allow`
+    assert not [n for n in pending if n.startswith(package + "__")]
+    again = tooldir(tmp_path, "adopt", "--from", str(config), "--json")
+    assert json.loads(again.stdout)["servers"][0]["status"] == "already-adopted"
+    allowed = tooldir(tmp_path, "allow", package, "--yes")
+    assert allowed.returncode == 0, allowed.stdout[-2000:] + allowed.stderr
+    assert f"of {package}" in allowed.stdout and "pinned" in allowed.stdout
+    return server
+
+
+def test_a_pypi_server_adopted_from_claude_code_is_allowed_listed_through_serve_and_called_sandboxed(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    config = project / ".mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"]}}}))
+    write_policy()
+    server = adopt_and_allow(tmp_path, config, "time")
+    assert server["requested"] == "mcp-server-time" and server["version"]
+    manifest = json.loads((user_root() / "time" / "server.json").read_text())
+    assert manifest["server"]["command"] == ["python3", "launch.py"] and manifest["server"]["network"] is False
+
+    async def check() -> None:
+        async with serve(tmp_path, project=project, state_dir=tmp_path / "state") as served:
+            tools = await served.tools()
+            assert {"time__get_current_time", "time__convert_time"} <= set(tools)
+            result = await served.call("time__get_current_time", {"timezone": "Europe/Paris"})
+            assert not result.is_error, text_of(result)
+            assert "Europe/Paris" in text_of(result)
+
+    anyio.run(check)
+
+
+def test_an_npm_server_adopted_from_vscode_is_allowed_listed_through_serve_and_called_sandboxed(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "project"
+    (project / ".vscode").mkdir(parents=True)
+    config = project / ".vscode" / "mcp.json"
+    config.write_text(
+        json.dumps(
+            {
+                "servers": {
+                    "everything": {
+                        "type": "stdio",
+                        "command": "npx",
+                        "args": ["-y", "@modelcontextprotocol/server-everything"],
+                    }
+                }
+            }
+        )
+    )
+    # node's V8 reserves more address space than the default slack above memory_mb
+    write_policy("\n[sandbox]\naddress_space_slack_mb = 4096\n")
+    server = adopt_and_allow(tmp_path, config, "everything")
+    assert server["requested"] == "@modelcontextprotocol/server-everything" and server["version"]
+
+    async def check() -> None:
+        async with serve(tmp_path, project=project, state_dir=tmp_path / "state") as served:
+            tools = await served.tools()
+            assert "everything__echo" in tools, sorted(tools)
+            result = await served.call("everything__echo", {"message": "adopted and sandboxed"})
+            assert not result.is_error, text_of(result)
+            assert "adopted and sandboxed" in text_of(result)
+
+    anyio.run(check)
