@@ -152,52 +152,55 @@ def plan(entry: ServerEntry, *, interpreters: Sequence[str]) -> Plan:
             unknown launcher, a secret inside an argument, ...), with the reason.
     """
     body = entry.entry
-    skip = "adopt-skipped"
     if not isinstance(body, Mapping):
-        raise AdoptError(skip, "the entry is not an object")
+        raise AdoptError("adopt-skipped", "the entry is not an object")
     if entry.transport != "stdio":
         raise AdoptError(
-            skip, f"a remote {entry.transport} server: nothing to install or sandbox; leave it to the client"
+            "adopt-skipped", f"a remote {entry.transport} server: nothing to install or sandbox; leave it to the client"
         )
     command, args = body.get("command"), body.get("args", [])
     if not isinstance(command, str) or not command:
-        raise AdoptError(skip, "the entry has no command")
+        raise AdoptError("adopt-skipped", "the entry has no command")
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise AdoptError(skip, "args is not an array of strings")
+        raise AdoptError("adopt-skipped", "args is not an array of strings")
     base = PurePosixPath(command).name
     if entry.name == "tooldir" and "serve" in args:
-        raise AdoptError(skip, "tooldir's own entry: it serves the adopted packages")
+        raise AdoptError("adopt-skipped", "tooldir's own entry: it serves the adopted packages")
     if base in ("docker", "podman"):
-        raise AdoptError(skip, f"a {base} container: tooldir sandboxes packages, not container images")
+        raise AdoptError("adopt-skipped", f"a {base} container: tooldir sandboxes packages, not container images")
     if base in _NPX:
         runtime, (name, spec, cmd, rest) = "node", _npx(base, args)
     elif base in _PY:
         runtime, (name, spec, cmd, rest) = "python3", _pylaunch(base, args)
     else:
         raise AdoptError(
-            skip,
+            "adopt-skipped",
             f"command {command!r} is not a package launcher tooldir adopts (npx, bunx, pnpx, uvx, pipx run, "
             "uv tool run); make a server package of it by hand (see 'Guarding a project's MCP servers')",
         )
     if runtime not in interpreters:
-        raise AdoptError(skip, f"{base} runs on {runtime}, which is not in your policy's exec.interpreters")
+        raise AdoptError("adopt-skipped", f"{base} runs on {runtime}, which is not in your policy's exec.interpreters")
     env_raw = body.get("env", {})
     if not isinstance(env_raw, Mapping) or not all(isinstance(v, str) for v in env_raw.values()):
-        raise AdoptError(skip, "env is not an object of strings")
+        raise AdoptError("adopt-skipped", "env is not an object of strings")
     env: dict[str, str] = {}
     passed: list[str] = []
     secrets: dict[str, str] = {}
     for key, value in env_raw.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", key):
-            raise AdoptError(skip, f"env {key!r} is not a variable name")
+            raise AdoptError("adopt-skipped", f"env {key!r} is not a variable name")
         if is_reference(value):
             ref = value.strip("${}")
             if ref != key:
-                raise AdoptError(skip, f"env {key} = {value!r} renames a variable; tooldir passes a variable as itself")
+                raise AdoptError(
+                    "adopt-skipped", f"env {key} = {value!r} renames a variable; tooldir passes a variable as itself"
+                )
             passed.append(key)
         elif looks_secret(key, value):
             if not re.fullmatch(r"[A-Z][A-Z0-9_]{0,127}", key):
-                raise AdoptError(skip, f"env {key} holds a secret, but a secret's name is [A-Z][A-Z0-9_]*: rename it")
+                raise AdoptError(
+                    "adopt-skipped", f"env {key} holds a secret, but a secret's name is [A-Z][A-Z0-9_]*: rename it"
+                )
             secrets[key] = value
         else:
             env[key] = value
@@ -205,22 +208,24 @@ def plan(entry: ServerEntry, *, interpreters: Sequence[str]) -> Plan:
     offset = len(args) - len(rest)
     for index, where, value, secret in secret_args(entry.name, args):
         if index < offset:
-            raise AdoptError(skip, f"the launcher's own argument {index} looks like a secret")
+            raise AdoptError("adopt-skipped", f"the launcher's own argument {index} looks like a secret")
         if where is None:
             from .adopt import url_has_secret
 
             if url_has_secret(value):
                 raise AdoptError(
-                    skip,
+                    "adopt-skipped",
                     f"argument {index} is a URL with a secret inside: move the secret into an env variable "
                     "the server reads, then adopt it",
                 )
             continue
         flag, eq, _ = args[index].partition("=")
         if eq and flag.startswith("-"):
-            raise AdoptError(skip, f"argument {flag}=... holds a secret: write it as two arguments ({flag} VALUE)")
+            raise AdoptError(
+                "adopt-skipped", f"argument {flag}=... holds a secret: write it as two arguments ({flag} VALUE)"
+            )
         if secret in secrets and secrets[secret] != value:
-            raise AdoptError(skip, f"two different secrets would be named {secret}")
+            raise AdoptError("adopt-skipped", f"two different secrets would be named {secret}")
         secrets[secret] = value
         out_args[index - offset] = {"secret": secret}
     return Plan(
@@ -239,7 +244,6 @@ def plan(entry: ServerEntry, *, interpreters: Sequence[str]) -> Plan:
 
 
 def _npx(base: str, args: list[str]) -> tuple[str, str, str | None, list[str]]:
-    skip = "adopt-skipped"
     i = 0
     package: str | None = None
     while i < len(args):
@@ -253,11 +257,11 @@ def _npx(base: str, args: list[str]) -> tuple[str, str, str | None, list[str]]:
             package = args[i + 1]
             i += 2
         elif arg.startswith("-"):
-            raise AdoptError(skip, f"{base} option {arg!r} is not one tooldir knows how to keep")
+            raise AdoptError("adopt-skipped", f"{base} option {arg!r} is not one tooldir knows how to keep")
         else:
             break
     if i >= len(args):
-        raise AdoptError(skip, f"{base} names no package")
+        raise AdoptError("adopt-skipped", f"{base} names no package")
     if package is None:
         spec, cmd = args[i], None
     else:
@@ -265,20 +269,21 @@ def _npx(base: str, args: list[str]) -> tuple[str, str, str | None, list[str]]:
     at = spec.rfind("@")
     name, version = (spec[:at], spec[at + 1 :]) if at > 0 else (spec, "")
     if not _NPM_NAME.match(name):
-        raise AdoptError(skip, f"{spec!r} is not an npm registry package (a path, URL or git spec is not adopted)")
+        raise AdoptError(
+            "adopt-skipped", f"{spec!r} is not an npm registry package (a path, URL or git spec is not adopted)"
+        )
     return name, version, cmd, args[i + 1 :]
 
 
 def _pylaunch(base: str, args: list[str]) -> tuple[str, str, str | None, list[str]]:
-    skip = "adopt-skipped"
     rest = list(args)
     if base == "pipx":
         if not rest or rest[0] != "run":
-            raise AdoptError(skip, "pipx without 'run' starts nothing tooldir can adopt")
+            raise AdoptError("adopt-skipped", "pipx without 'run' starts nothing tooldir can adopt")
         rest = rest[1:]
     elif base == "uv":
         if rest[:2] != ["tool", "run"]:
-            raise AdoptError(skip, "uv without 'tool run' starts nothing tooldir can adopt")
+            raise AdoptError("adopt-skipped", "uv without 'tool run' starts nothing tooldir can adopt")
         rest = rest[2:]
     source: str | None = None
     i = 0
@@ -291,21 +296,23 @@ def _pylaunch(base: str, args: list[str]) -> tuple[str, str, str | None, list[st
             source = rest[i + 1]
             i += 2
         elif arg.startswith("-"):
-            raise AdoptError(skip, f"{base} option {arg!r} is not one tooldir knows how to keep")
+            raise AdoptError("adopt-skipped", f"{base} option {arg!r} is not one tooldir knows how to keep")
         else:
             break
     if i >= len(rest):
-        raise AdoptError(skip, f"{base} names no package")
+        raise AdoptError("adopt-skipped", f"{base} names no package")
     target = rest[i]
     spec_text = source if source is not None else target
     found = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[A-Za-z0-9,._-]+\])?(.*)$", spec_text)
     if found is None or not _PY_NAME.match(found.group(1)):
-        raise AdoptError(skip, f"{spec_text!r} is not a PyPI package (a path, URL or git spec is not adopted)")
+        raise AdoptError(
+            "adopt-skipped", f"{spec_text!r} is not a PyPI package (a path, URL or git spec is not adopted)"
+        )
     name, extras, version = found.group(1), found.group(2) or "", found.group(3).strip()
     if version.startswith("@"):
         version = "" if version[1:] == "latest" else "==" + version[1:]
     if version and not re.fullmatch(r"(==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!,<>=~ -]+", version):
-        raise AdoptError(skip, f"{spec_text!r}: version {version!r} is not a PyPI version specifier")
+        raise AdoptError("adopt-skipped", f"{spec_text!r}: version {version!r} is not a PyPI version specifier")
     command = None
     if source is not None:
         command = target
@@ -761,6 +768,11 @@ def _adopt_one(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     notes = []
+    if p.secrets:
+        notes.append(
+            "this version starts no server package that declares secrets (they would not be given to it): "
+            "it stays adopted, and will not start until that lands"
+        )
     if p.passed:
         notes.append(f"env {', '.join(p.passed)} come from your environment only if sandbox.env_allow lists them")
     return Outcome(

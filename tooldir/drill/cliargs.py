@@ -100,6 +100,9 @@ def vet(args: list[str], *, base: Path, cwd: Path, scenario: str, where: str) ->
     allowed = ALLOWED.get(command)
     if allowed is None:
         raise ScenarioError(f"{where}: 'tooldir {command}' may not run as a drill step", path=scenario)
+    if command == "adopt" and not getattr(ns, "dry_run", False):
+        # adopting fetches packages from the registries and writes the user's root, secrets and policy
+        raise ScenarioError(f"{where}: 'tooldir adopt' runs in a drill step only with --dry-run", path=scenario)
     by_dest = {a.dest: a for a in actions}
     for dest, value in sorted(vars(ns).items()):
         if dest in _STRUCTURE:
