@@ -53,7 +53,13 @@ ALLOWED: dict[str, dict[str, Kind]] = {
     "eval": {**COMMON, "tools": PATH, "queries": PATH},
     "policy show": dict(COMMON),
     "policy check": {"file": PATH, "json": FLAG},
-    "adopt": {**COMMON, "source": PATH, "dry_run": FLAG, "format": VALUE},  # --from CLIENT|FILE: in the arena
+    "adopt": {
+        **COMMON,
+        "source": PATH,
+        "dry_run": FLAG,
+        "format": VALUE,
+        "write_client_config": FLAG,
+    },  # --from: in the arena; only with --dry-run (vet)
     "init": {"name": VALUE, "dir": PATH, "lang": VALUE, "json": FLAG},
     "run": {**COMMON, "name": VALUE, "input": VALUE, "input_file": PATH},
     "serve": {**COMMON, "no_watch": FLAG, "turn_idle": VALUE, "log_file": PATH, "log_level": VALUE},

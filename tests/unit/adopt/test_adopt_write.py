@@ -350,3 +350,13 @@ def test_adopt_refuses_write_client_config_with_dry_run(project: Path, capsys: p
     assert main(["adopt", "--dry-run", "--write-client-config", "--project", str(project)]) == 2
     assert "leave out --dry-run" in capsys.readouterr().err
     assert (project / ".mcp.json").read_text() == CLAUDE
+
+
+def test_a_drill_step_runs_adopt_only_with_dry_run(tmp_path: Path) -> None:
+    """A downloaded scenario never makes tooldir fetch packages or write the user's root."""
+    from tooldir.drill.cliargs import vet
+    from tooldir.drill.confine import ScenarioError
+
+    with pytest.raises(ScenarioError, match="only with --dry-run"):
+        vet(["adopt"], base=tmp_path, cwd=tmp_path, scenario="s.toml", where="steps[0]")
+    vet(["adopt", "--dry-run"], base=tmp_path, cwd=tmp_path, scenario="s.toml", where="steps[0]")
