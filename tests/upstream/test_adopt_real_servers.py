@@ -122,3 +122,41 @@ def test_an_npm_server_adopted_from_vscode_is_allowed_listed_through_serve_and_c
     ran = tooldir(tmp_path, "run", "everything__echo", "--input", '{"message": "adopted and sandboxed"}')
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "Echo: adopted and sandboxed" in ran.stdout
+
+
+def test_a_pypi_server_is_adopted_allowed_and_called_by_an_unprivileged_user_too() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("already unprivileged: the tests above ran as this user")
+    import pwd
+    import shutil
+    import tempfile
+
+    import unprivileged
+
+    workdir = Path(tempfile.mkdtemp(prefix="tooldir-adopt-user-", dir="/tmp"))
+    script = (
+        "import json, os, pathlib, subprocess, sys\n"
+        "home = pathlib.Path(os.environ['HOME']); project = home / 'project'; project.mkdir(parents=True)\n"
+        "(project / '.mcp.json').write_text(json.dumps({'mcpServers': {'time': {'command': 'uvx', 'args': ['mcp-server-time']}}}))\n"
+        "def tooldir(*args):\n"
+        "    done = subprocess.run([sys.executable, '-m', 'tooldir', *args, '--project', str(project)], capture_output=True, text=True)\n"
+        "    print('$ tooldir', *args, '->', done.returncode, done.stdout[-400:], done.stderr[-1500:], flush=True)\n"
+        "    return done\n"
+        "assert tooldir('adopt').returncode == 0\n"
+        "assert tooldir('allow', 'time', '--yes').returncode == 0\n"
+        "ran = tooldir('run', 'time__get_current_time', '--input', json.dumps({'timezone': 'Asia/Tokyo'}), '--json')\n"
+        "assert ran.returncode == 0 and 'Asia/Tokyo' in ran.stdout\n"
+        "print('ADOPTED-AND-CALLED')\n"
+    )
+    try:
+        with unprivileged.throwaway_user() as user:
+            uid = pwd.getpwnam(user).pw_uid
+            os.chmod(workdir, 0o700)
+            os.chown(workdir, uid, uid)
+            argv = [sys.executable, "-c", script]
+            done = unprivileged.run_as_user(user, argv, workdir, expose=unprivileged.python_trees(), timeout=900)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    out = done.stdout.decode()
+    assert "ADOPTED-AND-CALLED" in out, out[-4000:] + done.stderr.decode()[-3000:]
+    assert done.returncode == 0
