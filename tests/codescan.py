@@ -30,6 +30,7 @@ DIAGNOSTIC_CALLS = {
     ("trust.py", "diag", "method"): 1,
     ("strictjson.py", "StrictJSONError", "function"): 0,
     ("adopt.py", "_finding", "function"): 1,
+    ("adoption.py", "AdoptError", "function"): 0,
 }
 CALL_ERROR_CALLS = {
     ("registry.py", "_Stop", "function"): 0,

@@ -375,10 +375,23 @@ def _command_findings(entry: ServerEntry, command: str, args: list[str], interpr
                     fix=f"pin an exact version ({_pin_example(base, text)}); adoption resolves and shows it",
                 )
             )
+    for index, where, value, name in secret_args(entry.name, args):
+        if where is None:
+            out += _url_secrets(entry, args[index], f"/args/{index}")
+        else:
+            out.append(_secret(entry, f"/args/{index}", where, value, name))
+    return out
+
+
+def secret_args(server: str, args: Sequence[str]) -> list[tuple[int, str | None, str, str]]:
+    """The arguments of ``server`` that hold a secret: (index, where (None: a URL that may hold one
+    in a part), the secret's value, its secrets.toml name). A whole argument that is the value
+    (``--token X``, a token-shaped value) or ``--flag=VALUE``."""
+    out: list[tuple[int, str | None, str, str]] = []
     for index, arg in enumerate(args):
         flag, eq, value = arg.partition("=")
         if eq and flag.startswith("-") and _SECRET_NAME.search(flag) and value and not _REFERENCE.match(value):
-            out.append(_secret(entry, f"/args/{index}", f"argument {flag}", value, secret_name(entry.name, flag)))
+            out.append((index, f"argument {flag}", value, secret_name(server, flag)))
         elif (
             index > 0
             and args[index - 1].startswith("-")
@@ -387,22 +400,34 @@ def _command_findings(entry: ServerEntry, command: str, args: list[str], interpr
             and not arg.startswith("-")
             and not _REFERENCE.match(arg)
         ):
-            out.append(
-                _secret(
-                    entry,
-                    f"/args/{index}",
-                    f"argument after {args[index - 1]}",
-                    arg,
-                    secret_name(entry.name, args[index - 1]),
-                )
-            )
+            out.append((index, f"argument after {args[index - 1]}", arg, secret_name(server, args[index - 1])))
         elif _SECRET_VALUE.match(arg):
-            out.append(
-                _secret(entry, f"/args/{index}", f"argument {index}", arg, secret_name(entry.name, f"arg {index}"))
-            )
+            out.append((index, f"argument {index}", arg, secret_name(server, f"arg {index}")))
         elif "://" in arg:
-            out += _url_secrets(entry, arg, f"/args/{index}")
+            out.append((index, None, arg, ""))
     return out
+
+
+def url_has_secret(url: str) -> bool:
+    """A URL with a password, a token-shaped user name or a secret-looking query parameter."""
+    try:
+        parts = urlsplit(url)
+        password, username = parts.password, parts.username
+    except ValueError:
+        return False
+    if password or (username and _SECRET_VALUE.match(username)):
+        return True
+    return any(value and _looks_secret(key, value) for key, value in parse_qsl(parts.query))
+
+
+def looks_secret(name: str, value: str) -> bool:
+    """An env value (or header) that is a secret in plain text (never a ``${VAR}`` reference)."""
+    return _looks_secret(name, value)
+
+
+def is_reference(value: str) -> bool:
+    """``${VAR}`` or ``$VAR``: the client fills it in from its environment."""
+    return _REFERENCE.match(value) is not None
 
 
 def _package_spec(launcher: str, args: list[str]) -> tuple[int, str, bool, str] | None:

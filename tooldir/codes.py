@@ -79,6 +79,11 @@ class DiagnosticCode(enum.StrEnum):
     ADOPT_NO_TLS = "adopt-no-tls"
     ADOPT_COLLISION = "adopt-collision"
     ADOPT_INVALID_ENTRY = "adopt-invalid-entry"
+    # tooldir adopt (without --dry-run): an entry that was not adopted
+    ADOPT_SKIPPED = "adopt-skipped"
+    ADOPT_INSTALL_FAILED = "adopt-install-failed"
+    ADOPT_OVER_LIMIT = "adopt-over-limit"
+    ADOPT_CONFLICT = "adopt-conflict"
 
 
 class CallErrorCode(enum.StrEnum):
@@ -240,5 +245,9 @@ DIAGNOSTIC_HELP: dict[DiagnosticCode, str] = {
     DiagnosticCode.ADOPT_NO_TLS: "An MCP client talks to a remote server over plain http://; use its https:// address.",
     DiagnosticCode.ADOPT_COLLISION: "An MCP server would be adopted under a package name you already have (or another server would). Rename one.",
     DiagnosticCode.ADOPT_INVALID_ENTRY: "An MCP server entry of a client's configuration is not a server tooldir can read (no command or url, wrong types).",
+    DiagnosticCode.ADOPT_SKIPPED: "tooldir adopt left an entry as it is: a remote server, a container image, a command that is not a package launcher (npx, bunx, pnpx, uvx, pipx run, uv tool run), or a secret inside an argument. The message says which.",
+    DiagnosticCode.ADOPT_INSTALL_FAILED: "tooldir adopt could not resolve or install the entry's package (registry unreachable, no such version, no wheel for the sandbox's python3); nothing was written for it.",
+    DiagnosticCode.ADOPT_OVER_LIMIT: "The package tooldir adopt installed is over your limits.max_package_* or max_file_bytes; the message names the keys and values to set. Nothing was written.",
+    DiagnosticCode.ADOPT_CONFLICT: "tooldir adopt would overwrite something of yours: a folder of that name it did not write, a secret of that name with another value, a grant it cannot add to your policy. Nothing was written for the entry.",
     DiagnosticCode.UPSTREAM_OVER_LIMIT: "An MCP server's listing, one of its messages or its instructions is over a limit tooldir sets; the message names the limit. Nothing over it is used.",
 }

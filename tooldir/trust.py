@@ -174,6 +174,9 @@ class Assessment:
     grant: Grant | None = None
 
 
+ADOPTED_MARKER = "adopted.json"
+"""The file ``tooldir adopt`` writes in a package it made from a client's entry: such a package needs
+approval even in the user's own tool folder."""
 UNVERIFIED = Trust(False, "unverified")
 _NONE_REQUIRED = Trust(True, "none-required")
 _BUILTIN = Trust(True, "builtin")
@@ -233,11 +236,16 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
                 ),
             ),
         )
-    if not rules.require:
+    require = rules.require
+    if scan.source is Source.USER and any(f.path == ADOPTED_MARKER for f in scan.files):
+        # written by `tooldir adopt` from a client's configuration: someone else's code, fetched for
+        # you, so it waits for your approval (`tooldir allow`) even in your own tool folder
+        require = ("approval",)
+    if not require:
         return _active(candidate, _NONE_REQUIRED)
 
     diags: list[Diagnostic] = []
-    if "pin" in rules.require:
+    if "pin" in require:
         pinned = inputs.policy.pins.get(manifest.name)
         if pinned == scan.digest:
             return _active(candidate, Trust(True, "pinned"))
@@ -245,7 +253,7 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
             diags.append(
                 warning("hash-mismatch", f"package digest {scan.digest} differs from the pinned {pinned}", **where)
             )
-    if "signature" in rules.require and inputs.check_signature is not None:
+    if "signature" in require and inputs.check_signature is not None:
         verdict = inputs.check_signature(candidate)
         if verdict is not None:
             if verdict.trusted:
@@ -257,7 +265,7 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
             if any(d.severity is Severity.ERROR for d in verdict.diagnostics):
                 # a bad, replayed, revoked, rolled-back or expired signature is an attack, not a pending review
                 return Assessment(Status.REJECTED, UNVERIFIED, tuple(diags))
-    if "approval" in rules.require:
+    if "approval" in require:
         approval = inputs.approvals.get(scan.path)
         if approval is not None and approval.key and approval.key in inputs.revoked:
             # an approval given to a package signed by a key that is now revoked no longer counts
@@ -282,7 +290,7 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
                 )
             )
             return Assessment(Status.PENDING, UNVERIFIED, tuple(diags))
-    needed = " or ".join(rules.require)
+    needed = " or ".join(require)
     diags.append(warning("not-approved", f"{scan.source} tool needs {needed} before it can run", **where))
     return Assessment(Status.PENDING, UNVERIFIED, tuple(diags))
 

@@ -26,6 +26,15 @@ import jsonschema_rs
 from .strictjson import escape_pointer, thaw
 
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+#: draft-07, as the official MCP TypeScript SDK's servers declare it: accepted when nothing in the
+#: schema means something else under 2020-12 (which validates it), see :data:`_DRAFT_07_DIFFERENT`.
+DRAFT_07 = frozenset(
+    f"{scheme}://json-schema.org/draft-07/schema{end}" for scheme in ("http", "https") for end in ("", "#")
+)
+#: draft-07 keywords 2020-12 ignores or reads otherwise (an array ``items``, and ``$ref`` beside
+#: other keywords, which draft-07 ignores, are checked too).
+_DRAFT_07_DIFFERENT = frozenset({"additionalItems", "dependencies", "$recursiveRef", "$recursiveAnchor"})
+_REF_SIBLINGS_OK = frozenset({"$ref", "description", "title", "$comment", "default", "examples"})
 #: Largest compiled program of one ``pattern`` (bytes, the regex crate's ``size_limit``).
 REGEX_SIZE_LIMIT = 64 * 1024
 #: Lazy-DFA cache of one pattern (bytes); when it fills up the engine stays linear, only slower.
@@ -81,6 +90,10 @@ def remote_io_problems(schema: Any, pointer: str = "") -> list[tuple[str, str]]:
     return inspect_schema(schema, pointer).problems
 
 
+def _is_draft_07(value: Any) -> bool:
+    return isinstance(value, str) and value in DRAFT_07
+
+
 def inspect_schema(schema: Any, pointer: str = "") -> SchemaFacts:
     """One walk over ``schema``: its remote-io problems, its patterns and whether it has references.
 
@@ -91,6 +104,15 @@ def inspect_schema(schema: Any, pointer: str = "") -> SchemaFacts:
     """
     facts = SchemaFacts()
     problems = facts.problems
+    draft_07 = isinstance(schema, dict) and _is_draft_07(schema.get("$schema"))
+
+    def draft_07_differences(node: dict[str, Any], where: str) -> None:
+        for key in sorted(_DRAFT_07_DIFFERENT & node.keys()):
+            problems.append((f"{where}/{escape_pointer(key)}", f"{key} means something else under draft 2020-12"))
+        if isinstance(node.get("items"), list):
+            problems.append((f"{where}/items", "an array items (draft-07) is prefixItems under draft 2020-12"))
+        if "$ref" in node and not node.keys() <= _REF_SIBLINGS_OK:
+            problems.append((f"{where}/$ref", "draft-07 ignores the keywords beside $ref; draft 2020-12 applies them"))
 
     # only objects and arrays are walked, and the plain scalar keywords are skipped before their
     # pointer is built (most members of a schema hold nothing to find)
@@ -101,6 +123,8 @@ def inspect_schema(schema: Any, pointer: str = "") -> SchemaFacts:
                     if isinstance(item, dict | list):
                         walk(item, f"{where}/{index}", False)
             return
+        if draft_07:
+            draft_07_differences(node, where)
         for key, value in node.items():
             if key in _PLAIN_KEYWORDS and not isinstance(value, dict | list):
                 continue  # "type": "string", "description": "...", "minimum": 0: nothing to find
@@ -108,8 +132,8 @@ def inspect_schema(schema: Any, pointer: str = "") -> SchemaFacts:
             if key == "$schema":
                 if not top:
                     problems.append((at, f"a nested $schema is not allowed (a validator would fetch {value!r})"))
-                elif value not in (DRAFT_2020_12, DRAFT_2020_12 + "#"):
-                    problems.append((at, f"input_schema must be draft 2020-12, not {value!r}"))
+                elif value not in (DRAFT_2020_12, DRAFT_2020_12 + "#") and not _is_draft_07(value):
+                    problems.append((at, f"input_schema must be draft 2020-12 (or draft-07), not {value!r}"))
             elif key == "$id":
                 problems.append(
                     (at, f"$id is not allowed in an input schema (it moves where references resolve: {value!r})")

@@ -53,7 +53,13 @@ ALLOWED: dict[str, dict[str, Kind]] = {
     "eval": {**COMMON, "tools": PATH, "queries": PATH},
     "policy show": dict(COMMON),
     "policy check": {"file": PATH, "json": FLAG},
-    "adopt": {**COMMON, "source": PATH, "dry_run": FLAG, "format": VALUE},  # --from CLIENT|FILE: in the arena
+    "adopt": {
+        **COMMON,
+        "source": PATH,
+        "dry_run": FLAG,
+        "format": VALUE,
+        "write_client_config": FLAG,
+    },  # --from: in the arena; only with --dry-run (vet)
     "init": {"name": VALUE, "dir": PATH, "lang": VALUE, "json": FLAG},
     "run": {**COMMON, "name": VALUE, "input": VALUE, "input_file": PATH},
     "serve": {**COMMON, "no_watch": FLAG, "turn_idle": VALUE, "log_file": PATH, "log_level": VALUE},
@@ -100,6 +106,9 @@ def vet(args: list[str], *, base: Path, cwd: Path, scenario: str, where: str) ->
     allowed = ALLOWED.get(command)
     if allowed is None:
         raise ScenarioError(f"{where}: 'tooldir {command}' may not run as a drill step", path=scenario)
+    if command == "adopt" and not getattr(ns, "dry_run", False):
+        # adopting fetches packages from the registries and writes the user's root, secrets and policy
+        raise ScenarioError(f"{where}: 'tooldir adopt' runs in a drill step only with --dry-run", path=scenario)
     by_dest = {a.dest: a for a in actions}
     for dest, value in sorted(vars(ns).items()):
         if dest in _STRUCTURE:

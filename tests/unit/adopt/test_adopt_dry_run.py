@@ -170,15 +170,6 @@ def test_from_one_client_or_one_file_reads_only_that(
     assert {s["name"] for s in doc["servers"]} == {"fetch", "api", "evil_tool"}
 
 
-def test_without_dry_run_nothing_is_written_and_the_command_says_why(
-    clients: dict[str, Path], capsys: pytest.CaptureFixture[str]
-) -> None:
-    before = (clients["project"] / ".mcp.json").read_bytes()
-    assert main(["adopt", "--project", str(clients["project"])]) == 2
-    assert "--dry-run" in capsys.readouterr().err
-    assert (clients["project"] / ".mcp.json").read_bytes() == before
-
-
 def test_an_invalid_config_file_is_an_error_naming_the_file_and_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -35,7 +35,7 @@ def reference(schema: Any, pointer: str = "") -> SchemaFacts:
                 if not top:
                     problems.append((at, f"a nested $schema is not allowed (a validator would fetch {value!r})"))
                 elif value not in (DRAFT_2020_12, DRAFT_2020_12 + "#"):
-                    problems.append((at, f"input_schema must be draft 2020-12, not {value!r}"))
+                    problems.append((at, f"input_schema must be draft 2020-12 (or draft-07), not {value!r}"))
             elif key == "$id":
                 problems.append(
                     (at, f"$id is not allowed in an input schema (it moves where references resolve: {value!r})")

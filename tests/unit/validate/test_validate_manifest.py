@@ -163,7 +163,28 @@ def test_a_name_differing_from_its_folder_is_name_mismatch(root: Path) -> None:
         ),
         ({"type": "object", "properties": {"a": {"$ref": "file:///etc/passwd"}}}, "/input_schema/properties/a/$ref"),
         ({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}, "/input_schema"),
-        ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"}, "/input_schema/$schema"),
+        ({"$schema": "http://json-schema.org/draft-04/schema#", "type": "object"}, "/input_schema/$schema"),
+        (
+            {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "dependencies": {"a": ["b"]}},
+            "/input_schema/dependencies",
+        ),
+        (
+            {
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "object",
+                "properties": {"a": {"type": "array", "items": [{"type": "string"}]}},
+            },
+            "/input_schema/properties/a/items",
+        ),
+        (
+            {
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "object",
+                "properties": {"a": {"$ref": "#/definitions/s", "maxLength": 3}},
+                "definitions": {"s": {"type": "string"}},
+            },
+            "/input_schema/properties/a/$ref",
+        ),
     ],
     ids=[
         "not-object",
@@ -175,6 +196,9 @@ def test_a_name_differing_from_its_folder_is_name_mismatch(root: Path) -> None:
         "file-ref",
         "dangling-ref",
         "other-draft",
+        "draft-07-dependencies",
+        "draft-07-items-array",
+        "draft-07-ref-siblings",
     ],
 )
 def test_an_input_schema_that_is_not_a_valid_object_schema_is_rejected(
@@ -499,3 +523,17 @@ def test_loaded_manifests_share_their_fields_set_and_stay_frozen(tmp_path: Path)
         one.description = "changed"  # type: ignore[misc]
     assert one.model_copy(update={"description": "copy"}).model_fields_set is not one.model_fields_set
     assert "description" in one.model_fields_set and one.model_fields_set == two.model_fields_set
+
+
+def test_a_draft_07_input_schema_that_means_the_same_under_2020_12_is_accepted(root: Path) -> None:
+    """As the official MCP TypeScript SDK's servers declare their tools' inputs."""
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {"message": {"type": "string", "description": "Message to echo"}},
+        "required": ["message"],
+        "additionalProperties": False,
+    }
+    write_raw(root, "schema_tool", manifest("schema_tool", input_schema=schema))
+    snap = load_user(root)
+    assert not [d for d in diags_of(snap, "schema_tool") if d.code == "invalid-input-schema"]
