@@ -82,6 +82,7 @@ _RELIST_MIN_S = 1.0  # re-listings of one server on its tools/list_changed, at m
 #: After a failed start, how long the rest of the server's stderr is read at most (the sandbox is
 #: killed first, so its end comes at once unless something else holds the pipe), and how much.
 _DRAIN_S = 2.0
+_REAP_S = 10.0  # a SIGKILLed server's launcher is reaped within this (the kernel ends it at once)
 _DRAIN_MAX_BYTES = 1 << 20
 
 
@@ -790,7 +791,10 @@ class ServerSession:
             if process is not None:
                 with contextlib.suppress(OSError):
                     os.killpg(process.pid, signal.SIGKILL)
-                with contextlib.suppress(Exception):
+                # reaped even when this task is being cancelled (the hub's loop closing): an
+                # unshielded wait is cancelled at once and leaves the killed process unreaped, its
+                # transport collected later as "still running" (stress round 3 of 2026-12-03)
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_REAP_S), contextlib.suppress(Exception):
                     await process.aclose()
             if prepared is not None:
                 prepared.finish()  # notes an OOM kill; empties and removes the server's cgroup
