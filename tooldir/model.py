@@ -587,6 +587,37 @@ class ToolRecord:
         }
 
 
+_SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+
+
+def why_not_runnable(name: str, record: ToolRecord | None, *, for_model: bool = False) -> str:
+    """The one phrasing of "this cannot run" (every refusal of a tool that is not
+    :func:`is_runnable`: ``tooldir run``, the registry, a session, ``tool_search``'s
+    ``unavailable``, ``allow`` of a server package). ``name`` is the name asked for; ``record``
+    the record found under it (None: none is).
+
+    ``for_model``: the text may reach the model, so only the status and diagnostic codes are
+    kept: a diagnostic's message (and a shadowing path) may quote the tool's own text, and nothing
+    of a pending or rejected tool may reach the model (trust:listing). Otherwise the first
+    error's (else warning's) ``code: message`` says why."""
+    advice = f"it cannot run until the user trusts it (see `tooldir show {name}`)"
+    if record is None:
+        return f"tool {name!r} is not active; {advice}"
+    subject = f"MCP server package {record.name!r}" if record.server is not None else f"tool {name!r}"
+    if record.server is not None and is_runnable(record):  # trusted, but never offered itself
+        return f"{subject} is not a tool itself: its tools are called as {record.name}__<tool>"
+    if record.status is _ACTIVE:  # marked active, but not by the trust stage (hand-made or altered)
+        return f"{subject} has no grant from the trust stage for its digest; {advice}"
+    if for_model:
+        why: str | None = ", ".join(sorted({d.code for d in record.diagnostics})) or None
+    else:
+        ranked = sorted(record.diagnostics, key=lambda d: _SEVERITY_RANK.get(str(d.severity), 3))
+        why = next((f"{d.code}: {d.message}" for d in ranked if str(d.severity) != "info"), None)
+        if why is None and record.shadowed_by:
+            why = f"shadowed by {record.shadowed_by}"
+    return f"{subject} is {record.status}" + (f" ({why})" if why else "") + f"; {advice}"
+
+
 @dataclass(frozen=True, slots=True)
 class BuiltinSpec:
     """A tool registered in Python by the host application (its name is reserved)."""

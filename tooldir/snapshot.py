@@ -14,7 +14,7 @@ from operator import attrgetter, itemgetter
 from types import MappingProxyType
 from typing import Any
 
-from .model import Diagnostic, Source, Status, ToolRecord
+from .model import Diagnostic, Source, Status, ToolRecord, is_runnable
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,7 @@ class Snapshot:
         return self.by_name.get(name)
 
     def active(self) -> list[ToolRecord]:
-        return [t for t in self.by_name.values() if t.status is Status.ACTIVE]
+        return [t for t in self.by_name.values() if is_runnable(t)]
 
     def records(self, name: str) -> list[ToolRecord]:
         return [t for t in self.tools if t.name == name]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .catalog import ToolDef, tool_def
 from .defer import DeferralPlan, plan_deferral
 from .errors import PermissionDeniedError
-from .model import BuiltinSpec, Risk, Source, Status
+from .model import BuiltinSpec, Risk, Source, is_runnable, why_not_runnable
 from .names import GUARD_TOOLS
 from .permissions import PermissionCheck, PermissionRequest, from_policy
 from .policy import Policy
@@ -60,9 +60,8 @@ def static_view(
     for name, record in sorted(records.items()):
         if name in GUARD_TOOLS:
             continue
-        if record.status is not Status.ACTIVE:
-            codes = ", ".join(sorted({d.code for d in record.diagnostics})) or str(record.status)
-            unavailable[name] = f"{record.status}: {codes}; it cannot run until trusted (see `tooldir show {name}`)"
+        if not is_runnable(record):
+            unavailable[name] = why_not_runnable(name, record, for_model=True)
             continue
         try:
             permissions.check(PermissionRequest(name, record.source, record.risk or Risk.EXEC))

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import ExecutionError
 from ..loader import LoadConfig, Loader
-from ..model import ToolRecord, is_runnable
+from ..model import ToolRecord, is_runnable, why_not_runnable
 from ..snapshot import Snapshot, SnapshotDiff, SnapshotStore, diff
 from ..upstream import (
     approve_listing,
@@ -35,7 +35,7 @@ def pin_after_allow(config: LoadConfig, path: str, *, quiet: bool) -> dict[str, 
     if record is None:
         return None
     if not is_runnable(record):
-        return {"error": {"code": "not-active", "message": f"{record.name} is {record.status}; nothing pinned"}}
+        return {"error": {"code": "not-active", "message": why_not_runnable(record.name, record)}}
     try:
         listing, entry = approve_listing(record, config.policy, config.state_dir)
     except ExecutionError as exc:
@@ -113,10 +113,7 @@ def package_refusal(snapshot: Any, name: str) -> str | None:
     for record in snapshot.tools:
         if record.server is None or not name.startswith(record.name + SEPARATOR):
             continue
-        if is_runnable(record):
-            return None
-        why = next((f"{d.code}: {d.message}" for d in record.diagnostics if str(d.severity) != "info"), "")
-        return f"the MCP server package {record.name!r} is {record.status}" + (f" ({why})" if why else "")
+        return None if is_runnable(record) else why_not_runnable(record.name, record)
     return None
 
 
