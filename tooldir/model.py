@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
@@ -554,7 +554,10 @@ class ToolRecord:
     trust: Trust
     digest: str | None  # "sha256:<hex>" over the whole package
     risk: Risk | None
-    deferred: bool
+    #: what the ``[defer]`` rules say for this name (:func:`tooldir.defer.rules_defer`): a candidate
+    #: only. Whether the tool starts deferred is the :class:`tooldir.defer.DeferralPlan`'s answer
+    #: (in ``auto`` mode it also weighs tokens), the one that :meth:`to_json` reports.
+    defer_candidate: bool
     manifest: Manifest | None
     files: tuple[PackageFile, ...] = ()
     diagnostics: tuple[Diagnostic, ...] = ()
@@ -574,8 +577,12 @@ class ToolRecord:
         elif self.grant is not None:
             raise ValueError(f"tool {self.name!r}: a {self.status} record carries no Grant")
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, deferred: Callable[[str], bool] | None = None) -> dict[str, Any]:
+        """The record as ``scan --json`` prints it; ``deferred`` is the deferral plan's answer
+        (pass ``plan.is_deferred`` of the :class:`tooldir.defer.DeferralPlan` a fresh session over
+        the snapshot starts from: :func:`tooldir.session.initial_plan`), and absent without one:
+        the record alone cannot say."""
+        data: dict[str, Any] = {
             "name": self.name,
             "source": str(self.source),
             "path": self.path,
@@ -583,8 +590,10 @@ class ToolRecord:
             "trust": self.trust.method,
             "digest": self.digest,
             "risk": None if self.risk is None else str(self.risk),
-            "deferred": self.deferred,
         }
+        if deferred is not None:
+            data["deferred"] = deferred(self.name)
+        return data
 
 
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}

@@ -243,7 +243,7 @@ class Registry:
                 with ``input=`` and ``context=``; an unknown risk.
         """
         spec, schema = _checked_builtin(name, input_schema, handler, description=description, risk=risk, guard=guard)
-        record = builtin_record(spec, deferred=False)
+        record = builtin_record(spec, defer_candidate=False)
         entry = _Builtin(spec, handler, record, _InProcess(compile_input_schema(schema)))
         with self._register_lock:
             if name in self._builtins:
@@ -686,7 +686,7 @@ class Registry:
 
         snapshot = self._store.current
         if names is None:
-            wanted = sorted(snapshot.active(), key=lambda r: r.deferred)  # stable: snapshot order within each
+            wanted = sorted(snapshot.active(), key=lambda r: r.defer_candidate)  # stable: snapshot order within each
         else:
             wanted = [r for n in names if (r := snapshot.get(n)) is not None]
         records = [r for r in wanted if r.source is not Source.BUILTIN and is_runnable(r) and r.upstream is None]

@@ -56,7 +56,7 @@ def static_view(
     unavailable: dict[str, str] = {}
     records = dict(snapshot.by_name)
     for name, spec in builtins.items():
-        records.setdefault(name, builtin_record(spec, deferred=False))
+        records.setdefault(name, builtin_record(spec, defer_candidate=False))
     for name, record in sorted(records.items()):
         if name in GUARD_TOOLS:
             continue
