@@ -310,6 +310,7 @@ class Session:
                 method=self._counter.method,
                 tools=len(view.defs),
                 deferred=len(view.deferred),
+                directory=directory,
             )
 
     # ----------------------------------------------------------------------------- tool_search
