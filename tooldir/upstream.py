@@ -44,6 +44,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from ._internal.strictjson import canonical_json
 from .discover import MANIFEST, PackageScan
 from .errors import ExecutionError, SandboxError
 from .model import BuiltinSpec, Diagnostic, Risk, Status, ToolRecord, UpstreamRef, error, is_runnable, warning
@@ -99,12 +100,9 @@ def definition_of(tool: Mapping[str, Any]) -> dict[str, Any]:
     return {key: tool.get(key) for key in DEFINITION_FIELDS}
 
 
-def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-
-
 def digest_of(value: Any) -> str:
-    return "sha256:" + hashlib.sha256(canonical(value).encode()).hexdigest()
+    """The pin of a definition or of instructions (in ``upstream.json``): sha256 of canonical JSON form 2."""
+    return "sha256:" + hashlib.sha256(canonical_json(value, 2)).hexdigest()
 
 
 def visible(value: Any) -> str:
@@ -150,7 +148,7 @@ def _package_state(data: Mapping[str, Any], record: ToolRecord) -> Mapping[str, 
 
 def definitions_size(tools: Iterable[Mapping[str, Any]]) -> int:
     """Bytes of the canonical JSON of every tool of a listing (what the state keeps of it)."""
-    return sum(len(canonical(dict(t)).encode()) for t in tools)
+    return sum(len(canonical_json(dict(t), 2)) for t in tools)
 
 
 def record_listing(state_dir: Path, record: ToolRecord, listing: Listing, *, approve: bool) -> dict[str, Any]:
