@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tooldir._mcp_early import INSTRUCTIONS
 from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy
 from tooldir.registry import Registry
@@ -47,6 +48,8 @@ def measure(counter: TokenCounter, rows: list[dict[str, Any]], state: Path) -> d
         )
     session = Session(store, policy=policy, registry=registry, counter=counter)
     first = session.token_report()
+    directory = counter.count(session.directory_text())  # the compact directory, inside first_turn
+    instructions = counter.count(INSTRUCTIONS)  # what tooldir serve's initialize sends instead
     session.tool_search(queries=["create pull request"], top_k=3)
     after = session.token_report()
     session.close()
@@ -59,6 +62,12 @@ def measure(counter: TokenCounter, rows: list[dict[str, Any]], state: Path) -> d
         "first_turn": first.first_turn,
         "first_turn_share": round(first.first_turn_share, 4),
         "saving_first_turn": first.saving,
+        # issue 25 item 4: tooldir serve sends tools/list (eager + guard tools) and its instructions,
+        # not the directory: what its first turn costs, both ways
+        "directory": directory,
+        "serve_instructions": instructions,
+        "serve_first_turn_without_directory": first.first_turn - directory + instructions,
+        "serve_first_turn_with_directory": first.first_turn + instructions,
         "after_loading_3": {"loaded_increment": after.loaded_increment, "loaded": session.loaded()},
         "defer_decision": session.defer_decision,
     }
@@ -81,6 +90,11 @@ def main() -> None:
             f"{label:9s} ({r['method']}): {r['tools']} tools, all schemas {r['all_schemas']} tokens, "
             f"first turn {r['first_turn']} ({r['first_turn_share']:.2%}; target <= 8%), "
             f"+{r['after_loading_3']['loaded_increment']} after loading {r['after_loading_3']['loaded']}"
+        )
+        print(
+            f"{'':9s} of which the compact directory {r['directory']}; tooldir serve's first turn "
+            f"{r['serve_first_turn_without_directory']} without it, {r['serve_first_turn_with_directory']} with it "
+            f"(instructions {r['serve_instructions']})"
         )
 
 

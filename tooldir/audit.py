@@ -82,7 +82,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ._internal.atomic import private_dirs
-from ._internal.strictjson import StrictJSONError, dumps_canonical, loads
+from ._internal.strictjson import StrictJSONError, canonical_json, loads
 from .errors import StateError
 from .state import ChainHead, audit_head_path, load_chain_head, save_chain_head
 
@@ -104,7 +104,6 @@ RESERVE_SLOTS = 1 << 16
 _MAX_LAST_LINE = 1 << 24  # a head-less log whose last line is longer than 16 MiB is treated as damaged
 _MAX_INT = 1 << 53
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 log = logging.getLogger("tooldir")
 _HEAD_TEXT = re.compile(r"^(?:(\d{1,18}):)?([0-9a-f]{64})$")
 
@@ -115,20 +114,21 @@ def canonical(value: Any) -> bytes:
     Raises:
         ValueError: a non-finite number (records are built so that this never happens).
     """
-    return _ENCODER.encode(value).encode("ascii")
+    return canonical_json(value, 2)
 
 
 def _canonical_v1(value: Any) -> bytes:
-    return dumps_canonical(value).encode("utf-8")
+    return canonical_json(value, 1)
 
 
+#: the canonical JSON form (``tooldir._internal.strictjson.canonical_json``) of each record version
 _SERIALISERS: dict[Any, Callable[[Any], bytes]] = {1: _canonical_v1, RECORD_VERSION: canonical}
 
 
 def input_digest(value: Any) -> str:
     """sha256 of the canonical JSON of a tool input (inputs are never logged, only hashed)."""
     try:
-        data = dumps_canonical(value).encode()
+        data = canonical_json(value, 1)
     except (TypeError, ValueError):
         data = repr(value).encode("utf-8", "replace")
     return "sha256:" + hashlib.sha256(data).hexdigest()
@@ -229,7 +229,7 @@ def _bounded_network(connections: list[Any]) -> list[dict[str, Any]]:
         if not isinstance(connection, Mapping):
             continue
         entry = bounded_fields(connection)
-        size += len(_ENCODER.encode(entry)) + 1  # and its comma
+        size += len(canonical(entry)) + 1  # and its comma (the form the line is written in: ASCII)
         if size > NETWORK_LINE_BYTES:
             break
         kept.append(entry)

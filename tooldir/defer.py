@@ -15,8 +15,9 @@ report and ``tooldir serve``'s first ``tools/list``. It is the *starting point* 
 session does afterwards (tools ``tool_search`` loaded, idle tools re-deferred by
 :mod:`tooldir.usage`) is that session's own dynamic state and lives in the session.
 
-``ToolRecord.deferred`` in a snapshot is :func:`rules_defer` under the loader's policy (the loader
-never counts tokens); tooldir reports the plan's :meth:`DeferralPlan.is_deferred` instead.
+``ToolRecord.defer_candidate`` in a snapshot is :func:`rules_defer` under the loader's policy (the
+loader never counts tokens); the one answer, in every listing and in ``ToolRecord.to_json(plan)``
+(``scan --json``), is the plan's :meth:`DeferralPlan.is_deferred`.
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ from types import MappingProxyType
 from typing import IO, Any
 
 from ._internal.atomic import private_dirs, write_atomic
+from ._internal.smallfile import Unreadable, read_private
 from ._internal.strictjson import FrozenDict, freeze_arrays_in_place
 from .discover import MANIFEST, PackageScan, RootSpec, scan_package
 from .model import Diagnostic, ExecuteSpec, Manifest, NetworkAllow, PackageFile, Risk, Severity, Source, warning
@@ -514,29 +515,11 @@ def read_index(path: Path, header: Header) -> tuple[dict[str, Entry], str | None
     """(entries, why the file was ignored or None). Never raises for a bad file: a missing one is
     empty, anything else is ignored with a reason."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
+        data = read_private(path, MAX_INDEX_BYTES, what="a content index")
+    except Unreadable as exc:
+        return {}, f"cannot be used ({exc.why})"
+    if data is None:
         return {}, None
-    except OSError as exc:
-        return {}, f"cannot be opened ({exc.strerror})"
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return {}, "is not a regular file"
-        if st.st_uid != os.geteuid():
-            return {}, f"is owned by uid {st.st_uid}, not by the user ({os.geteuid()})"
-        if st.st_mode & _SHARED:
-            return {}, f"is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
-        if st.st_size > MAX_INDEX_BYTES:
-            return {}, f"is larger than {MAX_INDEX_BYTES} bytes"
-        chunks = []
-        while chunk := os.read(fd, 1 << 24):
-            chunks.append(chunk)
-        data = b"".join(chunks)
-    except OSError as exc:
-        return {}, f"cannot be read ({exc.strerror})"
-    finally:
-        os.close(fd)
     decoded = decode(data, header)
     if decoded.foreign:  # another tooldir, policy, user or root: an expected miss, not a problem
         log.info("content index %s %s; rebuilding it", path, decoded.problem)

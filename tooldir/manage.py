@@ -14,6 +14,7 @@ A package that cannot be handled raises :class:`tooldir.PackageError` with a ``r
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from .signatures import SignatureFormatError
 from .state import Approval, load_approvals, record_approval, record_versions, remove_approvals
 from .trust import SignatureVerdict, TrustInputs, assess, signed_versions
 from .validate import Candidate, validate_package
+
+log = logging.getLogger("tooldir")
 
 __all__ = [
     "LockWritten",
@@ -280,11 +283,23 @@ def review(config: LoadConfig, target: str | os.PathLike[str], *, now: datetime 
 
 
 def approve(
-    config: LoadConfig, target: str | os.PathLike[str], *, digest: str | None = None, now: datetime | None = None
+    config: LoadConfig,
+    target: str | os.PathLike[str],
+    *,
+    digest: str | None = None,
+    now: datetime | None = None,
+    pin_upstream: bool = False,
 ) -> Approval:
     """Record the user's approval of the package's exact content (path, name, digest, files and
     the key that signed it, if any). ``digest``: approve only if the content is still the one
-    reviewed (else ``reason`` ``changed``)."""
+    reviewed (else ``reason`` ``changed``).
+
+    ``pin_upstream=True``: an MCP server package is then started (now trusted, sandboxed), listed,
+    and its definitions and instructions pinned, as ``tooldir allow`` does
+    (:func:`tooldir.upstream.pin_after_approval`). When it cannot be listed, the approval stands,
+    the failure is recorded and logged, and its tools are pinned at its first successful start.
+    (Not the default yet: a server whose start fails can leave its process to be reaped after the
+    hub closed, which a host would see as a ResourceWarning.)"""
     when = _now(now)
     verdict = review(config, target, now=when)
     manifest = verdict.manifest
@@ -304,6 +319,14 @@ def approve(
         files=tuple((f.path, f.sha256) for f in verdict.files),
     )
     record_approval(config.state_dir, approval)
+    if pin_upstream and isinstance(manifest, ServerManifest):
+        from .errors import ExecutionError
+        from .upstream import pin_after_approval
+
+        try:
+            pin_after_approval(config, approval.path)
+        except ExecutionError as exc:
+            log.warning("MCP server %s approved but not pinned: %s: %s", manifest.name, exc.code, exc.message)
     return approval
 
 

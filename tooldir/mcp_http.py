@@ -43,7 +43,6 @@ import logging
 import os
 import signal
 import socket
-import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
@@ -51,6 +50,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from ._internal.smallfile import Unreadable, read_private
 from .errors import ConfigError
 
 log = logging.getLogger("tooldir.serve")
@@ -138,24 +138,13 @@ def read_token(path: str | os.PathLike[str]) -> bytes:
     """The bearer token in ``path`` (surrounding whitespace stripped), or HttpSetupError saying why not."""
     where = f"--token-file {os.fspath(path)}"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise HttpSetupError(f"{where}: {exc.strerror or exc} (the server never starts without a token)") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise HttpSetupError(f"{where}: not a regular file")
-        if info.st_uid != os.geteuid():
-            raise HttpSetupError(f"{where}: owned by uid {info.st_uid}, not by you (uid {os.geteuid()})")
-        if info.st_mode & 0o077:
-            raise HttpSetupError(
-                f"{where}: mode {stat.S_IMODE(info.st_mode):04o} lets group or others read or write it; chmod 600 it"
-            )
-        data = os.read(fd, MAX_TOKEN_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_TOKEN_BYTES:
-        raise HttpSetupError(f"{where}: over {MAX_TOKEN_BYTES} bytes; a token is one line")
+        data = read_private(path, MAX_TOKEN_BYTES, what="a token file (one line)", secret=True)
+    except Unreadable as exc:
+        raise HttpSetupError(
+            f"{where}: {exc.why}" + (" (the server never starts without a token)" if exc.os_error else "")
+        ) from None
+    if data is None:
+        raise HttpSetupError(f"{where}: No such file or directory (the server never starts without a token)")
     token = data.strip()
     if not token:
         raise HttpSetupError(f"{where}: empty (the server never starts without a token)")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
@@ -556,7 +556,10 @@ class ToolRecord:
     trust: Trust
     digest: str | None  # "sha256:<hex>" over the whole package
     risk: Risk | None
-    deferred: bool
+    #: what the ``[defer]`` rules say for this name (:func:`tooldir.defer.rules_defer`): a candidate
+    #: only. Whether the tool starts deferred is the :class:`tooldir.defer.DeferralPlan`'s answer
+    #: (in ``auto`` mode it also weighs tokens), the one that :meth:`to_json` reports.
+    defer_candidate: bool
     manifest: Manifest | None
     files: tuple[PackageFile, ...] = ()
     diagnostics: tuple[Diagnostic, ...] = ()
@@ -576,8 +579,12 @@ class ToolRecord:
         elif self.grant is not None:
             raise ValueError(f"tool {self.name!r}: a {self.status} record carries no Grant")
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, deferred: Callable[[str], bool] | None = None) -> dict[str, Any]:
+        """The record as ``scan --json`` prints it; ``deferred`` is the deferral plan's answer
+        (pass ``plan.is_deferred`` of the :class:`tooldir.defer.DeferralPlan` a fresh session over
+        the snapshot starts from: :func:`tooldir.session.initial_plan`), and absent without one:
+        the record alone cannot say."""
+        data: dict[str, Any] = {
             "name": self.name,
             "source": str(self.source),
             "path": self.path,
@@ -585,8 +592,41 @@ class ToolRecord:
             "trust": self.trust.method,
             "digest": self.digest,
             "risk": None if self.risk is None else str(self.risk),
-            "deferred": self.deferred,
         }
+        if deferred is not None:
+            data["deferred"] = deferred(self.name)
+        return data
+
+
+_SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+
+
+def why_not_runnable(name: str, record: ToolRecord | None, *, for_model: bool = False) -> str:
+    """The one phrasing of "this cannot run" (every refusal of a tool that is not
+    :func:`is_runnable`: ``tooldir run``, the registry, a session, ``tool_search``'s
+    ``unavailable``, ``allow`` of a server package). ``name`` is the name asked for; ``record``
+    the record found under it (None: none is).
+
+    ``for_model``: the text may reach the model, so only the status and diagnostic codes are
+    kept: a diagnostic's message (and a shadowing path) may quote the tool's own text, and nothing
+    of a pending or rejected tool may reach the model (trust:listing). Otherwise the first
+    error's (else warning's) ``code: message`` says why."""
+    advice = f"it cannot run until the user trusts it (see `tooldir show {name}`)"
+    if record is None:
+        return f"tool {name!r} is not active; {advice}"
+    subject = f"MCP server package {record.name!r}" if record.server is not None else f"tool {name!r}"
+    if record.server is not None and is_runnable(record):  # trusted, but never offered itself
+        return f"{subject} is not a tool itself: its tools are called as {record.name}__<tool>"
+    if record.status is _ACTIVE:  # marked active, but not by the trust stage (hand-made or altered)
+        return f"{subject} has no grant from the trust stage for its digest; {advice}"
+    if for_model:
+        why: str | None = ", ".join(sorted({d.code for d in record.diagnostics})) or None
+    else:
+        ranked = sorted(record.diagnostics, key=lambda d: _SEVERITY_RANK.get(str(d.severity), 3))
+        why = next((f"{d.code}: {d.message}" for d in ranked if str(d.severity) != "info"), None)
+        if why is None and record.shadowed_by:
+            why = f"shadowed by {record.shadowed_by}"
+    return f"{subject} is {record.status}" + (f" ({why})" if why else "") + f"; {advice}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,7 +71,7 @@ from ._internal.strictjson import StrictJSONError, freeze, loads, thaw
 from .audit import AuditEvent, AuditSink, JsonlAudit, Reservation, ReservingSink, input_digest
 from .errors import ExecutionError, PermissionDeniedError
 from .hooks import Deny, HookCall, HookSet, PostHook, PreHook, Redact, Rewrite, make_hook
-from .model import BuiltinSpec, Risk, Source, Status, ToolRecord, is_runnable
+from .model import BuiltinSpec, Risk, Source, ToolRecord, is_runnable, why_not_runnable
 from .names import GUARD_TOOLS, explain_invalid, is_valid_name
 from .permissions import PermissionCheck, PermissionRequest, from_policy
 from .policy import Policy, load_policy
@@ -243,7 +243,7 @@ class Registry:
                 with ``input=`` and ``context=``; an unknown risk.
         """
         spec, schema = _checked_builtin(name, input_schema, handler, description=description, risk=risk, guard=guard)
-        record = builtin_record(spec, deferred=False)
+        record = builtin_record(spec, defer_candidate=False)
         entry = _Builtin(spec, handler, record, _InProcess(compile_input_schema(schema)))
         with self._register_lock:
             if name in self._builtins:
@@ -350,7 +350,7 @@ class Registry:
         builtin = self._builtins.get(name) if isinstance(name, str) else None
         record = builtin.record if builtin is not None else self._resolve(name, snapshot)
         if builtin is not None and not is_runnable(record):  # never: register() made it through trust
-            raise _Stop("not-active", f"builtin {name!r} has no grant from the trust stage; refused")
+            raise _Stop("not-active", why_not_runnable(name, record))
         trace.record = record
         if session is not None:
             try:
@@ -400,19 +400,13 @@ class Registry:
             raise _Stop("unknown-tool", f"builtin {name!r} is not registered in this registry")
         if record is not None and record.manifest is not None and is_runnable(record):
             return record
-        if record is not None and record.status is Status.ACTIVE:
-            # marked active but not by the trust stage (hand-made or altered): never run
-            raise _Stop("not-active", f"tool {name!r} has no grant from the trust stage for its digest; refused")
         if record is None:
             others = [r for r in snapshot.records(name) if r.source is not Source.BUILTIN]
             if not others:
                 raise _Stop("unknown-tool", _unknown_name_message(name))
             record = others[-1]
-        ranked = sorted(record.diagnostics, key=lambda d: _SEVERITY_RANK.get(str(d.severity), 3))
-        why = next((f"{d.code}: {d.message}" for d in ranked if str(d.severity) != "info"), None)
-        if why is None and record.shadowed_by:
-            why = f"shadowed by {record.shadowed_by}"
-        raise _Stop("not-active", f"tool {name!r} is {record.status}" + (f" ({why})" if why else ""))
+        # pending, rejected, shadowed, or marked active but not by the trust stage: never run
+        raise _Stop("not-active", why_not_runnable(name, record))
 
     def _validator_for(self, record: ToolRecord) -> Any:
         assert record.manifest is not None  # noqa: S101 - _resolve returns active tools with manifests
@@ -692,7 +686,7 @@ class Registry:
 
         snapshot = self._store.current
         if names is None:
-            wanted = sorted(snapshot.active(), key=lambda r: r.deferred)  # stable: snapshot order within each
+            wanted = sorted(snapshot.active(), key=lambda r: r.defer_candidate)  # stable: snapshot order within each
         else:
             wanted = [r for n in names if (r := snapshot.get(n)) is not None]
         records = [r for r in wanted if r.source is not Source.BUILTIN and is_runnable(r) and r.upstream is None]

@@ -36,7 +36,7 @@ def resolve(assessed: Sequence[Assessed], builtins: Iterable[BuiltinSpec], polic
     for spec in builtins:
         builtin_names.add(spec.name)
         records.append(
-            builtin_record(spec, deferred=spec.name not in GUARD_TOOLS and policy.defer.is_deferred(spec.name))
+            builtin_record(spec, defer_candidate=spec.name not in GUARD_TOOLS and policy.defer.is_deferred(spec.name))
         )
     reserved = builtin_names | GUARD_TOOLS | set(policy.reserved.names)
     reserved_skeletons = {skeleton(n): n for n in reserved}
@@ -176,7 +176,7 @@ def _initial(a: Assessed, policy: Policy) -> ToolRecord:
         trust=a.assessment.trust,
         digest=c.scan.digest,
         risk=declared.risk if declared is not None else None,
-        deferred=name not in GUARD_TOOLS and policy.defer.is_deferred(name),
+        defer_candidate=name not in GUARD_TOOLS and policy.defer.is_deferred(name),
         manifest=manifest,
         files=c.scan.files,
         diagnostics=c.diagnostics + a.assessment.diagnostics,

@@ -76,7 +76,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ._internal.smallfile import MAX_POLICY_BYTES, Unreadable, read_small_file
+from ._internal.smallfile import MAX_POLICY_BYTES, Unreadable, read_private, read_small_file
 
 FORMAT = "tooldir-scanmemo-v1"
 MAGIC = b"tooldir-scanmemo-v1\n"
@@ -560,26 +560,10 @@ def decode(data: bytes) -> Memo | None:
 def read(path: str) -> bytes | None:
     """The memo file's bytes, None when it is missing or must not be trusted: not a regular file,
     not the user's, writable by others (the file or its folder), or larger than the bound."""
-    euid = os.geteuid()
     try:
-        folder = os.stat(os.path.dirname(path))
-        if folder.st_uid != euid or folder.st_mode & _SHARED:
-            return None
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        return read_private(path, MAX_MEMO_BYTES, what="a scan memo", folder="owned")
+    except Unreadable:
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != euid or st.st_mode & _SHARED or st.st_size > MAX_MEMO_BYTES:
-            return None
-        chunks = []
-        while chunk := os.read(fd, 1 << 24):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def lookup(req: Request, key_: str) -> Hit | None:

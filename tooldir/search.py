@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
 
-from .model import Status, ToolRecord
+from .model import ToolRecord, is_runnable
 from .snapshot import Snapshot, SnapshotDiff
 
 if TYPE_CHECKING:
@@ -486,7 +486,7 @@ class SearchIndex:
         builtins = builtins or {}
         docs = []
         for record in snapshot.by_name.values():
-            if record.status is not Status.ACTIVE:
+            if not is_runnable(record):
                 continue
             doc = doc_from_record(record, builtins.get(record.name))
             if doc is not None:
@@ -622,7 +622,7 @@ class SearchIndex:
             record = snapshot.by_name.get(name)
             spec = (builtins or {}).get(name)
             if record is not None:
-                doc = doc_from_record(record, spec) if record.status is Status.ACTIVE else None
+                doc = doc_from_record(record, spec) if is_runnable(record) else None
             else:
                 doc = None if spec is None else _builtin_doc(name, spec)
             if doc is None:

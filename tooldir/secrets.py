@@ -29,7 +29,6 @@ import re
 import selectors
 import shutil
 import signal
-import stat
 import subprocess
 import time
 import tomllib
@@ -38,8 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._internal.ownership import path_problem
-from ._internal.smallfile import Unreadable, read_small_file
+from ._internal.smallfile import Unreadable, read_private
 from .errors import ConfigError
 
 SECRETS_FILE_NAME = "secrets.toml"
@@ -289,22 +287,8 @@ def read_secrets_file(path: str | os.PathLike[str] | None = None) -> dict[str, S
     """
     file = Path(path) if path is not None else default_secrets_path()
     where = str(file)
-    euid = os.geteuid()
-
-    def private(info: os.stat_result) -> str | None:
-        if info.st_uid != euid:
-            return f"it is owned by uid {info.st_uid}, not by you (uid {euid})"
-        mode = stat.S_IMODE(info.st_mode)
-        if mode & 0o077:
-            return f"its mode is {mode:04o}: group or others may read or write it; run chmod 600 {where}"
-        problem = path_problem(file.parent)
-        if problem is not None:
-            folder, why = problem
-            return f"the folder {folder} is {why}: another user could replace the file"
-        return None
-
     try:
-        data = read_small_file(file, MAX_SECRETS_FILE_BYTES, what="a secrets file", follow_links=False, check=private)
+        data = read_private(file, MAX_SECRETS_FILE_BYTES, what="a secrets file", secret=True, folder="trusted")
     except Unreadable as exc:
         if exc.why == "it is a symbolic link":
             raise SecretsFileError("it is a symbolic link; keep the secrets file a regular file", path=where) from None

@@ -41,7 +41,7 @@ from .catalog import (
     tool_def,
 )
 from .defer import DeferralPlan
-from .model import BuiltinSpec, Status, ToolRecord
+from .model import BuiltinSpec, ToolRecord, is_runnable, why_not_runnable
 from .names import GUARD_TOOLS
 from .permissions import PermissionCheck, from_policy
 from .policy import Policy, load_policy
@@ -310,6 +310,7 @@ class Session:
                 method=self._counter.method,
                 tools=len(view.defs),
                 deferred=len(view.deferred),
+                directory=directory,
             )
 
     # ----------------------------------------------------------------------------- tool_search
@@ -545,17 +546,10 @@ class Session:
             return result
         snapshot = self._follower._current_snapshot()
         record = snapshot.by_name.get(name)
-        if record is None or record.status is Status.ACTIVE:
-            others = [r for r in snapshot.records(name) if r.status is not Status.ACTIVE]
+        if record is None or is_runnable(record):
+            others = [r for r in snapshot.records(name) if not is_runnable(r)]
             record = others[-1] if others else None
-        if record is None:
-            message = f"{name!r} is not active; it cannot run until the user trusts it (see `tooldir show`)"
-        else:
-            codes = ", ".join(sorted({d.code for d in record.diagnostics})) or str(record.status)
-            message = (
-                f"{name!r} is {record.status} ({codes}); it cannot run until the user trusts it (see `tooldir show`)"
-            )
-        return replace(result, error=CallError(error.code, message))
+        return replace(result, error=CallError(error.code, why_not_runnable(name, record, for_model=True)))
 
     # ----------------------------------------------------------------------------- turns
 

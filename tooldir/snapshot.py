@@ -14,7 +14,7 @@ from operator import attrgetter, itemgetter
 from types import MappingProxyType
 from typing import Any
 
-from .model import Diagnostic, Source, Status, ToolRecord
+from .model import Diagnostic, Source, Status, ToolRecord, is_runnable
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,15 +37,17 @@ class Snapshot:
         return self.by_name.get(name)
 
     def active(self) -> list[ToolRecord]:
-        return [t for t in self.by_name.values() if t.status is Status.ACTIVE]
+        return [t for t in self.by_name.values() if is_runnable(t)]
 
     def records(self, name: str) -> list[ToolRecord]:
         return [t for t in self.tools if t.name == name]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, deferred: Callable[[str], bool] | None = None) -> dict[str, Any]:
+        """``deferred`` of each tool is the deferral plan's answer (``plan.is_deferred``; absent
+        without one): see :meth:`ToolRecord.to_json`."""
         return {
             "snapshot": {"id": self.id, "generation": self.generation},
-            "tools": [t.to_json() for t in self.tools],
+            "tools": [t.to_json(deferred) for t in self.tools],
             "diagnostics": [d.to_json() for d in self.diagnostics],
         }
 
@@ -95,7 +97,7 @@ def diag_entry(d: Diagnostic) -> DiagEntry:
 def record_entry(t: ToolRecord) -> RecordEntry:
     view = (
         "record-v1", t.name, t.source.value, t.path, t.status.value, t.trust.method, t.digest,
-        None if t.risk is None else t.risk.value, t.deferred,
+        None if t.risk is None else t.risk.value, t.defer_candidate,
     )  # fmt: skip
     return RecordEntry(
         (t.name, t.source.rank, t.path or "", _digest(view)),

@@ -21,6 +21,7 @@ from typing import Any
 
 from ._internal.atomic import private_dirs, write_atomic
 from ._internal.ownership import path_problem, refusal
+from ._internal.smallfile import Unreadable, read_private
 from .errors import StateDirError, StateError
 from .model import ToolRecord
 
@@ -89,14 +90,30 @@ def check_trusted(path: Path, what: str = "state file") -> None:
         raise StateError(refusal(path, problem, what), path=str(path))
 
 
-def read_json(path: Path, default: dict[str, Any]) -> dict[str, Any]:
-    check_trusted(path)
+#: The largest state JSON file read (approvals of thousands of tools fit many times over).
+MAX_STATE_BYTES = 64 * 1024 * 1024
+
+
+def read_private_state(path: Path, max_bytes: int) -> bytes | None:
+    """The bytes of the state file at ``path`` (None: none is there), judged as
+    :func:`check_trusted` judges it, through the descriptor read; the folders on the way are walked
+    once per state folder while it stays the same, not on every read.
+
+    Raises:
+        StateError: naming the file and why.
+    """
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+        return read_private(path, max_bytes, what="a state file", owner="user-or-root", folder="trusted")
+    except Unreadable as exc:
+        if exc.problem is not None:
+            raise StateError(refusal(path, exc.problem, "state file"), path=str(path)) from None
+        raise StateError(f"cannot read: {exc.why}" if exc.os_error else exc.why, path=str(path)) from None
+
+
+def read_json(path: Path, default: dict[str, Any]) -> dict[str, Any]:
+    data = read_private_state(path, MAX_STATE_BYTES)
+    if data is None:
         return default
-    except OSError as exc:
-        raise StateError(f"cannot read: {exc.strerror}", path=str(path)) from None
     try:
         value = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -244,11 +261,14 @@ def load_verified(state_dir: Path) -> frozenset[bytes]:
     """The recorded digests; an unreadable or malformed file counts as empty (it is only a cache),
     but one another user could have written is refused (StateError): it says which signatures
     verified."""
-    check_trusted(state_dir / VERIFIED)
+    path = state_dir / VERIFIED
     try:
-        with open(state_dir / VERIFIED, "rb") as fh:
-            data = fh.read(len(_VERIFIED_MAGIC) + MAX_VERIFIED * _DIGEST + 1)
-    except OSError:
+        data = read_private(path, len(_VERIFIED_MAGIC) + MAX_VERIFIED * _DIGEST, owner="user-or-root", folder="trusted")
+    except Unreadable as exc:
+        if exc.problem is not None:  # another user could have written it
+            raise StateError(refusal(path, exc.problem, "state file"), path=str(path)) from None
+        return frozenset()
+    if data is None:
         return frozenset()
     body = data[len(_VERIFIED_MAGIC) :]
     if not data.startswith(_VERIFIED_MAGIC) or len(body) % _DIGEST or len(body) > MAX_VERIFIED * _DIGEST:

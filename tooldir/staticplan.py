@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .catalog import ToolDef, tool_def
 from .defer import DeferralPlan, plan_deferral
 from .errors import PermissionDeniedError
-from .model import BuiltinSpec, Risk, Source, Status
+from .model import BuiltinSpec, Risk, Source, is_runnable, why_not_runnable
 from .names import GUARD_TOOLS
 from .permissions import PermissionCheck, PermissionRequest, from_policy
 from .policy import Policy
@@ -56,13 +56,12 @@ def static_view(
     unavailable: dict[str, str] = {}
     records = dict(snapshot.by_name)
     for name, spec in builtins.items():
-        records.setdefault(name, builtin_record(spec, deferred=False))
+        records.setdefault(name, builtin_record(spec, defer_candidate=False))
     for name, record in sorted(records.items()):
         if name in GUARD_TOOLS:
             continue
-        if record.status is not Status.ACTIVE:
-            codes = ", ".join(sorted({d.code for d in record.diagnostics})) or str(record.status)
-            unavailable[name] = f"{record.status}: {codes}; it cannot run until trusted (see `tooldir show {name}`)"
+        if not is_runnable(record):
+            unavailable[name] = why_not_runnable(name, record, for_model=True)
             continue
         try:
             permissions.check(PermissionRequest(name, record.source, record.risk or Risk.EXEC))

@@ -119,7 +119,11 @@ class TokenReport:
     - ``full_load``: every available tool's full definition sent up front (no deferral);
     - ``first_turn``: eager definitions + guard tools + the compact directory of deferred tools;
     - ``loaded_increment``: definitions loaded on demand so far (the working set beyond eager);
-    - ``saving``: ``full_load - (first_turn + loaded_increment)``.
+    - ``saving``: ``full_load - (first_turn + loaded_increment)``;
+    - ``directory``: of ``first_turn``, the compact directory of deferred tools. A host that puts it
+      in the system prompt (``tooldir catalog``) sends it; ``tooldir serve`` does not (its clients
+      find deferred tools with ``tool_search``), so its first turn is ``first_turn - directory``
+      plus its ``initialize`` instructions (issue 25 item 4; ``benchmarks/bench_tokens.py``).
     """
 
     full_load: int
@@ -129,6 +133,7 @@ class TokenReport:
     method: str
     tools: int
     deferred: int
+    directory: int = 0
 
     @property
     def saving(self) -> int:
@@ -149,4 +154,5 @@ class TokenReport:
             "method": self.method,
             "tools": self.tools,
             "deferred": self.deferred,
+            "directory": self.directory,
         }

@@ -171,7 +171,15 @@ def open_config(
     if specs:  # reserved in the load: no directory tool may take a builtin's name
         config = replace(config, builtins=(*config.builtins, *specs))
     loader = Loader(config)
-    store = SnapshotStore(loader.load() if load is None else load(loader))
+    first = loader.load() if load is None else load(loader)
+    if watch and not upstream:
+        # a watcher without running servers: its snapshots carry the upstream tools of the MCP server
+        # packages' last listings, as tooldir watch shows them (pins checked, no server started)
+        from .upstream import ListedStore
+
+        store: SnapshotStore = ListedStore(first, loader)
+    else:
+        store = SnapshotStore(first)
     registry = Registry(store, policy=config.policy, state_dir=config.state_dir, permissions=permissions)
     for b in hosted:
         registry.register(b.name, b.input_schema, b.handler, description=b.description, risk=b.risk)

@@ -196,7 +196,7 @@ def _active(candidate: Candidate, trust: Trust, diagnostics: tuple[Diagnostic, .
     )
 
 
-def builtin_record(spec: BuiltinSpec, *, deferred: bool) -> ToolRecord:
+def builtin_record(spec: BuiltinSpec, *, defer_candidate: bool) -> ToolRecord:
     """The snapshot record of a tool registered in Python by the host: the one place a builtin's
     record (and its Grant) is made, for the resolver, the registry and the session alike."""
     grant = Grant(spec.name, Source.BUILTIN, None, _BUILTIN.method, seal=_SEAL)
@@ -208,7 +208,7 @@ def builtin_record(spec: BuiltinSpec, *, deferred: bool) -> ToolRecord:
         trust=_BUILTIN,
         digest=None,
         risk=spec.risk,
-        deferred=deferred,
+        defer_candidate=defer_candidate,
         manifest=None,
         grant=grant,
     )

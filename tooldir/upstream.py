@@ -44,14 +44,26 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from ._internal.strictjson import canonical_json
 from .discover import MANIFEST, PackageScan
 from .errors import ExecutionError, SandboxError
-from .model import BuiltinSpec, Diagnostic, Risk, Status, ToolRecord, UpstreamRef, error, is_runnable, warning
+from .model import (
+    BuiltinSpec,
+    Diagnostic,
+    Risk,
+    Status,
+    ToolRecord,
+    UpstreamRef,
+    error,
+    is_runnable,
+    warning,
+    why_not_runnable,
+)
 from .names import GUARD_TOOLS, skeleton
 from .policy import Policy
 from .resolve import Assessed, resolve
 from .sandbox.output import sanitize_json, sanitize_text
-from .snapshot import Snapshot, assemble, diag_entry, record_entry
+from .snapshot import Snapshot, SnapshotDiff, SnapshotStore, assemble, diag_entry, diff, record_entry
 from .state import locked, read_json, write_json_atomic
 from .text import check_strings
 from .trust import assess_upstream
@@ -61,8 +73,8 @@ from .validate import validate_package
 if TYPE_CHECKING:
     from mcp import ClientSession
 
+    from .loader import LoadConfig, Loader
     from .sandbox.server import PreparedServer
-    from .snapshot import SnapshotStore
 
 log = logging.getLogger("tooldir.upstream")
 
@@ -100,12 +112,9 @@ def definition_of(tool: Mapping[str, Any]) -> dict[str, Any]:
     return {key: tool.get(key) for key in DEFINITION_FIELDS}
 
 
-def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-
-
 def digest_of(value: Any) -> str:
-    return "sha256:" + hashlib.sha256(canonical(value).encode()).hexdigest()
+    """The pin of a definition or of instructions (in ``upstream.json``): sha256 of canonical JSON form 2."""
+    return "sha256:" + hashlib.sha256(canonical_json(value, 2)).hexdigest()
 
 
 def visible(value: Any) -> str:
@@ -151,7 +160,7 @@ def _package_state(data: Mapping[str, Any], record: ToolRecord) -> Mapping[str, 
 
 def definitions_size(tools: Iterable[Mapping[str, Any]]) -> int:
     """Bytes of the canonical JSON of every tool of a listing (what the state keeps of it)."""
-    return sum(len(canonical(dict(t)).encode()) for t in tools)
+    return sum(len(canonical_json(dict(t), 2)) for t in tools)
 
 
 def record_listing(state_dir: Path, record: ToolRecord, listing: Listing, *, approve: bool) -> dict[str, Any]:
@@ -1215,6 +1224,37 @@ def approve_listing(record: ToolRecord, policy: Policy, state_dir: Path) -> tupl
     return listing, record_listing(state_dir, record, listing, approve=True)
 
 
+@dataclass(frozen=True, slots=True)
+class Pinned:
+    """What :func:`pin_after_approval` pinned: the server package's record, its listing and its
+    entry in ``upstream.json`` (``definitions``, ``pins``, ``instructions_digest``)."""
+
+    record: ToolRecord
+    listing: Listing
+    entry: Mapping[str, Any]
+
+
+def pin_after_approval(config: LoadConfig, path: str) -> Pinned | None:
+    """After the approval of the MCP server package at ``path`` (``tooldir.approve()``, ``tooldir
+    allow``): start it, now trusted, list its tools and instructions and pin them. None when
+    ``path`` is not a server package.
+
+    Raises:
+        ExecutionError: ``not-active`` (it is still not trusted: why), or why it could not be
+            listed (its tools are then pinned at its first successful start).
+    """
+    from .loader import Loader
+
+    snapshot = Loader(config).load()
+    record = next((t for t in snapshot.tools if t.server is not None and t.path == path), None)
+    if record is None:
+        return None
+    if not is_runnable(record):
+        raise ExecutionError(why_not_runnable(record.name, record), code="not-active")
+    listing, entry = approve_listing(record, config.policy, config.state_dir)
+    return Pinned(record, listing, entry)
+
+
 def _record_failure_quietly(state_dir: Path, record: ToolRecord, exc: ExecutionError) -> None:
     """:func:`record_failure`, except that a state that cannot be written only loses the record
     (the failure itself is reported to the caller either way)."""
@@ -1226,8 +1266,55 @@ def _record_failure_quietly(state_dir: Path, record: ToolRecord, exc: ExecutionE
         log.warning("could not record the failed start of MCP server %s: %s", record.name, failed)
 
 
+class ListedStore(SnapshotStore):
+    """A store for a watcher without running servers (``tooldir watch``, ``tooldir.open(watch=True)``
+    without ``upstream``): every snapshot published into it is first extended with the upstream
+    tools of the MCP server packages' last listings in user state (DESIGN §10, as ``scan`` shows
+    them: pins checked, only trusted packages, and no server is ever started); an extension that
+    changes nothing is not published. :meth:`relist` re-extends the current snapshot when the
+    listings changed (``tooldir serve`` or ``tooldir allow`` listed a server)."""
+
+    def __init__(self, first: Snapshot, loader: Loader) -> None:
+        self._loader = loader
+        self._extending = threading.RLock()  # extend + publish as one step: no older base wins
+        self._seen = self._listings_stamp()
+        super().__init__(self._extended(first))
+
+    def _listings_stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(os.path.join(self._loader.config.state_dir, UPSTREAM_STATE))
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _extended(self, snapshot: Snapshot) -> Snapshot:
+        if not any(t.server is not None for t in snapshot.tools):
+            return snapshot
+        config = self._loader.config
+        return extend_snapshot(snapshot, load_upstream_state(config.state_dir), config.policy, config.builtins)
+
+    def publish(self, snapshot: Snapshot) -> tuple[Snapshot, SnapshotDiff]:
+        with self._extending:
+            extended = self._extended(snapshot)
+            current = self.current
+            if extended.id == current.id:
+                return current, diff(current, current)
+            return super().publish(extended)
+
+    def relist(self) -> None:
+        """Re-extend the current snapshot if the listings file changed since last seen."""
+        stamp = self._listings_stamp()
+        if stamp == self._seen:
+            return
+        self._seen = stamp
+        with self._extending:
+            self.publish(self.current)
+
+
 __all__ = [
+    "ListedStore",
     "Listing",
+    "Pinned",
     "ServerSession",
     "UpstreamHub",
     "approve_listing",

@@ -15,6 +15,7 @@ from servertools import copy_server
 from shared_helpers import require_sandbox
 from toolkit import project_tools
 
+import tooldir as tooldir_api
 from tooldir.loader import make_config
 from tooldir.mcp_server import ToolServer
 
@@ -60,6 +61,23 @@ def test_allow_starts_the_trusted_server_shows_its_definitions_and_pins_them(pro
     add = next(t for t in listed if t["name"] == "calc__add")
     assert add["status"] == "active" and add["upstream"]["listed_at"]
     assert tooldir(project, "audit", "verify").returncode == 0
+
+
+def test_the_library_approve_of_a_server_package_with_pin_upstream_pins_its_definitions_as_allow_does(
+    project: Path,
+) -> None:
+    # issue 25 item 2: the pinning lives in the library (tooldir.upstream.pin_after_approval)
+    config = make_config(
+        project=project / "proj", user_dirs=[project / "none"], policy=server_policy(), state_dir=project / "state"
+    )
+    folder = (project / "proj/.tooldir/tools/calc").resolve()
+    approval = tooldir_api.approve(config, folder, pin_upstream=True)
+    upstream = json.loads((project / "state" / "upstream.json").read_text())
+    entry = upstream["packages"][approval.path]
+    assert set(entry["pins"]) >= {"add", "crash", "hang"} and entry["instructions_digest"]
+    # and what the CLI shows of that package is the same pin
+    shown = json.loads(tooldir(project, "show", "calc__add", "--json").stdout)["records"][0]
+    assert shown["status"] == "active" and shown["definition_diff"] is None
 
 
 def test_show_prints_the_diff_of_a_changed_definition(project: Path) -> None:

@@ -16,10 +16,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness import RUNTIME, rig
+from harness import RUNTIME, rig, server_policy
 from servertools import make_server
 from shared_helpers import require_sandbox
 from toolkit import project_tools
+
+import tooldir
+from tooldir.loader import Loader, make_config
 
 WAIT_S = 30.0
 
@@ -111,3 +114,26 @@ def test_watch_never_offers_a_listing_of_an_untrusted_project_server(tmp_path: P
         first = next_json(lines)
         added = {t["name"]: t["status"] for t in first["diff"]["added"]}
         assert added["calc"] == "pending" and "calc__add" not in added
+
+
+def test_a_library_watcher_sees_upstream_tools_from_the_last_listing_without_starting_a_server(
+    tmp_path: Path,
+) -> None:
+    # issue 25 item 2: the snapshot extension lives in the library, so tooldir.open(watch=True) has it too
+    require_sandbox()
+    root = tmp_path / "tools"
+    root.mkdir()
+    make_server(root, "calc")
+    policy = server_policy()
+    with rig(root, tmp_path / "state", policy):
+        pass  # the first trusted start lists and pins
+    before = set(threading.enumerate())
+    with tooldir.open(project=None, user_dirs=[root], policy=policy, state_dir=tmp_path / "state", watch=True) as box:
+        record = box.snapshot.by_name.get("calc__add")
+        assert record is not None and record.upstream is not None and str(record.status) == "active"
+        assert box.hub is None  # listed from user state: no server was started
+        # what the watcher publishes next is extended the same way
+        config = make_config(project=None, user_dirs=[root], state_dir=tmp_path / "state", policy=policy)
+        box.store.publish(Loader(config).load())  # a load as the watcher makes it: no upstream tools
+        assert "calc__add" in box.snapshot.by_name
+    assert not any(t.name.startswith("tooldir-upstream") for t in set(threading.enumerate()) - before)

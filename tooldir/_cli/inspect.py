@@ -79,8 +79,7 @@ def _load(args: argparse.Namespace) -> tuple[LoadConfig, Snapshot, DeferralPlan]
 def record_json(record: ToolRecord, plan: DeferralPlan, policy: Policy) -> dict[str, Any]:
     """A record as ``scan``/``list``/``show`` print it: ``deferred`` is the plan's decision,
     ``network`` what the policy grants it (``false``, ``true`` or ``{"allow": [...]}``)."""
-    data = record.to_json()
-    data["deferred"] = plan.is_deferred(record.name)
+    data = record.to_json(plan.is_deferred)
     grant = network_grant(record, policy)
     data["network"] = None if grant is None else grant.to_json()
     if record.upstream is not None:  # an MCP server package's tool: when it was last listed

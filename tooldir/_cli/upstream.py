@@ -1,24 +1,22 @@
-"""The CLI's parts for MCP server packages (DESIGN §10): pinning definitions after ``allow``,
-what ``show`` prints about a server package or one of its upstream tools, and ``watch``'s store
-that extends every snapshot with the last listings."""
+"""The CLI's parts for MCP server packages (DESIGN §10): showing what ``allow`` pinned (the
+pinning itself is :func:`tooldir.upstream.pin_after_approval`, as ``tooldir.approve()`` does it) and
+what ``show`` prints about a server package or one of its upstream tools (``watch``'s store is
+:class:`tooldir.upstream.ListedStore`)."""
 
 from __future__ import annotations
 
 import argparse
-import os
-import threading
 from typing import Any
 
 from ..errors import ExecutionError
-from ..loader import LoadConfig, Loader
-from ..model import ToolRecord, is_runnable
-from ..snapshot import Snapshot, SnapshotDiff, SnapshotStore, diff
+from ..loader import LoadConfig
+from ..model import ToolRecord, is_runnable, why_not_runnable
 from ..upstream import (
-    approve_listing,
     definition_diff,
     instructions_problems,
     last_failure,
     load_upstream_state,
+    pin_after_approval,
     pinned_instructions,
     visible,
 )
@@ -30,20 +28,19 @@ def pin_after_allow(config: LoadConfig, path: str, *, quiet: bool) -> dict[str, 
     """After ``tooldir allow`` approved the server package at ``path``: start it (now trusted),
     list its tools and instructions, show every field with escapes made visible, and pin them.
     None when ``path`` is not a server package; ``{"error": ...}`` when it could not be listed."""
-    snapshot = Loader(config).load()
-    record = next((t for t in snapshot.tools if t.server is not None and t.path == path), None)
-    if record is None:
-        return None
-    if not is_runnable(record):
-        return {"error": {"code": "not-active", "message": f"{record.name} is {record.status}; nothing pinned"}}
     try:
-        listing, entry = approve_listing(record, config.policy, config.state_dir)
+        pinned = pin_after_approval(config, path)
     except ExecutionError as exc:
+        if exc.code == "not-active":
+            return {"error": {"code": exc.code, "message": exc.message}}
         if not quiet:
             console_err().print(
                 safe(f"{exc.code}: {exc.message}; its tools are pinned at its first successful start", "yellow")
             )
         return {"error": {"code": exc.code, "message": exc.message}}
+    if pinned is None:
+        return None
+    record, listing, entry = pinned.record, pinned.listing, pinned.entry
     if not quiet:
         out = console()
         rule(out, safe(f"MCP server {record.name}: {len(listing.tools)} tool(s), listed {listing.listed_at}"))
@@ -113,56 +110,5 @@ def package_refusal(snapshot: Any, name: str) -> str | None:
     for record in snapshot.tools:
         if record.server is None or not name.startswith(record.name + SEPARATOR):
             continue
-        if is_runnable(record):
-            return None
-        why = next((f"{d.code}: {d.message}" for d in record.diagnostics if str(d.severity) != "info"), "")
-        return f"the MCP server package {record.name!r} is {record.status}" + (f" ({why})" if why else "")
+        return None if is_runnable(record) else why_not_runnable(record.name, record)
     return None
-
-
-class ListedStore(SnapshotStore):
-    """The watch's store: every snapshot published into it is first extended with the upstream
-    tools of the MCP server packages' last listings in user state (DESIGN §10, as ``scan`` shows
-    them: pins checked, only trusted packages, and no server is ever started); an extension that
-    changes nothing is not published. :meth:`relist` re-extends the current snapshot when the
-    listings changed (``tooldir serve`` or ``tooldir allow`` listed a server)."""
-
-    def __init__(self, first: Snapshot, loader: Loader) -> None:
-        self._loader = loader
-        self._extending = threading.RLock()  # extend + publish as one step: no older base wins
-        self._seen = self._listings_stamp()
-        super().__init__(self._extended(first))
-
-    def _listings_stamp(self) -> tuple[int, int, int] | None:
-        from ..upstream import UPSTREAM_STATE
-
-        try:
-            st = os.stat(os.path.join(self._loader.config.state_dir, UPSTREAM_STATE))
-        except OSError:
-            return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-    def _extended(self, snapshot: Snapshot) -> Snapshot:
-        if not any(t.server is not None for t in snapshot.tools):
-            return snapshot
-        from ..upstream import extend_snapshot, load_upstream_state
-
-        config = self._loader.config
-        return extend_snapshot(snapshot, load_upstream_state(config.state_dir), config.policy, config.builtins)
-
-    def publish(self, snapshot: Snapshot) -> tuple[Snapshot, SnapshotDiff]:
-        with self._extending:
-            extended = self._extended(snapshot)
-            current = self.current
-            if extended.id == current.id:
-                return current, diff(current, current)
-            return super().publish(extended)
-
-    def relist(self) -> None:
-        """Re-extend the current snapshot if the listings file changed since last seen."""
-        stamp = self._listings_stamp()
-        if stamp == self._seen:
-            return
-        self._seen = stamp
-        with self._extending:
-            self.publish(self.current)

@@ -128,7 +128,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     loader = Loader(config)
     with gc_paused():  # the cold load; the watcher's small rebuilds run with the GC on
-        from .upstream import ListedStore
+        from ..upstream import ListedStore
 
         store = ListedStore(loader.load(), loader)
     first = store.current

@@ -241,9 +241,39 @@ def loads(data: bytes, *, max_depth: int = 32, freeze_arrays: bool = True) -> An
     return value
 
 
+#: The canonical JSON forms every digest is computed over, by version: the one home of "the bytes
+#: that are hashed". Digests already stored in users' state (audit chains, upstream pins) were made
+#: with one of these and must keep verifying, so a form is never changed: a new one gets the next
+#: number and the old stay readable (an audit line names its record version; see ``tooldir.audit``).
+#:
+#: - ``1``: compact separators, keys sorted, non-ASCII as UTF-8 (NaN/Infinity as Python writes them):
+#:   tool input digests, tool-definition digests (``ToolDef.digest``), audit records of version 1.
+#: - ``2``: the same with every non-ASCII character escaped (``\\uXXXX``) and NaN/Infinity refused:
+#:   pure ASCII, one form per value: audit records of version 2, upstream definition and
+#:   instruction pins (``upstream.json``).
+CANONICAL_VERSIONS = (1, 2)
+_CANONICAL_ENCODERS = {
+    1: json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False),
+    2: json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False),
+}
+
+
+def canonical_json(value: Any, version: int) -> bytes:
+    """The canonical JSON bytes of ``value`` in form ``version`` (:data:`CANONICAL_VERSIONS`).
+
+    Raises:
+        ValueError: form 2 of a non-finite number, or an unknown version.
+        TypeError: a value JSON cannot encode.
+    """
+    encoder = _CANONICAL_ENCODERS.get(version)
+    if encoder is None:
+        raise ValueError(f"unknown canonical JSON version {version!r}; known: {CANONICAL_VERSIONS}")
+    return encoder.encode(value).encode("utf-8")
+
+
 def dumps_canonical(value: Any) -> str:
-    """Compact, key-sorted JSON: the form hashed and measured everywhere."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """Form 1 of :func:`canonical_json` as text (what is hashed and measured in-process)."""
+    return _CANONICAL_ENCODERS[1].encode(value)
 
 
 def iter_strings(value: Any, pointer: str = "") -> Iterable[tuple[str, str]]:

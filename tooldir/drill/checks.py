@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..model import Status
+from ..model import is_runnable
 from ..snapshot import Snapshot
 from . import execute as ex
 from .plant import DRILL_ENV_PREFIX, Arena, ArenaEscapeError, Planted
@@ -433,7 +433,7 @@ def check_controls(scenario: Scenario, snapshot: Snapshot) -> Check:
     bad = []
     for name in names:
         record = snapshot.get(name)
-        if record is None or record.status is not Status.ACTIVE:
+        if record is None or not is_runnable(record):
             statuses = sorted({str(t.status) for t in snapshot.records(name)}) or ["missing"]
             bad.append(f"{name} is {'/'.join(statuses)}")
     if bad:
@@ -463,7 +463,7 @@ def observed(scenario: Scenario, snapshot: Snapshot) -> str:
     controls = set(scenario.control.user) | set(scenario.control.project)
     parts = []
     for t in snapshot.tools:
-        if t.name in controls and t.status is Status.ACTIVE:
+        if t.name in controls and is_runnable(t):
             continue
         codes = sorted({d.code for d in t.diagnostics})
         parts.append(f"{t.source}:{t.name}={t.status}" + (f" [{', '.join(codes)}]" if codes else ""))

@@ -131,6 +131,7 @@ def test_the_memo_module_imports_only_the_standard_library() -> None:
         "tooldir.scanmemo",
         "tooldir._internal",
         "tooldir._internal.smallfile",
+        "tooldir._internal.ownership",  # the private read's ownership rule: stdlib only too (grp, pwd)
     }
     assert not {m.split(".")[0] for m in loaded} & {"pydantic", "pydantic_core", "jsonschema_rs", "rich", "tomllib"}
 

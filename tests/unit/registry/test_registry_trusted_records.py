@@ -63,7 +63,7 @@ def test_constructing_an_active_record_outside_the_trust_stage_raises(tmp_path: 
             trust=Trust(True, "approved"),
             digest=record.digest,
             risk=record.risk,
-            deferred=False,
+            defer_candidate=False,
             manifest=record.manifest,
         )
     # a real grant does not stretch to other content, another name or another source
@@ -137,6 +137,6 @@ def test_a_project_tool_gets_its_grant_only_once_approved_and_it_names_that_meth
 def test_every_builtin_record_comes_from_the_one_builtin_factory(tmp_path: Path) -> None:
     registry, _, _ = _loaded(tmp_path)
     spec = registry.register("b_tool", {"type": "object"}, lambda *, input, context: 1, description="b")
-    record = trust.builtin_record(spec, deferred=False)
+    record = trust.builtin_record(spec, defer_candidate=False)
     assert record.grant is not None and record.grant.method == "builtin" and is_runnable(record)
     assert registry.call("b_tool", {}).ok

@@ -79,7 +79,7 @@ def test_a_private_token_file_gives_its_stripped_token(tmp_path: Path) -> None:
         (b"\n", 0o600, "empty"),
         (b"short", 0o600, "fewer than 16"),
         (b"two words here and more", 0o600, "printable ASCII without spaces"),
-        (b"x" * 5000, 0o600, "over 4096 bytes"),
+        (b"x" * 5000, 0o600, r"it is 5000 bytes; a token file \(one line\) is at most 4096"),
     ],
 )
 def test_a_token_file_that_others_can_read_or_that_holds_no_usable_token_is_refused(

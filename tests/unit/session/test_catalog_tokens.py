@@ -109,6 +109,10 @@ def test_token_report_accounts_first_turn_increment_and_saving(tmp_path: Path) -
     assert before.loaded_increment == 0 and before.deferred == 5 and before.tools == 5
     guards = sum(TokenCounter(prefer_exact=False).count_json(g.anthropic()) for g in GUARD_DEFS)
     assert before.first_turn >= guards
+    # the compact directory is a named part of first_turn (tooldir serve does not send it)
+    directory = TokenCounter(prefer_exact=False).count(s.session.directory_text())
+    assert before.directory == directory > 0 and before.first_turn >= guards + directory
+    assert before.to_json()["directory"] == directory
     s.session.tool_search(tool_names=["stock_quote"])
     after = s.session.token_report()
     assert after.loaded_increment > 0

@@ -118,7 +118,9 @@ def test_auto_mode_on_a_small_set_is_reported_eager_everywhere(tmp_path: Path) -
     policy = parse_policy(_policy_text("auto", ["Defer(*)"]))
     snap = Loader(make_config(project=None, user_dirs=[user], policy=policy, state_dir=tmp_path / "s")).load()
     plan = initial_plan(snap, policy=policy, counter=TokenCounter(prefer_exact=False))
-    assert snap.by_name["echo_text"].deferred  # the rules' candidate, kept on the record
+    assert snap.by_name["echo_text"].defer_candidate  # the rules' candidate, kept on the record
+    assert snap.by_name["echo_text"].to_json(plan.is_deferred)["deferred"] is False  # the JSON says the plan's answer
+    assert "deferred" not in snap.to_json()["tools"][0]  # and without a plan, nothing
     assert not plan.is_deferred("echo_text") and plan.deferred == frozenset()
     assert plan.decision["reason"] == "auto: deferring would cost more than it saves"
 

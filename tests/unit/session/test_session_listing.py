@@ -14,7 +14,7 @@ import pytest
 from toolkit import approve, make_tool, project_tools
 
 from tooldir.loader import Loader, make_config
-from tooldir.model import Status
+from tooldir.model import Status, why_not_runnable
 from tooldir.policy import DeferPolicy, Policy
 from tooldir.registry import Registry
 from tooldir.search import SearchIndex
@@ -138,6 +138,31 @@ def test_a_refused_call_of_a_non_active_tool_carries_none_of_its_text(
         assert MARKER not in text and "ssh" not in text and "/usr/bin" not in text
     direct = registry.call("weather_rejected", {"text": "x"})  # people (tooldir run) get the full reason
     assert direct.error is not None and MARKER in direct.error.message
+
+
+def test_every_refusal_of_a_tool_that_cannot_run_is_one_sentence_from_one_function(
+    world: tuple[SnapshotStore, Registry, Session, Policy],
+) -> None:
+    store, registry, session, _ = world
+    (record,) = store.current.records("weather_rejected")  # not in by_name: a rejected record wins no name
+    advice = "; it cannot run until the user trusts it (see `tooldir show weather_rejected`)"
+    for_model = why_not_runnable("weather_rejected", record, for_model=True)
+    for_people = why_not_runnable("weather_rejected", record)
+    codes = ", ".join(sorted({d.code for d in record.diagnostics}))
+    assert for_model == f"tool 'weather_rejected' is rejected ({codes}){advice}"
+    assert for_people.startswith("tool 'weather_rejected' is rejected (") and for_people.endswith(advice)
+    assert MARKER in for_people and MARKER not in for_model  # people get the diagnostic's message
+    # the registry (tooldir run), a session's call and tool_search's unavailable say exactly these
+    direct = registry.call("weather_rejected", {"text": "x"})
+    assert direct.error is not None and direct.error.message == for_people
+    called = session.call("weather_rejected", {"text": "x"})
+    assert called.error is not None and (called.error.code, called.error.message) == ("not-active", for_model)
+    pending = store.current.by_name["weather_pending"]  # a rejected name is "missing" there; a pending one is not
+    unavailable = dict(session.tool_search(tool_names=["weather_pending"]).unavailable)
+    assert unavailable == {"weather_pending": why_not_runnable("weather_pending", pending, for_model=True)}
+    assert why_not_runnable("nothing_here", None) == (
+        "tool 'nothing_here' is not active; it cannot run until the user trusts it (see `tooldir show nothing_here`)"
+    )
 
 
 @pytest.mark.both_rankers
