@@ -256,6 +256,7 @@ class SnapshotStore:
         self._notifying = threading.local()
         self._current = initial
         self._subscribers: list[Subscriber] = []
+        self._extend: Callable[[Snapshot], Snapshot] | None = None
 
     @property
     def current(self) -> Snapshot:
@@ -273,11 +274,38 @@ class SnapshotStore:
 
         return unsubscribe
 
+    def extend_with(self, fn: Callable[[Snapshot], Snapshot]) -> Callable[[], None]:
+        """Pass every snapshot published from now on through ``fn`` before it is swapped in (the
+        upstream hub adds its servers' tools: a reload must never be visible without them, even
+        for a moment); returns a function that removes it. One at a time. ``fn`` runs in the
+        publishing thread and must not publish; if it raises, the snapshot is published as given."""
+        with self._lock:
+            if self._extend is not None:
+                raise RuntimeError("this SnapshotStore already extends what is published")
+            self._extend = fn
+
+        def remove() -> None:
+            with self._lock:
+                if self._extend is fn:
+                    self._extend = None
+
+        return remove
+
     def publish(self, snapshot: Snapshot) -> tuple[Snapshot, SnapshotDiff]:
-        """Swap in ``snapshot`` with the next generation number; notify subscribers."""
+        """Swap in ``snapshot`` (passed through :meth:`extend_with`'s function, if any) with the
+        next generation number; notify subscribers."""
         if getattr(self._notifying, "active", False):
             raise RuntimeError("SnapshotStore.publish called from a subscriber; publish from another thread")
         with self._publishing:
+            extend = self._extend
+            if extend is not None:
+                self._notifying.active = True  # it must not publish (the lock is not re-entrant)
+                try:
+                    snapshot = extend(snapshot)
+                except Exception:
+                    _log.exception("extending the snapshot to publish failed; it is published as given")
+                finally:
+                    self._notifying.active = False
             with self._lock:
                 old = self._current
                 new = with_generation(snapshot, old.generation + 1)

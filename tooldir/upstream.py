@@ -95,6 +95,7 @@ _RELIST_MIN_S = 1.0  # re-listings of one server on its tools/list_changed, at m
 #: killed first, so its end comes at once unless something else holds the pipe), and how much.
 _DRAIN_S = 2.0
 _REAP_S = 10.0  # a SIGKILLed server's launcher is reaped within this (the kernel ends it at once)
+_CLOSE_WAIT_S = 60.0  # close(): the longest a listing started by a reload is waited for
 _DRAIN_MAX_BYTES = 1 << 20
 
 
@@ -1044,6 +1045,8 @@ class UpstreamHub:
         self._base: Snapshot | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._ours: deque[str] = deque(maxlen=64)  # ids of the snapshots this hub published
+        self._relisting_threads: list[threading.Thread] = []  # follow(): listings after reloads
+        self._threads_lock = threading.Lock()
         #: package name -> why its server could not be started or listed at the last refresh
         self.start_problems: dict[str, str] = {}
 
@@ -1108,30 +1111,51 @@ class UpstreamHub:
 
     def follow(self) -> None:
         """Keep the upstream tools in the store when something else (the watcher) publishes a
-        snapshot without them: it is extended (listing new or changed packages) and re-published."""
+        snapshot without them: it is extended with the last listings *before* it is swapped in (so
+        no reader, call or listing ever sees them gone), then, on a thread of its own, new or
+        changed packages are started and listed and the result re-published if it differs."""
         store = self._store
         if store is None:
             return
 
-        def on_publish(snapshot: Snapshot, _diff: Any) -> None:
+        def extend(snapshot: Snapshot) -> Snapshot:
             if snapshot.id in self._ours or any(t.upstream is not None for t in snapshot.tools):
-                return  # ours (or already extended)
+                return snapshot  # ours (or already extended)
+            self._base = snapshot
             if not any(t.server is not None for t in snapshot.tools):
-                self._base = snapshot
-                return
-            threading.Thread(target=self._reextend, args=(snapshot,), daemon=True).start()
+                return snapshot
+            extended = extend_snapshot(snapshot, load_upstream_state(self.state_dir), self.policy, self.builtins)
+            self._ours.append(extended.id)
+            thread = threading.Thread(
+                target=self._reextend, args=(snapshot, extended.id), name="tooldir-upstream-relist", daemon=True
+            )
+            with self._threads_lock:  # never self._lock: a relisting holds it while it publishes
+                self._relisting_threads = [t for t in self._relisting_threads if t.is_alive()] + [thread]
+            thread.start()
+            return extended
 
-        self._unsubscribe = store.subscribe(on_publish)
+        self._unsubscribe = store.extend_with(extend)
 
-    def _reextend(self, snapshot: Snapshot) -> None:
+    def _reextend(self, snapshot: Snapshot, published: str) -> None:
         store = self._store
         if store is None:
             return
         with self._lock:
-            self._base = snapshot
+            if self._base is not snapshot or self._unsubscribe is None:
+                return  # a newer reload came, or the hub was closed
             extended, _ = self.refresh(snapshot)
-            if extended.id != snapshot.id and store.current.id == snapshot.id:
+            if extended.id != published and store.current.id == published:
                 self._publish(store, extended)
+
+    def quiet(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until the listings started by reloads have ended;
+        False if one still runs."""
+        with self._threads_lock:
+            threads = list(self._relisting_threads)
+        deadline = time.monotonic() + timeout
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in threads)
 
     def _list_changed(self, session: ServerSession) -> None:
         """``notifications/tools/list_changed``: re-list, re-check the pins, publish if changed."""
@@ -1180,6 +1204,7 @@ class UpstreamHub:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        self.quiet(_CLOSE_WAIT_S)  # a listing after a reload ends (it starts nothing once closed)
         with self._lock:
             for session in self._sessions.values():
                 session.close()

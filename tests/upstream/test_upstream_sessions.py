@@ -137,21 +137,29 @@ def test_list_changed_from_upstream_relists_and_a_new_tool_stays_pending(tmp_pat
         assert snap.by_name["calc__add"].status is Status.ACTIVE
 
 
-def test_a_reload_published_without_upstream_tools_gets_them_back_when_the_hub_follows(
+def test_a_reload_published_without_upstream_tools_is_swapped_in_with_them_when_the_hub_follows(
     tmp_path: Path, root: Path
 ) -> None:
+    """No snapshot the store ever holds lacks the upstream tools: a reload is extended before it is
+    swapped in, not re-published after (a call or a listing in between saw them gone: serve
+    answered ``unknown-tool`` for a tool it had just listed)."""
     from tooldir.loader import Loader, make_config
 
     copy_server("misbehaving", root, "calc")
     with rig(root, tmp_path / "state") as r:
         r.hub.follow()
+        held: list[set[str]] = []
+        r.store.subscribe(lambda snapshot, _diff: held.append(set(snapshot.by_name)))
         config = make_config(project=None, user_dirs=[root], state_dir=tmp_path / "state", policy=server_policy())
         make_tool(root, "echo")
         fresh = Loader(config).load()  # what the watcher publishes: directory tools only
-        r.store.publish(fresh)
-        snap = r.store.wait_for(lambda s: "calc__add" in s.by_name and "echo" in s.by_name, timeout=20)
-        assert snap.by_name["calc__add"].status is Status.ACTIVE
+        assert "calc__add" not in fresh.by_name
+        published, _ = r.store.publish(fresh)
+        assert {"calc__add", "echo"} <= set(published.by_name)  # at once: nothing to wait for
+        assert published.by_name["calc__add"].status is Status.ACTIVE
         assert r.registry.call("calc__add", {"a": 1, "b": 2}).content == "3"
+        assert r.hub.quiet(timeout=60)  # the listing after it (new or changed servers) has ended
+        assert held and all("calc__add" in names for names in held)
 
 
 def test_a_server_over_its_memory_limit_fails_its_call_and_the_next_start_works(
