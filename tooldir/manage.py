@@ -288,18 +288,17 @@ def approve(
     *,
     digest: str | None = None,
     now: datetime | None = None,
-    pin_upstream: bool = False,
+    pin_upstream: bool = True,
 ) -> Approval:
     """Record the user's approval of the package's exact content (path, name, digest, files and
     the key that signed it, if any). ``digest``: approve only if the content is still the one
     reviewed (else ``reason`` ``changed``).
 
-    ``pin_upstream=True``: an MCP server package is then started (now trusted, sandboxed), listed,
-    and its definitions and instructions pinned, as ``tooldir allow`` does
-    (:func:`tooldir.upstream.pin_after_approval`). When it cannot be listed, the approval stands,
-    the failure is recorded and logged, and its tools are pinned at its first successful start.
-    (Not the default yet: a server whose start fails can leave its process to be reaped after the
-    hub closed, which a host would see as a ResourceWarning.)"""
+    An MCP server package is then started (now trusted, sandboxed), listed, and its definitions
+    and instructions pinned, as ``tooldir allow`` does (:func:`tooldir.upstream.pin_after_approval`);
+    ``pin_upstream=False`` approves without starting it (its tools are then pinned at their first
+    trusted start). When it cannot be listed, the approval stands, the failure is recorded and
+    logged, and its tools are pinned at its first successful start."""
     when = _now(now)
     verdict = review(config, target, now=when)
     manifest = verdict.manifest

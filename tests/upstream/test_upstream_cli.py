@@ -63,7 +63,7 @@ def test_allow_starts_the_trusted_server_shows_its_definitions_and_pins_them(pro
     assert tooldir(project, "audit", "verify").returncode == 0
 
 
-def test_the_library_approve_of_a_server_package_with_pin_upstream_pins_its_definitions_as_allow_does(
+def test_the_library_approve_of_a_server_package_pins_its_definitions_as_allow_does_by_default(
     project: Path,
 ) -> None:
     # issue 25 item 2: the pinning lives in the library (tooldir.upstream.pin_after_approval)
@@ -71,7 +71,7 @@ def test_the_library_approve_of_a_server_package_with_pin_upstream_pins_its_defi
         project=project / "proj", user_dirs=[project / "none"], policy=server_policy(), state_dir=project / "state"
     )
     folder = (project / "proj/.tooldir/tools/calc").resolve()
-    approval = tooldir_api.approve(config, folder, pin_upstream=True)
+    approval = tooldir_api.approve(config, folder)  # pins by default, as allow does
     upstream = json.loads((project / "state" / "upstream.json").read_text())
     entry = upstream["packages"][approval.path]
     assert set(entry["pins"]) >= {"add", "crash", "hang"} and entry["instructions_digest"]

@@ -106,7 +106,9 @@ def cmd_allow(args: argparse.Namespace) -> int:
             console().print("not approved")
             return EXIT_REFUSED
     try:
-        approval = manage.approve(config, verdict.package.path, digest=digest)  # pinned (and shown) below
+        approval = manage.approve(
+            config, verdict.package.path, digest=digest, pin_upstream=False
+        )  # pinned (and shown) below
     except PackageError as exc:
         raise _refused(exc, args) from None
     if not args.json:
