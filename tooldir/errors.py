@@ -38,6 +38,7 @@ Internal signals: raised and caught inside tooldir, never raised to a caller of 
     ├── NotRunnableError              tooldir.drill.confine: a drill that cannot run here
     ├── UnavailableError              tooldir.drill.confine
     ├── CommandError                  tooldir._cli.common: the CLI's exit code and message
+    ├── AdoptError                    tooldir.adoption: one client entry not adopted (-> a reported adopt-* finding)
     ├── _Stop                         private to tooldir.registry (-> a call result)
     └── _Refused                      private to tooldir.sandbox.egress (-> a refused, recorded connection)
     RuntimeError
