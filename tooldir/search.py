@@ -824,7 +824,7 @@ class LexicalScores:
         while True:
             part, floor = _above(scores, m)
             slots = part if ids is None else ids[part]
-            rounded = np.array([round(v, _DIGITS) for v in scores[part].tolist()], dtype=np.float64)
+            rounded = _rounded(scores[part])
             order = np.lexsort((rank_of[slots], -rounded))[:k]
             if floor <= 0 or (len(order) == k and rounded[order[-1]] > floor):
                 return slots[order], rounded[order]
@@ -945,6 +945,21 @@ def _ranked(
             keep = matched[ok]
             return _ranked(scores[keep], keep if ids is None else ids[keep], k, None, table)
         m *= 4
+
+
+def _rounded(values: _Floats) -> _Floats:
+    """``round(v, _DIGITS)`` of each value, vectorised and equal to Python's: numpy's rounding
+    (scale, round to an integer, scale back) picks the same integer unless the scaled value lies
+    within its float64 error of a half; those values, and large ones, are rounded by Python."""
+    import numpy as np
+
+    scale = 10.0**_DIGITS
+    scaled = values * scale
+    out: _Floats = np.rint(scaled) / scale
+    risky = np.flatnonzero((np.abs(scaled - np.floor(scaled) - 0.5) < 1e-3) | ~(np.abs(values) < 1e3))
+    for i in risky.tolist():
+        out[i] = round(float(values[i]), _DIGITS)
+    return out
 
 
 def _above(scores: _Floats, m: int) -> tuple[_Ids, float]:

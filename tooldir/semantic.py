@@ -644,9 +644,10 @@ class HybridRanker:
             return []
         a = self.alpha
         lx = _share(rows, lex_rows, lex_scores)
-        sem = _minmax(self._cosines_at(cat, rows, unit).astype(np.float64))
+        at_rows = self._cosines_at_many(cat, rows, [unit, *(u for u, _ in part_units)])  # one gather
+        sem = _minmax(at_rows[0].astype(np.float64))
         if parts:
-            per_part = np.stack([self._cosines_at(cat, rows, u).astype(np.float64) for u, _ in part_units])
+            per_part = np.stack([c.astype(np.float64) for c in at_rows[1:]])
             sem = FULL_WEIGHT * sem + (1 - FULL_WEIGHT) * _minmax(per_part.max(axis=0))
         fused = a * lx + (1 - a) * sem
         if parts and self.cover:
@@ -718,6 +719,20 @@ class HybridRanker:
         padded = np.zeros((-(-len(rows) // BLOCK) * BLOCK, dim), dtype=np.float32)
         padded[: len(rows)] = cat.matrix[rows]
         return (padded.reshape(-1, BLOCK, dim) @ unit).reshape(-1)[: len(rows)]
+
+    def _cosines_at_many(
+        self, cat: _Catalog, rows: npt.NDArray[np.intp], units: Sequence[npt.NDArray[np.float32] | None]
+    ) -> list[npt.NDArray[np.float32]]:
+        """:meth:`_cosines_at` of each of ``units`` (the same bits), gathering the rows once."""
+        if not len(rows):
+            return [np.zeros(0, dtype=np.float32) for _ in units]
+        dim = cat.matrix.shape[1]
+        padded = np.zeros((-(-len(rows) // BLOCK) * BLOCK, dim), dtype=np.float32)
+        padded[: len(rows)] = cat.matrix[rows]
+        blocks = padded.reshape(-1, BLOCK, dim)
+        return [
+            np.zeros(len(rows), dtype=np.float32) if u is None else (blocks @ u).reshape(-1)[: len(rows)] for u in units
+        ]
 
     def _reachable_of(
         self, cat: _Catalog, units: Sequence[npt.NDArray[np.float32]]

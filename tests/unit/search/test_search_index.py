@@ -409,3 +409,12 @@ def test_the_vectorised_best_pool_equals_the_named_top_k(scores: list[float], k:
     want_slots, want_values = got.best(k)
     assert slots.tolist() == want_slots.tolist()
     assert values.tolist() == want_values.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=0.0, max_value=1e4, allow_nan=False), min_size=1, max_size=50))
+def test_the_vectorised_rounding_of_scores_equals_pythons(values: list[float]) -> None:
+    near_halves = [(round(v * 1e9) + 0.5) / 1e9 for v in values]  # the hard cases
+    for batch in (values, near_halves):
+        got = search._rounded(np.asarray(batch, dtype=np.float64)).tolist()
+        assert got == [round(v, 9) for v in batch]
