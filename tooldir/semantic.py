@@ -14,8 +14,11 @@ the cache is handed from one index to the next (:meth:`HybridRanker.follow`), so
 re-embeds one tool, not the catalog; the rows of the tools whose document did not change (the
 same object in the updated index) are copied from the last catalog built, without even hashing
 their text again. A query costs one embedding per part (below) and, when a tool no term matches
-may come in on meaning, a bounded pass over the catalog's (tools x 256) float32 matrix;
-everything after it is vectorised over the candidates.
+may come in on meaning, two bounding passes in the catalog's principal axes (a rotation fitted
+on the catalog keeps every cosine; the first 64 rotated dimensions of every row, then 64 more
+for the few rows left, bound each cosine from above) so that only the tools that may reach the
+threshold are multiplied in full; everything after it is vectorised over the candidates, and
+the result equals the full product's to the bit (tests/unit/search/test_semantic.py).
 
 Fusion (:meth:`HybridRanker.rank`), per query: the BM25F scores of the lexical candidates are
 divided by the query's best one (the lexical part is capped at 1 whatever a description holds:
