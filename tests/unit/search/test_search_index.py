@@ -403,12 +403,14 @@ def test_the_vectorised_best_pool_equals_the_named_top_k(scores: list[float], k:
     docs = [SearchDoc(f"tool_{i:03d}", "alpha " * (1 + i % 4)) for i in range(len(scores))]
     index = SearchIndex.build(docs)
     dense = np.asarray(scores, dtype=np.float64)
-    got = search.LexicalScores(index, parse_query("alpha"), dense, None)
     rank_of = np.asarray([sorted(index.names()).index(n) for n in index.slot_names()], dtype=np.int64)
-    slots, values = got.best_ordered(k, rank_of)
-    want_slots, want_values = got.best(k)
-    assert slots.tolist() == want_slots.tolist()
-    assert values.tolist() == want_values.tolist()
+    positive = np.flatnonzero(dense)
+    for ids in (None, positive[::2]):  # all matches, or the candidates a required term leaves
+        got = search.LexicalScores(index, parse_query("alpha"), dense, ids)
+        slots, values = got.best_ordered(k, rank_of)
+        want_slots, want_values = got.best(k)
+        assert slots.tolist() == want_slots.tolist()
+        assert values.tolist() == want_values.tolist()
 
 
 @settings(max_examples=200, deadline=None)
