@@ -714,6 +714,11 @@ class SearchIndex:
     def __contains__(self, name: object) -> bool:
         return name in self._slots
 
+    def slot_names(self) -> tuple[str | None, ...]:
+        """The name in each slot (None: an empty slot), in slot order: what the slots of
+        :class:`LexicalScores` refer to."""
+        return tuple(self._slot_names)
+
     def names(self) -> tuple[str, ...]:
         names = self._names
         if names is None:
@@ -798,6 +803,32 @@ class LexicalScores:
             np.fromiter((s for _, s in rows), dtype=np.int64, count=len(rows)),
             np.fromiter((v for v, _ in rows), dtype=np.float64, count=len(rows)),
         )
+
+    @property
+    def index(self) -> SearchIndex:
+        """The index these scores are of (its slots are what :meth:`candidates` gives)."""
+        return self._index
+
+    def best_ordered(self, k: int, rank_of: _Ids) -> tuple[_Ids, _Floats]:
+        """:meth:`best` without ``allow``, ordered without a name lookup: ``rank_of[slot]`` must
+        order the live slots as their names do (e.g. the tool's position among the sorted
+        names). The same slots, order and rounded scores as :meth:`best`, vectorised."""
+        import numpy as np
+
+        dense = self._dense
+        if k <= 0 or dense is None:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        ids = self._ids
+        scores = dense if ids is None else dense[ids]
+        m = k + 8
+        while True:
+            part, floor = _above(scores, m)
+            slots = part if ids is None else ids[part]
+            rounded = _rounded(scores[part])
+            order = np.lexsort((rank_of[slots], -rounded))[:k]
+            if floor <= 0 or (len(order) == k and rounded[order[-1]] > floor):
+                return slots[order], rounded[order]
+            m *= 4
 
     def _ranked(self, k: int, allow: Callable[[str], bool] | None) -> list[tuple[float, int]]:
         dense = self._dense
@@ -914,6 +945,21 @@ def _ranked(
             keep = matched[ok]
             return _ranked(scores[keep], keep if ids is None else ids[keep], k, None, table)
         m *= 4
+
+
+def _rounded(values: _Floats) -> _Floats:
+    """``round(v, _DIGITS)`` of each value, vectorised and equal to Python's: numpy's rounding
+    (scale, round to an integer, scale back) picks the same integer unless the scaled value lies
+    within its float64 error of a half; those values, and large ones, are rounded by Python."""
+    import numpy as np
+
+    scale = 10.0**_DIGITS
+    scaled = values * scale
+    out: _Floats = np.rint(scaled) / scale
+    risky = np.flatnonzero((np.abs(scaled - np.floor(scaled) - 0.5) < 1e-3) | ~(np.abs(values) < 1e3))
+    for i in risky.tolist():
+        out[i] = round(float(values[i]), _DIGITS)
+    return out
 
 
 def _above(scores: _Floats, m: int) -> tuple[_Ids, float]:

@@ -14,8 +14,11 @@ the cache is handed from one index to the next (:meth:`HybridRanker.follow`), so
 re-embeds one tool, not the catalog; the rows of the tools whose document did not change (the
 same object in the updated index) are copied from the last catalog built, without even hashing
 their text again. A query costs one embedding per part (below) and, when a tool no term matches
-may come in on meaning, a bounded pass over the catalog's (tools x 256) float32 matrix;
-everything after it is vectorised over the candidates.
+may come in on meaning, two bounding passes in the catalog's principal axes (a rotation fitted
+on the catalog keeps every cosine; the first 64 rotated dimensions of every row, then 64 more
+for the few rows left, bound each cosine from above) so that only the tools that may reach the
+threshold are multiplied in full; everything after it is vectorised over the candidates, and
+the result equals the full product's to the bit (tests/unit/search/test_semantic.py).
 
 Fusion (:meth:`HybridRanker.rank`), per query: the BM25F scores of the lexical candidates are
 divided by the query's best one (the lexical part is capped at 1 whatever a description holds:
@@ -362,13 +365,54 @@ def _normalised(rows: Matrix) -> Matrix:
     return rows
 
 
+def _principal_axes(raw: Matrix) -> npt.NDArray[np.float64]:
+    """An orthogonal (dim, dim) rotation whose first axes carry most of the catalog's rows'
+    weight (the eigenvectors of their second moment, fitted on a sample, largest first): after
+    it, the first dimensions of a row bound its cosine with any query far more tightly than
+    the model's own first dimensions do (their weight is spread over all 256)."""
+    dim = raw.shape[1]
+    if len(raw) < 2:
+        return np.eye(dim, dtype=np.float64)
+    sample = raw[:: max(1, len(raw) // PCA_SAMPLE)].astype(np.float64)
+    _, vectors = np.linalg.eigh(sample.T @ sample)
+    return np.ascontiguousarray(vectors[:, ::-1])
+
+
+def _rotated(
+    padded: Matrix, rotation: npt.NDArray[np.float64], n: int
+) -> tuple[Matrix, Matrix, Matrix, npt.NDArray[np.float64]]:
+    """The bounding passes' data: the rotated rows' first HEAD dimensions as blocks, the next MID
+    dimensions, and the norms of what is left after each (from |row| = 1 or 0, in float64,
+    rounded up by a margin far above the float32 rounding of the rotated dimensions)."""
+    h, m = _split(padded.shape[1])
+    turned = padded @ rotation[:, : h + m].astype(np.float32)  # (padded rows, h + m)
+    head = np.ascontiguousarray(turned[:, :h]).reshape(-1, BLOCK, h)
+    mid = np.ascontiguousarray(turned[:n, h:])
+    whole = np.einsum("ij,ij->i", padded[:n], padded[:n], dtype=np.float64)
+    first = np.einsum("ij,ij->i", turned[:n, :h], turned[:n, :h], dtype=np.float64)
+    second = np.einsum("ij,ij->i", mid, mid, dtype=np.float64)
+    margin = 1e-6 * (whole > 0)  # in the square: covers its float32 error even when the rest is ~0
+    tail_head = np.sqrt(np.maximum(whole - first, 0.0) + margin).astype(np.float32)
+    tail_mid = np.sqrt(np.maximum(whole - first - second, 0.0) + margin)
+    return head, mid, tail_head, tail_mid
+
+
+def _split(dim: int) -> tuple[int, int]:
+    """The dimensions of the first and of the second bounding pass for vectors of ``dim``."""
+    h = min(HEAD, dim)
+    return h, min(MID, dim - h)
+
+
 # ------------------------------------------------------------------------------------------------
 # The ranker
 
 
 BLOCK = 64  # rows per matrix-vector product: small enough that BLAS stays on one thread
-HEAD = 64  # dimensions of the first pass that bounds every tool's cosine (most of the vector's weight)
-BOUND_SLACK = 1e-4  # float32 rounding of that pass, many times over: no tool that can reach the threshold is lost
+HEAD = 64  # rotated dimensions of the first pass that bounds every tool's cosine
+MID = 64  # rotated dimensions the second pass adds, for the rows the first one could not rule out
+PCA_SAMPLE = 2048  # catalog rows the rotation is fitted on (any orthogonal rotation is exact; this one is tight)
+PRUNE_FROM = 1024  # a smaller catalog is multiplied in full (the bounds would cost more than they save)
+BOUND_SLACK = 1e-4  # float32 rounding of the bounds and of the rotation, many times over: no tool is lost
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,8 +423,12 @@ class _Catalog:
     blocks: npt.NDArray[np.float32]  # the same rows, zero-padded, as (ceil(tools / BLOCK), BLOCK, dim)
     docs: tuple[SearchDoc | None, ...]  # what each row was embedded from (an unchanged tool keeps its object)
     keys: tuple[bytes, ...]  # the digest of each row's text (the vector cache's key)
-    head: npt.NDArray[np.float32]  # the blocks' first HEAD dimensions, contiguous: the bounding pass
-    tail_norms: npt.NDArray[np.float32]  # per row, the norm of the other dimensions
+    slot_rows: npt.NDArray[np.intp]  # the row of each slot of the ranker's index (-1: an empty slot)
+    rotation: npt.NDArray[np.float64]  # (dim, dim) orthogonal: the catalog's principal axes, largest first
+    head: npt.NDArray[np.float32]  # rotated rows' first HEAD dimensions, as (blocks, BLOCK, HEAD): the first pass
+    mid: npt.NDArray[np.float32]  # rotated rows' next MID dimensions, (tools, MID): the second pass
+    tail_head: npt.NDArray[np.float32]  # per row, the norm of the rotated dimensions after HEAD (rounded up)
+    tail_mid: npt.NDArray[np.float64]  # per row, the norm of the rotated dimensions after HEAD + MID (rounded up)
 
 
 class HybridRanker:
@@ -409,6 +457,7 @@ class HybridRanker:
         self.cover = cover  # with parts: each part's best tool first
         self.min_cosine = min_cosine
         self.pool = pool
+        self.prune = True  # rule tools out by bounds before the product (False: the full product, for tests)
         self.mode = mode
         self.name = "hybrid" if mode == "hybrid" else "embedding"
         self._index = _index
@@ -514,9 +563,27 @@ class HybridRanker:
         self._cache = {k: raw[i] for i, k in enumerate(keys)}  # only what this catalog holds
         self._previous = None  # follow() hands this catalog on instead
         blocks = padded.reshape(-1, BLOCK, dim)
-        head = np.ascontiguousarray(blocks[:, :, :HEAD])
-        tail_norms = np.linalg.norm(raw[:, HEAD:], axis=1).astype(np.float32)
-        return _Catalog(names, {n: i for i, n in enumerate(names)}, raw, blocks, docs, tuple(keys), head, tail_norms)
+        rotation = prev.rotation if prev is not None and len(kept) * 2 >= len(names) else _principal_axes(raw)
+        head, mid, tail_head, tail_mid = _rotated(padded, rotation, len(names))
+        position = {n: i for i, n in enumerate(names)}
+        table = index.slot_names() if index is not None else ()
+        slot_rows = np.fromiter(
+            (-1 if n is None else position.get(n, -1) for n in table), dtype=np.intp, count=len(table)
+        )
+        return _Catalog(
+            names,
+            position,
+            raw,
+            blocks,
+            docs,
+            tuple(keys),
+            slot_rows,
+            rotation,
+            head,
+            mid,
+            tail_head,
+            tail_mid,
+        )
 
     def cosines(self, text: str) -> npt.NDArray[np.float32]:
         """Cosine of ``text`` with every tool, in ``index.names()`` order."""
@@ -573,21 +640,17 @@ class HybridRanker:
             # word the model knows whole (random strings are split into meaningless pieces) and
             # only above the threshold; a required term rules out every tool BM25F did not find
             units = [u for u, ok in [(unit, True), *part_units] if ok and u is not None]
-            if len(units) == 1:  # a bounded pass (the rows under the bound's reach only)
-                reach, reach_cos = self._reachable(cat, units[0])
+            for reach, reach_cos in self._reachable_of(cat, units):  # the whole query and its parts
                 pools.append(self._semantic_pool(cat, reach, reach_cos, allow))
-            elif units:  # the whole query and its parts in one pass over the catalog
-                for reach_cos in self._all_cosines_of(cat, units):
-                    reach = np.flatnonzero(reach_cos >= np.float32(self.min_cosine - BOUND_SLACK))
-                    pools.append(self._semantic_pool(cat, reach, reach_cos[reach], allow))
         rows = np.unique(np.concatenate(pools)) if len(pools) > 1 else np.unique(lex_rows)
         if not len(rows):
             return []
         a = self.alpha
         lx = _share(rows, lex_rows, lex_scores)
-        sem = _minmax(self._cosines_at(cat, rows, unit).astype(np.float64))
+        at_rows = self._cosines_at_many(cat, rows, [unit, *(u for u, _ in part_units)])  # one gather
+        sem = _minmax(at_rows[0].astype(np.float64))
         if parts:
-            per_part = np.stack([self._cosines_at(cat, rows, u).astype(np.float64) for u, _ in part_units])
+            per_part = np.stack([c.astype(np.float64) for c in at_rows[1:]])
             sem = FULL_WEIGHT * sem + (1 - FULL_WEIGHT) * _minmax(per_part.max(axis=0))
         fused = a * lx + (1 - a) * sem
         if parts and self.cover:
@@ -624,6 +687,9 @@ class HybridRanker:
         allow: Callable[[str], bool] | None,
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
         """Catalog rows and BM25F scores of the best ``pool`` lexical candidates."""
+        if isinstance(lexical, LexicalScores) and allow is None and lexical.index is self._index:
+            slots, scores = lexical.best_ordered(pool, cat.slot_rows)  # slot -> row: no name looked up
+            return cat.slot_rows[slots], scores
         if isinstance(lexical, LexicalScores):
             slots, scores = lexical.best(pool, allow=allow)
             names: Iterable[str] = lexical.names_of(slots.tolist())
@@ -644,14 +710,6 @@ class HybridRanker:
         # wake-ups (and far more on a loaded machine) than it saves
         return (cat.blocks @ unit).reshape(-1)[: len(cat.names)]
 
-    def _all_cosines_of(self, cat: _Catalog, units: Sequence[npt.NDArray[np.float32]]) -> list[npt.NDArray[np.float32]]:
-        """The cosines of each of ``units`` with every tool, in one pass over the catalog (the
-        product is bound by reading the matrix, not by the number of query vectors)."""
-        n = len(cat.names)
-        both = cat.blocks @ np.stack(units, axis=1)  # (blocks, BLOCK, len(units))
-        flat = both.reshape(-1, len(units))[:n]
-        return [np.ascontiguousarray(flat[:, j]) for j in range(len(units))]
-
     def _cosines_at(
         self, cat: _Catalog, rows: npt.NDArray[np.intp], unit: npt.NDArray[np.float32] | None
     ) -> npt.NDArray[np.float32]:
@@ -665,24 +723,67 @@ class HybridRanker:
         padded[: len(rows)] = cat.matrix[rows]
         return (padded.reshape(-1, BLOCK, dim) @ unit).reshape(-1)[: len(rows)]
 
-    def _reachable(
-        self, cat: _Catalog, unit: npt.NDArray[np.float32] | None
-    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]:
-        """(rows, exact cosines) of every tool whose cosine may reach the threshold (a superset,
-        ascending). A first pass over the first :data:`HEAD` dimensions bounds each cosine from
-        above (Cauchy-Schwarz on the rest: ``head . q_head + |rest| * |q_rest|``); only the tools
-        under the bound's reach are multiplied in full. A generic query that reaches most of the
-        catalog costs one full product instead."""
+    def _cosines_at_many(
+        self, cat: _Catalog, rows: npt.NDArray[np.intp], units: Sequence[npt.NDArray[np.float32] | None]
+    ) -> list[npt.NDArray[np.float32]]:
+        """:meth:`_cosines_at` of each of ``units`` (the same bits), gathering the rows once."""
+        if not len(rows):
+            return [np.zeros(0, dtype=np.float32) for _ in units]
+        dim = cat.matrix.shape[1]
+        padded = np.zeros((-(-len(rows) // BLOCK) * BLOCK, dim), dtype=np.float32)
+        padded[: len(rows)] = cat.matrix[rows]
+        blocks = padded.reshape(-1, BLOCK, dim)
+        return [
+            np.zeros(len(rows), dtype=np.float32) if u is None else (blocks @ u).reshape(-1)[: len(rows)] for u in units
+        ]
+
+    def _reachable_of(
+        self, cat: _Catalog, units: Sequence[npt.NDArray[np.float32]]
+    ) -> list[tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]]:
+        """Per unit vector of ``units``: (rows, exact cosines) of every tool whose cosine may reach
+        the threshold (a superset, ascending; the cosines are :meth:`_cosines_at`'s, equal to the
+        bit to the full product's). Two bounding passes in the catalog's rotated coordinates
+        (:func:`_principal_axes`: a rotation keeps every cosine) rule the other tools out without
+        reading their vectors: the first over HEAD dimensions of every row, for all units at once
+        (``head . q_head + |row rest| * |q rest|``, Cauchy-Schwarz on the rest), the second adds
+        MID dimensions for the rows the first kept. A small catalog, a low threshold or a generic
+        query that reaches much of the catalog costs the full product instead (:meth:`_plain_reach`)."""
         n = len(cat.names)
-        if unit is None or not n:
-            return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float32)
-        bound = (cat.head @ unit[:HEAD]).reshape(-1)[:n]
-        bound += cat.tail_norms * np.float32(np.linalg.norm(unit[HEAD:]))
-        rows = np.flatnonzero(bound >= np.float32(self.min_cosine - BOUND_SLACK))
-        if len(rows) > n // 8:
-            full = self._all_cosines(cat, unit)
-            return rows, full[rows]
-        return rows, self._cosines_at(cat, rows, unit)
+        if not units or not n:
+            return []
+        if not self.prune or n < PRUNE_FROM:
+            return [self._plain_reach(cat, u) for u in units]
+        floor = self.min_cosine - BOUND_SLACK
+        h, m = cat.head.shape[2], cat.mid.shape[1]
+        stacked = np.stack(units, axis=1)  # (dim, k)
+        turned = cat.rotation[:, : h + m].T @ stacked.astype(np.float64)  # (h + m, k), float64
+        whole = np.einsum("ij,ij->j", stacked, stacked, dtype=np.float64)
+        q_head, q_mid = turned[:h], turned[h:]
+        left_head = whole - np.einsum("ij,ij->j", q_head, q_head)
+        left_mid = left_head - np.einsum("ij,ij->j", q_mid, q_mid)
+        rest_head = np.sqrt(np.maximum(left_head, 0.0) + 1e-6)
+        rest_mid = np.sqrt(np.maximum(left_mid, 0.0) + 1e-6)
+        k = len(units)
+        first = np.ascontiguousarray((cat.head @ q_head.astype(np.float32)).reshape(-1, k)[:n].T)  # (k, n)
+        reach = first + rest_head.astype(np.float32)[:, None] * cat.tail_head[None, :]  # float32: in the slack
+        rows = np.flatnonzero(reach[0] >= floor if k == 1 else (reach >= floor).any(axis=0))
+        if len(rows) > n // 2:  # the second pass would read more than the full product
+            return [self._plain_reach(cat, u) for u in units]
+        first = first[:, rows].T
+        second = first + (cat.mid[rows] @ q_mid.astype(np.float32)) + cat.tail_mid[rows, None] * rest_mid
+        out = []
+        for j, u in enumerate(units):
+            kept = rows[second[:, j] >= floor]
+            out.append((kept, self._cosines_at(cat, kept, u)))
+        return out
+
+    def _plain_reach(
+        self, cat: _Catalog, unit: npt.NDArray[np.float32]
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float32]]:
+        """:meth:`_reachable_of` of one unit by the full product (the reference the bounds must equal)."""
+        cos = self._all_cosines(cat, unit)
+        rows = np.flatnonzero(cos >= np.float32(self.min_cosine - BOUND_SLACK))
+        return rows, cos[rows]
 
     def _semantic_pool(
         self,

@@ -392,3 +392,31 @@ def test_an_upstream_tool_is_indexed_with_its_title_and_its_server_packages_desc
     assert [h.name for h in index.search("code review", top_k=3)] == ["gh__list_pulls"]
     plain = search.doc_from_record(replace(upstream, upstream=None))
     assert plain is not None and plain.keywords == doc.keywords[:-2]  # a directory tool: its own keywords only
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scores=st.lists(st.sampled_from([0.0, 0.0, 0.5, 1.0, 1.0 + 1e-10, 2.0, 3.25]), min_size=1, max_size=200),
+    k=st.integers(1, 60),
+)
+def test_the_vectorised_best_pool_equals_the_named_top_k(scores: list[float], k: int) -> None:
+    docs = [SearchDoc(f"tool_{i:03d}", "alpha " * (1 + i % 4)) for i in range(len(scores))]
+    index = SearchIndex.build(docs)
+    dense = np.asarray(scores, dtype=np.float64)
+    rank_of = np.asarray([sorted(index.names()).index(n) for n in index.slot_names()], dtype=np.int64)
+    positive = np.flatnonzero(dense)
+    for ids in (None, positive[::2]):  # all matches, or the candidates a required term leaves
+        got = search.LexicalScores(index, parse_query("alpha"), dense, ids)
+        slots, values = got.best_ordered(k, rank_of)
+        want_slots, want_values = got.best(k)
+        assert slots.tolist() == want_slots.tolist()
+        assert values.tolist() == want_values.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=0.0, max_value=1e4, allow_nan=False), min_size=1, max_size=50))
+def test_the_vectorised_rounding_of_scores_equals_pythons(values: list[float]) -> None:
+    near_halves = [(round(v * 1e9) + 0.5) / 1e9 for v in values]  # the hard cases
+    for batch in (values, near_halves):
+        got = search._rounded(np.asarray(batch, dtype=np.float64)).tolist()
+        assert got == [round(v, 9) for v in batch]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tooldir import semantic
 from tooldir.evaluate import PlainBM25
@@ -312,20 +315,24 @@ def test_the_cosines_of_a_few_rows_equal_the_catalogs_to_the_bit(embedder: seman
 
 
 @pytest.mark.parametrize("min_cosine", [0.3, 0.5, 0.65])
-def test_the_bounding_pass_keeps_every_tool_whose_cosine_reaches_the_threshold(
-    embedder: semantic.StaticEmbedder, min_cosine: float
+def test_the_bounding_passes_keep_every_tool_whose_cosine_reaches_the_threshold(
+    embedder: semantic.StaticEmbedder, min_cosine: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(semantic, "PRUNE_FROM", 0)  # bound even this small catalog
     index = SearchIndex.build(_catalog(600), ranker=HybridRanker(embedder, min_cosine=min_cosine))
     ranker = index.ranker
     assert isinstance(ranker, HybridRanker)
     cat = ranker.catalog()
-    for query in [*QUERIES, "vehicle rental", "hire a car", "money", "language", *NONSENSE]:
-        vector, _ = embedder.query(query)
-        unit = vector / np.linalg.norm(vector)
-        full = ranker.cosines(query)
-        rows, cos = ranker._reachable(cat, unit)
-        assert set(np.flatnonzero(full >= min_cosine).tolist()) <= set(rows.tolist()), query
-        assert cos.tobytes() == full[rows].tobytes(), query
+    queries = [*QUERIES, "vehicle rental", "hire a car", "money", "language", *NONSENSE]
+    units = [vector / np.linalg.norm(vector) for vector in (embedder.query(q)[0] for q in queries)]
+    fulls = [ranker.cosines(q) for q in queries]
+    for at in range(len(queries)):  # one unit, and several at once (a query with parts)
+        for group in ([at], [at, (at + 1) % len(queries), (at + 5) % len(queries)]):
+            got = ranker._reachable_of(cat, [units[i] for i in group])
+            for i, (rows, cos) in zip(group, got, strict=True):
+                full = fulls[i]
+                assert set(np.flatnonzero(full >= min_cosine).tolist()) <= set(rows.tolist()), queries[i]
+                assert cos.tobytes() == full[rows].tobytes(), queries[i]
 
 
 def test_a_picky_allow_filter_still_finds_the_allowed_tool_by_meaning_among_many_equal_ones(
@@ -517,3 +524,48 @@ def test_tooldir_semantic_chooses_the_ranker_and_an_unknown_value_is_bm25f_with_
     assert (default_ranker({SEMANTIC_ENV: value}) is not None) is usable
     if value in {"ensemble", "hybird"}:
         assert value in why and "off, hybrid" in why
+
+
+# ------------------------------------------------------------------------------------------------
+# The bounded passes (issue 26's query cost) rank exactly like the full product
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    size=st.integers(1, 400),
+    min_cosine=st.sampled_from([0.3, 0.5, 0.65, 0.8]),
+)
+def test_the_bounded_passes_rank_random_catalogs_exactly_like_the_full_product(
+    embedder: semantic.StaticEmbedder, monkeypatch: pytest.MonkeyPatch, seed: int, size: int, min_cosine: float
+) -> None:
+    monkeypatch.setattr(semantic, "PRUNE_FROM", 0)
+    rng = random.Random(seed)
+    vocabulary = sorted(w for w in embedder._whole if w.isalpha() and len(w) > 3)
+    topics = [rng.sample(vocabulary, 12) for _ in range(max(1, size // 20))]  # near neighbours share words
+
+    def text(topic: list[str], lo: int, hi: int) -> str:
+        return " ".join(rng.choice(topic if rng.random() < 0.7 else vocabulary) for _ in range(rng.randint(lo, hi)))
+
+    docs = [SearchDoc(f"t{i:03d}_{rng.choice(vocabulary)}", text(rng.choice(topics), 2, 30)) for i in range(size)]
+    fast = SearchIndex.build(docs, ranker=HybridRanker(embedder, min_cosine=min_cosine))
+    plain = SearchIndex.build(docs, ranker=HybridRanker(embedder, min_cosine=min_cosine))
+    assert isinstance(plain.ranker, HybridRanker)
+    plain.ranker.prune = False
+    queries = [text(rng.choice(topics), 1, 6) for _ in range(8)]
+    queries += [". ".join(text(rng.choice(topics), 3, 5) for _ in range(3)) + ", and then ask" for _ in range(4)]
+    queries += [f"+{docs[0].description.split()[0]} {text(rng.choice(topics), 1, 3)}", NONSENSE[0]]
+    for query in queries:
+        for k in (1, 20):
+            assert fast.search(query, top_k=k) == plain.search(query, top_k=k), (query, k)
+    ranker = fast.ranker
+    assert isinstance(ranker, HybridRanker)
+    cat = ranker.catalog()
+    units = [u for u in (semantic._unit(embedder.query(q)[0]) for q in queries) if u is not None]
+    for at in range(0, len(units), 3):  # the tools by meaning alone, for one unit and several at once
+        group = units[at : at + 3]
+        for (rows, cos), u in zip(ranker._reachable_of(cat, group), group, strict=True):
+            want_rows, want_cos = ranker._plain_reach(cat, u)
+            ok = cos >= min_cosine
+            assert rows[ok].tolist() == want_rows[want_cos >= min_cosine].tolist()
+            assert cos[ok].tobytes() == want_cos[want_cos >= min_cosine].tobytes()
