@@ -61,9 +61,13 @@ def run_as_user(
     *,
     expose: Iterable[Path] = (),
     timeout: float = 120,
+    keep_env: Iterable[str] = (),
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run ``argv`` as ``user`` with a clean environment (HOME under ``workdir``), in ``workdir``."""
+    """Run ``argv`` as ``user`` with a clean environment (HOME under ``workdir``), in ``workdir``;
+    ``keep_env``: names of this process's variables passed on (the machine's own settings a login
+    of that user has too, e.g. which certificate authorities TLS trusts)."""
     env = ["env", "-i", "PATH=/usr/bin:/bin", f"HOME={workdir}/home", "LANG=C.UTF-8"]
+    env += [f"{name}={os.environ[name]}" for name in keep_env if name in os.environ]
     drop = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--", *env, *argv]
     hidden: dict[Path, set[Path]] = {}
     for given in expose:

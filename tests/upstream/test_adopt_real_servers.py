@@ -3,7 +3,7 @@ itself (no vendored copy): ``mcp-server-time`` from PyPI out of a Claude Code ``
 ``@modelcontextprotocol/server-everything`` from npm out of a VS Code ``.vscode/mcp.json``. Each is
 adopted (pending, nothing started), allowed (started sandboxed, every definition pinned), listed
 through ``tooldir serve`` by the official SDK client and called sandboxed (through serve and through
-``tooldir run``); the PyPI one by an unprivileged user too. A
+``tooldir run``); both by an unprivileged user too. A
 registry that cannot be reached fails the test: adopt reports ``adopt-install-failed``."""
 
 from __future__ import annotations
@@ -130,7 +130,34 @@ def test_an_npm_server_adopted_from_vscode_is_allowed_listed_through_serve_and_c
     assert "Echo: adopted and sandboxed" in ran.stdout
 
 
-def test_a_pypi_server_is_adopted_allowed_and_called_by_an_unprivileged_user_too() -> None:
+# what an unprivileged user adopts: (client config file, its text, package, tool, input, expected, policy)
+AS_USER = {
+    "pypi-from-claude-code": (
+        ".mcp.json",
+        {"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"]}}},
+        "time",
+        "time__get_current_time",
+        {"timezone": "Asia/Tokyo"},
+        "Asia/Tokyo",
+        "",
+    ),
+    "npm-from-vscode": (
+        ".vscode/mcp.json",
+        {"servers": {"everything": {"type": "stdio", "command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"]}}},
+        "everything",
+        "everything__echo",
+        {"message": "adopted by a user"},
+        "Echo: adopted by a user",
+        "[sandbox]\naddress_space_slack_mb = 4096\n",  # node's V8 reserves more address space
+    ),
+}  # fmt: skip
+
+
+TLS_TRUST = ("NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "SSL_CERT_DIR", "PIP_CERT")
+
+
+@pytest.mark.parametrize("case", sorted(AS_USER))
+def test_a_real_server_is_adopted_allowed_and_called_by_an_unprivileged_user_too(case: str) -> None:
     if os.geteuid() != 0:
         pytest.skip("already unprivileged: the tests above ran as this user")
     import pwd
@@ -139,19 +166,23 @@ def test_a_pypi_server_is_adopted_allowed_and_called_by_an_unprivileged_user_too
 
     import unprivileged
 
+    config_file, config, package, tool, arguments, expected, policy = AS_USER[case]
     workdir = Path(tempfile.mkdtemp(prefix="tooldir-adopt-user-", dir="/tmp"))
     script = (
         "import json, os, pathlib, subprocess, sys\n"
         "home = pathlib.Path(os.environ['HOME']); project = home / 'project'; project.mkdir(parents=True)\n"
-        "(project / '.mcp.json').write_text(json.dumps({'mcpServers': {'time': {'command': 'uvx', 'args': ['mcp-server-time']}}}))\n"
+        f"config = project / {config_file!r}; config.parent.mkdir(parents=True, exist_ok=True)\n"
+        f"config.write_text(json.dumps({config!r}))\n"
+        "policy = home / '.config' / 'tooldir' / 'policy.toml'; policy.parent.mkdir(parents=True, exist_ok=True)\n"
+        f"policy.write_text({policy!r})\n"
         "def tooldir(*args):\n"
         "    done = subprocess.run([sys.executable, '-m', 'tooldir', *args, '--project', str(project)], capture_output=True, text=True)\n"
         "    print('$ tooldir', *args, '->', done.returncode, done.stdout[-400:], done.stderr[-1500:], flush=True)\n"
         "    return done\n"
         "assert tooldir('adopt').returncode == 0\n"
-        "assert tooldir('allow', 'time', '--yes').returncode == 0\n"
-        "ran = tooldir('run', 'time__get_current_time', '--input', json.dumps({'timezone': 'Asia/Tokyo'}), '--json')\n"
-        "assert ran.returncode == 0 and 'Asia/Tokyo' in ran.stdout\n"
+        f"assert tooldir('allow', {package!r}, '--yes').returncode == 0\n"
+        f"ran = tooldir('run', {tool!r}, '--input', json.dumps({arguments!r}), '--json')\n"
+        f"assert ran.returncode == 0 and {expected!r} in ran.stdout\n"
         "print('ADOPTED-AND-CALLED')\n"
     )
     try:
@@ -160,7 +191,12 @@ def test_a_pypi_server_is_adopted_allowed_and_called_by_an_unprivileged_user_too
             os.chmod(workdir, 0o700)
             os.chown(workdir, uid, uid)
             argv = [sys.executable, "-c", script]
-            done = unprivileged.run_as_user(user, argv, workdir, expose=unprivileged.python_trees(), timeout=900)
+            # the machine's TLS trust, as a login of that user has it: node reads its extra
+            # certificate authorities only from NODE_EXTRA_CA_CERTS (without it, npm retries a
+            # self-signed chain for ten minutes), pip from PIP_CERT or its config
+            done = unprivileged.run_as_user(
+                user, argv, workdir, expose=unprivileged.python_trees(), timeout=900, keep_env=TLS_TRUST
+            )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     out = done.stdout.decode()
