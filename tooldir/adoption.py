@@ -243,18 +243,24 @@ def plan(entry: ServerEntry, *, interpreters: Sequence[str]) -> Plan:
     )
 
 
-def _npx(base: str, args: list[str]) -> tuple[str, str, str | None, list[str]]:
+def _launcher_options(
+    base: str, args: list[str], *, flags: frozenset[str] | tuple[str, ...] = (), valued: tuple[str, ...]
+) -> tuple[str | None, int]:
+    """Read a launcher's own options up to the package: ``flags`` are skipped, the last of
+    ``valued`` (``--x VALUE`` or ``--x=VALUE``) is returned, any other option is refused. Returns
+    (that value or None, the index of the package argument)."""
+    value: str | None = None
     i = 0
-    package: str | None = None
     while i < len(args):
         arg = args[i]
-        if arg in _NPX_FLAGS:
+        name, eq, given = arg.partition("=")
+        if arg in flags:
             i += 1
-        elif arg.startswith("--package="):
-            package = arg.split("=", 1)[1]
+        elif eq and name.startswith("--") and name in valued:
+            value = given
             i += 1
-        elif arg in ("-p", "--package") and i + 1 < len(args):
-            package = args[i + 1]
+        elif arg in valued and i + 1 < len(args):
+            value = args[i + 1]
             i += 2
         elif arg.startswith("-"):
             raise AdoptError("adopt-skipped", f"{base} option {arg!r} is not one tooldir knows how to keep")
@@ -262,6 +268,11 @@ def _npx(base: str, args: list[str]) -> tuple[str, str, str | None, list[str]]:
             break
     if i >= len(args):
         raise AdoptError("adopt-skipped", f"{base} names no package")
+    return value, i
+
+
+def _npx(base: str, args: list[str]) -> tuple[str, str, str | None, list[str]]:
+    package, i = _launcher_options(base, args, flags=_NPX_FLAGS, valued=("-p", "--package"))
     if package is None:
         spec, cmd = args[i], None
     else:
@@ -285,22 +296,7 @@ def _pylaunch(base: str, args: list[str]) -> tuple[str, str, str | None, list[st
         if rest[:2] != ["tool", "run"]:
             raise AdoptError("adopt-skipped", "uv without 'tool run' starts nothing tooldir can adopt")
         rest = rest[2:]
-    source: str | None = None
-    i = 0
-    while i < len(rest):
-        arg = rest[i]
-        if arg.startswith(("--from=", "--spec=")):
-            source = arg.split("=", 1)[1]
-            i += 1
-        elif arg in ("--from", "--spec") and i + 1 < len(rest):
-            source = rest[i + 1]
-            i += 2
-        elif arg.startswith("-"):
-            raise AdoptError("adopt-skipped", f"{base} option {arg!r} is not one tooldir knows how to keep")
-        else:
-            break
-    if i >= len(rest):
-        raise AdoptError("adopt-skipped", f"{base} names no package")
+    source, i = _launcher_options(base, rest, valued=("--from", "--spec"))
     target = rest[i]
     spec_text = source if source is not None else target
     found = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[A-Za-z0-9,._-]+\])?(.*)$", spec_text)
@@ -313,12 +309,7 @@ def _pylaunch(base: str, args: list[str]) -> tuple[str, str, str | None, list[st
         version = "" if version[1:] == "latest" else "==" + version[1:]
     if version and not re.fullmatch(r"(==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!,<>=~ -]+", version):
         raise AdoptError("adopt-skipped", f"{spec_text!r}: version {version!r} is not a PyPI version specifier")
-    command = None
-    if source is not None:
-        command = target
-    else:
-        cmd = re.split(r"[=@<>~!\[]", target)[0]
-        command = cmd
+    command = target if source is not None else re.split(r"[=@<>~!\[]", target)[0]
     return name + extras, version, command, rest[i + 1 :]
 
 

@@ -506,6 +506,17 @@ def extend_snapshot(
     )
 
 
+def with_last_listings(
+    snapshot: Snapshot, state_dir: Path, policy: Policy, builtins: Iterable[BuiltinSpec] = ()
+) -> Snapshot:
+    """``snapshot`` with the upstream tools of its server packages' last listings in user state
+    (pins checked; no server is started, and without a server package nothing is read: the very
+    object comes back)."""
+    if not any(t.server is not None for t in snapshot.tools):
+        return snapshot
+    return extend_snapshot(snapshot, load_upstream_state(state_dir), policy, builtins)
+
+
 def definition_diff(data: Mapping[str, Any], record: ToolRecord) -> str | None:
     """The change of an upstream tool's definition since it was pinned, as a unified diff of its
     escaped JSON (``tooldir show``); None when nothing was pinned or nothing changed."""
@@ -1124,7 +1135,7 @@ class UpstreamHub:
             self._base = snapshot
             if not any(t.server is not None for t in snapshot.tools):
                 return snapshot
-            extended = extend_snapshot(snapshot, load_upstream_state(self.state_dir), self.policy, self.builtins)
+            extended = with_last_listings(snapshot, self.state_dir, self.policy, self.builtins)
             self._ours.append(extended.id)
             thread = threading.Thread(
                 target=self._reextend, args=(snapshot, extended.id), name="tooldir-upstream-relist", daemon=True
@@ -1168,7 +1179,7 @@ class UpstreamHub:
         except ExecutionError as exc:
             log.warning("re-listing %s failed: %s", session.record.name, exc.message)
             return
-        extended = extend_snapshot(base, load_upstream_state(self.state_dir), self.policy, self.builtins)
+        extended = with_last_listings(base, self.state_dir, self.policy, self.builtins)
         if extended.id != store.current.id:
             self._publish(store, extended)
 
@@ -1313,10 +1324,8 @@ class ListedStore(SnapshotStore):
         return (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def _extended(self, snapshot: Snapshot) -> Snapshot:
-        if not any(t.server is not None for t in snapshot.tools):
-            return snapshot
         config = self._loader.config
-        return extend_snapshot(snapshot, load_upstream_state(config.state_dir), config.policy, config.builtins)
+        return with_last_listings(snapshot, config.state_dir, config.policy, config.builtins)
 
     def publish(self, snapshot: Snapshot) -> tuple[Snapshot, SnapshotDiff]:
         with self._extending:
@@ -1356,4 +1365,5 @@ __all__ = [
     "unavailable",
     "upstream_records",
     "visible",
+    "with_last_listings",
 ]

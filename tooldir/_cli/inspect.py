@@ -69,9 +69,9 @@ def _load(args: argparse.Namespace) -> tuple[LoadConfig, Snapshot, DeferralPlan]
     # the load records the signed versions it verified (rollback protection), as every load does
     snap = load_roots(config)
     if any(t.server is not None for t in snap.tools):  # MCP server packages: their last listings
-        from ..upstream import extend_snapshot, load_upstream_state  # (never starts a server)
+        from ..upstream import with_last_listings  # (never starts a server)
 
-        snap = extend_snapshot(snap, load_upstream_state(config.state_dir), config.policy, config.builtins)
+        snap = with_last_listings(snap, config.state_dir, config.policy, config.builtins)
     # only the deferred set is shown: decided from token bounds when they suffice (no tokenizer load)
     return config, snap, initial_plan(snap, policy=config.policy, builtins=config.builtins, by_bounds=True)
 

@@ -91,12 +91,16 @@ MASKED_PROC = ("/proc/keys", "/proc/key-users")  # the caller's keys, by descrip
 BWRAP_PROCESSES = 2  # bubblewrap's launcher and the sandbox's init, counted in the cgroup's pids.max
 # The tool starts only after a word on its stdin, not merely once bubblewrap's --block-fd is
 # readable: a killed tooldir's pipes are closed by the kernel *before* its children get the
-# parent-death signal, so a held bubblewrap reads end of file and goes on (seen: 2 kills in 10 ran a
-# held tool). The gate is the system's POSIX sh, whose read builtin takes one byte at a time from a
+# parent-death signal, so a held bubblewrap reads end of file and goes on (seen by hand: a
+# bubblewrap held this way at --block-fd with --die-with-parent ran its command in 2 of 10 kills of
+# its host). The gate is the system's POSIX sh, whose read builtin takes one byte at a time from a
 # pipe (nothing of the tool's input is consumed); it exits NOT_RELEASED_EXIT at end of file.
 RELEASE_WORD = b"tooldir-run\n"
 NOT_RELEASED_EXIT = 125
-_GATE = 'IFS= read -r word || exit 125; [ "$word" = tooldir-run ] || exit 125; exec "$@"'
+_GATE = (
+    f"IFS= read -r word || exit {NOT_RELEASED_EXIT}; "
+    f'[ "$word" = {RELEASE_WORD.decode().strip()} ] || exit {NOT_RELEASED_EXIT}; exec "$@"'
+)
 
 MemoryBound = Literal["cgroup", "cgroup-v1", "systemd-scope", "rlimit+seccomp"]
 log = logging.getLogger("tooldir")
