@@ -129,11 +129,11 @@ print(json.dumps({"ok": True, "content": out}))
 
 def sandboxed_ms(origin_port: int, requests: int) -> list[float] | str:
     """p50s a real sandboxed tool measures for its proxied requests (one run), or why none."""
-    from tooldir.loader import Loader, make_config
     from tooldir.policy import Policy
-    from tooldir.registry import Registry
+    from tooldir.run.registry import Registry
     from tooldir.sandbox import probe
-    from tooldir.snapshot import SnapshotStore
+    from tooldir.snapshot.loader import Loader, make_config
+    from tooldir.snapshot.store import SnapshotStore
 
     policy = Policy.model_validate({"sandbox": {"network": True, "timeout_s": 120, "cpu_s": 120}})
     problem = probe(policy.sandbox)

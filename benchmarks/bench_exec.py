@@ -58,13 +58,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tooldir.audit import AuditEvent
-from tooldir.loader import Loader, make_config
 from tooldir.policy import AuditPolicy, Policy, SandboxPolicy
-from tooldir.registry import Registry
+from tooldir.run.audit import AuditEvent
+from tooldir.run.registry import Registry
 from tooldir.sandbox import RunRequest, bubblewrap, process
 from tooldir.sandbox.bubblewrap import resolve_interpreter
-from tooldir.snapshot import SnapshotStore
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 NOOP_SCRIPT = 'import json, sys\njson.load(sys.stdin)\nprint(\'{"ok": true, "content": null}\')\n'
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "additionalProperties": False}

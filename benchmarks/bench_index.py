@@ -5,7 +5,7 @@ floor        one new process that walks the root, reads every file, ``json.loads
 scan-cold    ``tooldir scan --json`` as a new process with ``--no-index`` (every package read).
 scan-rescan  ``tooldir scan --json`` as a new process whose state already holds the root's index
              (the scan memo turned off: ``TOOLDIR_NO_SCAN_MEMO=1``).
-scan-memo    the same scan answered by the scan memo (tooldir.scanmemo): a new process that stats
+scan-memo    the same scan answered by the scan memo (tooldir.read.scanmemo): a new process that stats
              every recorded path and prints the stored output. Rounds that missed and wrote the
              memo again (an input changed meanwhile, e.g. a user was added to /etc/passwd on this
              shared machine) are counted and kept in the figures. Its peak RSS is measured too.
@@ -43,15 +43,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import tooldir.index as index_mod
+import tooldir.read.index as index_mod
 from benchmarks.floor import SCRIPT as floor_script
 from benchmarks.floor import floor
 from benchmarks.generate import generate
 from benchmarks.sizes import parse_args
 from benchmarks.sizes import workdir as workdir_for
 from tooldir._internal.gcpause import gc_paused
-from tooldir.loader import Loader, make_config
 from tooldir.model import Status
+from tooldir.snapshot.loader import Loader, make_config
 
 TARGET = 0.6
 

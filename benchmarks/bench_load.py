@@ -37,8 +37,8 @@ from benchmarks.generate import generate
 from benchmarks.sizes import parse_args
 from benchmarks.sizes import workdir as workdir_for
 from tooldir._internal.gcpause import gc_paused
-from tooldir.loader import Loader, make_config
 from tooldir.model import Status
+from tooldir.snapshot.loader import Loader, make_config
 
 
 def _walk(root: str, keep: bool) -> dict[str, tuple[object, dict[str, str]]]:

@@ -39,12 +39,12 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from benchmarks.generate import generate
 from benchmarks.stats import percentile
-from tooldir.loader import Loader, make_config
-from tooldir.mcp_server import ToolServer
+from tooldir.deferred.session import Session
+from tooldir.mcp.server import ToolServer
 from tooldir.policy import parse_policy
-from tooldir.registry import Registry
-from tooldir.session import Session
-from tooldir.snapshot import SnapshotStore
+from tooldir.run.registry import Registry
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 NOOP_SCRIPT = 'import sys\nsys.stdin.read()\nsys.stdout.write(\'{"ok": true, "content": null}\')\n'
 NOOP_MANIFEST = {

@@ -1,5 +1,5 @@
 """Issue 25 item 5: does the MCP SDK alone answer ``initialize`` within the 1.5 s start-up target,
-so that ``tooldir._mcp_early`` (answering it before the SDK is imported) could be retired?
+so that ``tooldir.mcp.early`` (answering it before the SDK is imported) could be retired?
 
 Whole processes, as ``bench_startup.py serve`` measures them (same client, same generated roots, a
 fresh state folder per round): from the spawn to the answer to ``initialize``, for
@@ -33,7 +33,7 @@ from benchmarks.generate import generate
 #: ``tooldir serve`` with the early answer switched off (everything else as shipped)
 SDK_ONLY = (
     "import sys; from tooldir import _safepath; _safepath.drop_working_directory(sys.path); "
-    "import tooldir._mcp_early as e; answer = e.Wire.answer_opening; "
+    "import tooldir.mcp.early as e; answer = e.Wire.answer_opening; "
     "e.Wire.answer_opening = lambda self, early=True: answer(self, early=False); "
     "from tooldir._cli import run; sys.argv = ['tooldir', *sys.argv[1:]]; run()"
 )

@@ -5,7 +5,7 @@ floor    one process (the same interpreter) that walks root -> package -> files,
 tooldir  one process ``python -m tooldir scan --json --user-dir ROOT`` (no project tools, a fresh
          state directory per run, stdout to /dev/null), everything real: imports, discovery,
          validation, trust, resolution, the deferral plan and the JSON output. A root of at least
-         ``tooldir.loader.PARALLEL_MIN`` packages is read by every CPU (forked workers).
+         ``tooldir.snapshot.loader.PARALLEL_MIN`` packages is read by every CPU (forked workers).
 seq      the same with ``TOOLDIR_WORKERS=1``: one process reads everything (the baseline of the
          parallel read; the target is on ``tooldir``, whole-process wall time).
 

@@ -46,8 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 
 from benchmarks.stats import percentile
-from tooldir.evaluate import read_queries, read_tools
-from tooldir.search import SearchDoc, SearchIndex, split_words
+from tooldir.deferred.evaluate import read_queries, read_tools
+from tooldir.deferred.search import SearchDoc, SearchIndex, split_words
 
 TARGET_P50_MS = 0.2
 TARGET_P99_MS = 1.0
@@ -265,8 +265,8 @@ def snapshot_edits(size: int, args: argparse.Namespace) -> dict[str, list[float]
     ``SearchIndex.apply_diff`` (timed; what ``IndexFollower`` runs) beside a full
     ``SearchIndex.from_snapshot`` of the same snapshot (the baseline: re-indexing everything)."""
     from benchmarks.generate import generate
-    from tooldir.loader import Loader, make_config
-    from tooldir.snapshot import SnapshotStore
+    from tooldir.snapshot.loader import Loader, make_config
+    from tooldir.snapshot.store import SnapshotStore
 
     out: dict[str, list[float]] = {"snapshot_edit_p50_ms": [], "snapshot_reindex_ms": []}
     with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:

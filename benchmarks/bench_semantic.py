@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_search import bag, corpus, real_corpus, synthetic_corpus
 
-from tooldir.search import SearchIndex, parse_query, split_words
-from tooldir.semantic import HybridRanker, load_embedder, model_dir
+from tooldir.deferred.search import SearchIndex, parse_query, split_words
+from tooldir.deferred.semantic import HybridRanker, load_embedder, model_dir
 
 TARGETS = {"p50_ms": 1.0, "p99_ms": 3.0, "build_s": 2.0, "memory_mb": 70.0}  # issue 26
 

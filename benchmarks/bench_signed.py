@@ -27,7 +27,7 @@ whole unsigned load's CPU; OpenSSL's, printed beside it, about as much as the wh
 floor of about 1 + that / unsigned CPU under the wall ratio, wherever the verification runs.
 
 Helper crossover: in-process signed-cold loads with the signature helper process
-(:mod:`tooldir._internal.verify_pool`) forced on and forced off, at a few small sizes: where the
+(:mod:`tooldir.trust.verify_pool`) forced on and forced off, at a few small sizes: where the
 helper starts to pay is ``MIN_PACKAGES``.
 
     python3 benchmarks/bench_signed.py [--quick] [--sizes 1000,10000] [--runs 5] [--json]
@@ -52,13 +52,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.generate import generate
 from benchmarks.sizes import parse_args
 from benchmarks.sizes import workdir as workdir_for
-from tooldir import keys, signatures
+from tooldir import signatures
 from tooldir._internal import verify_pool, verify_worker
-from tooldir.discover import RootSpec, open_root, scan_package
-from tooldir.loader import Loader, make_config, remember_load
-from tooldir.lockfile import LOCK, MINISIG, render_lock
 from tooldir.model import Source, Status
 from tooldir.policy import KeysPolicy, Policy, ProjectSourcePolicy, SourcesPolicy
+from tooldir.read.discover import RootSpec, open_root, scan_package
+from tooldir.snapshot.loader import Loader, make_config, remember_load
+from tooldir.trust import keys
+from tooldir.trust.lockfile import LOCK, MINISIG, render_lock
 
 
 def sign_tree(root: Path, key: keys.MinisignSecretKey) -> None:

@@ -144,7 +144,7 @@ def serve_once(root: Path, project: Path, cwd: Path) -> tuple[float, float]:
 
 def cold_load_s(root: Path, project: Path) -> float:
     """The in-process cold load of the same root (Loader.load, read-only state): what tools/list waits for."""
-    from tooldir.loader import Loader, make_config
+    from tooldir.snapshot.loader import Loader, make_config
 
     with tempfile.TemporaryDirectory(prefix="bench-startup-load-") as state:
         config = make_config(project=str(project), user_dirs=[str(root)], state_dir=state, read_only=True)

@@ -16,13 +16,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tooldir._mcp_early import INSTRUCTIONS
-from tooldir.loader import Loader, make_config
+from tooldir.deferred.session import Session
+from tooldir.deferred.tokens import TokenCounter
+from tooldir.mcp.early import INSTRUCTIONS
 from tooldir.policy import Policy
-from tooldir.registry import Registry
-from tooldir.session import Session
-from tooldir.snapshot import SnapshotStore
-from tooldir.tokens import TokenCounter
+from tooldir.run.registry import Registry
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 TOOLS = Path(__file__).resolve().parents[2] / "shared" / "eval" / "github_mcp_server" / "tools.jsonl"
 READ_PREFIXES = ("get_", "list_", "search_", "read_")

@@ -31,12 +31,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy
-from tooldir.registry import Registry
+from tooldir.run.registry import Registry
 from tooldir.sandbox import probe
 from tooldir.sandbox.bubblewrap import resolve_interpreter
-from tooldir.snapshot import SnapshotStore
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 from tooldir.upstream import UpstreamHub
 
 SERVER = Path(__file__).resolve().parent.parent / "fixtures" / "mcp" / "misbehaving"

@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.generate import generate
 from benchmarks.stats import percentile
-from tooldir.loader import Loader, make_config
-from tooldir.snapshot import Snapshot, SnapshotDiff, SnapshotStore
-from tooldir.watch import Watcher
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import Snapshot, SnapshotDiff, SnapshotStore
+from tooldir.snapshot.watch import Watcher
 
 
 def bench(n: int, *, runs: int, cold_runs: int, edits: int, debounce_ms: int, workdir: Path) -> dict[str, Any]:

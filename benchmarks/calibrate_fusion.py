@@ -1,13 +1,13 @@
 """Choose the hybrid ranker's constants on TRAINING splits only, and write what it chose with its data.
 
 One command: ``python3 benchmarks/calibrate_fusion.py`` (``--json`` prints the report; ``--write``
-also writes it to ``benchmarks/calibrate_fusion.json``, which ``tooldir/semantic.py``'s constants
+also writes it to ``benchmarks/calibrate_fusion.json``, which ``tooldir/deferred/semantic.py``'s constants
 must match: tests/unit/search/test_semantic.py checks it).
 
 Calibration sets (the only labelled data this project has; ToolLens and MetaTool, named by issue
 26, are not reachable offline and no package ships them): Seal-Tools' ``dev`` split and the
 training half of BFCL (a query is in training when the first byte of SHA-256 of its ``id`` is
-even: :func:`tooldir.evaluate.split_of`). Test splits are never read here; the README reports
+even: :func:`tooldir.deferred.evaluate.split_of`). Test splits are never read here; the README reports
 them. Because these two sets are also the regression check, the grid is kept to the region an
 outside calibration found on other data (issue 26: alpha .2-.5, pool 20 or 50, the two BM25F
 field weightings); this script only chooses inside it.
@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from tooldir.evaluate import read_queries, read_tools, score_rankings, split_of
-from tooldir.search import Bm25fParams, SearchIndex, lexical_scores, parse_query
-from tooldir.semantic import DIM, FULL_WEIGHT, MIN_PART_WORDS, HybridRanker, load_embedder
+from tooldir.deferred.evaluate import read_queries, read_tools, score_rankings, split_of
+from tooldir.deferred.search import Bm25fParams, SearchIndex, lexical_scores, parse_query
+from tooldir.deferred.semantic import DIM, FULL_WEIGHT, MIN_PART_WORDS, HybridRanker, load_embedder
 
 EVAL = next(
     (p / "shared" / "eval" for p in Path(__file__).resolve().parents if (p / "shared" / "eval").is_dir()),
@@ -177,7 +177,7 @@ def calibrate() -> dict[str, Any]:
         "what": "benchmarks/calibrate_fusion.py: the hybrid ranker's constants, chosen on training splits only",
         "objective": "mean over the sets of (nDCG@10 + recall@5) / 2",
         "data": data,
-        "model": {"dim": DIM, "vector": "one vector of the whole tool text (tooldir.semantic.tool_text)"},
+        "model": {"dim": DIM, "vector": "one vector of the whole tool text (tooldir.deferred.semantic.tool_text)"},
         "fixed": {"full_weight": FULL_WEIGHT, "min_part_words": MIN_PART_WORDS},
         **chosen,
         "salad_best_cosine_p99": round(p99, 4),

@@ -25,12 +25,12 @@ DIAGNOSTIC_CALLS = {
     ("validate.py", "fail", "method"): 0,
     ("validate.py", "warn", "method"): 0,
     ("discover.py", "fail", "method"): 0,
-    ("trust.py", "fail", "method"): 1,
-    ("trust.py", "doubt", "method"): 1,
-    ("trust.py", "diag", "method"): 1,
+    ("assess.py", "fail", "method"): 1,
+    ("assess.py", "doubt", "method"): 1,
+    ("assess.py", "diag", "method"): 1,
     ("strictjson.py", "StrictJSONError", "function"): 0,
-    ("adopt.py", "_finding", "function"): 1,
-    ("adoption.py", "AdoptError", "function"): 0,
+    ("entries.py", "_finding", "function"): 1,
+    ("install.py", "AdoptError", "function"): 0,
 }
 CALL_ERROR_CALLS = {
     ("registry.py", "_Stop", "function"): 0,

@@ -77,11 +77,11 @@ def forge_active(record: Any, **changes: Any) -> Any:
     """TEST-ONLY factory: ``record`` with ``changes``, still active, as if the trust stage had
     granted the changed content. For tests of what the registry does with a snapshot that earlier
     stages should have refused (e.g. an input schema validation missed); it takes the trust stage's
-    private seal, which nothing in tooldir outside tooldir.trust ever does."""
+    private seal, which nothing in tooldir outside tooldir.trust.assess ever does."""
     from dataclasses import replace
 
-    from tooldir import trust
     from tooldir.model import Grant, Status
+    from tooldir.trust import assess as trust
 
     changed = replace(record, **changes, grant=None, status=Status.PENDING)
     grant = Grant(changed.name, changed.source, changed.digest, changed.trust.method, seal=trust._SEAL)

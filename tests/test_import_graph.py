@@ -36,12 +36,14 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
+def _imports(module: str, path: Path, modules: dict[str, Path], *, type_checking: bool = False) -> set[str]:
+    """The modules of tooldir that ``module`` imports (``type_checking``: also those only its
+    ``if TYPE_CHECKING:`` blocks name)."""
     tree = ast.parse(path.read_text("utf-8"), str(path))
     skipped = {
         id(inner)
         for node in ast.walk(tree)
-        if isinstance(node, ast.If) and _is_type_checking(node)
+        if isinstance(node, ast.If) and _is_type_checking(node) and not type_checking
         for stmt in node.body
         for inner in ast.walk(stmt)
     }
@@ -99,8 +101,8 @@ def test_the_graph_builder_sees_relative_absolute_and_function_level_imports() -
     assert "tooldir.sandbox.base" in _imports(
         "tooldir.sandbox.bubblewrap", modules["tooldir.sandbox.bubblewrap"], modules
     )
-    # a function-level import: the drill runner runs CLI steps through tooldir._cli.main
-    assert "tooldir._cli" in _imports("tooldir.drill.execute", modules["tooldir.drill.execute"], modules)
+    # a function-level import: the drill runner reads the scan memo it forges
+    assert "tooldir.read.scanmemo" in _imports("tooldir.drill.execute", modules["tooldir.drill.execute"], modules)
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
@@ -118,3 +120,52 @@ def test_running_one_cli_command_imports_only_its_module_and_never_the_drill() -
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     # progress: the helper that draws on a terminal (rich itself is imported only when drawing)
     assert out.strip() == "['tooldir._cli.common', 'tooldir._cli.inspect', 'tooldir._cli.progress']"
+
+
+# -- the layout (issue 25 item 3): the vocabulary and the front door at the top, a folder per stage,
+# and _internal/ holding helpers that know no stage. Imports under TYPE_CHECKING count here: a folder
+# that names another's types depends on it.
+
+MAX_TOP_LEVEL_MODULES = 15
+STAGES = ("read", "trust", "snapshot", "deferred", "run", "sandbox")  # a load, then a call
+
+
+def _top(module: str) -> str:
+    """The top-level folder or module of tooldir a module is in (``__init__``: the package itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _top_level_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {_top(name): set() for name in modules}
+    for name, path in modules.items():
+        for target in _imports(name, path, modules, type_checking=True):
+            if _top(name) != _top(target):
+                graph[_top(name)].add(_top(target))
+    return graph
+
+
+def test_at_most_fifteen_modules_stay_at_the_top_level() -> None:
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+
+
+def test_every_stage_of_the_data_flow_is_a_folder_of_its_own() -> None:
+    assert all((PACKAGE / stage / "__init__.py").is_file() for stage in STAGES)
+
+
+def test_no_two_top_level_folders_or_modules_import_each_other_directly_or_in_a_loop() -> None:
+    assert _cycle(_top_level_graph()) is None
+
+
+def test_internal_helpers_import_nothing_of_tooldir_outside_internal() -> None:
+    modules = _modules()
+    outside = {
+        (name, target)
+        for name, path in modules.items()
+        if name.startswith("tooldir._internal")
+        for target in _imports(name, path, modules, type_checking=True)
+        if not target.startswith("tooldir._internal")
+    }
+    assert outside == set()

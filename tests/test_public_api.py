@@ -29,7 +29,7 @@ def test_a_host_can_name_the_permission_check_it_passes_to_the_registry_from_the
     # Registry(permissions=...) takes a PermissionCheck, whose check() gets a PermissionRequest
     import inspect
 
-    from tooldir.permissions import PermissionCheck, PermissionRequest
+    from tooldir.run.permissions import PermissionCheck, PermissionRequest
 
     assert tooldir.PermissionCheck is PermissionCheck and tooldir.PermissionRequest is PermissionRequest
     annotation = inspect.signature(tooldir.Registry).parameters["permissions"].annotation

@@ -124,8 +124,14 @@ def test_scan_json_loads_neither_the_session_nor_the_registry_nor_the_sandbox_no
     modules, done = loaded_by(tmp_path, *args, full=True)
     assert done.returncode == 0, done.stderr
     assert [t["deferred"] for t in json.loads(done.stdout)["tools"]] == [False]
-    assert "tooldir.staticplan" in modules  # the plan is still decided
-    unneeded = {"tooldir.session", "tooldir.registry", "tooldir.sandbox", "tooldir.audit", "tooldir.search"}
+    assert "tooldir.deferred.staticplan" in modules  # the plan is still decided
+    unneeded = {
+        "tooldir.deferred.session",
+        "tooldir.run.registry",
+        "tooldir.sandbox",
+        "tooldir.run.audit",
+        "tooldir.deferred.search",
+    }
     assert modules & unneeded == set()
 
 
@@ -145,8 +151,8 @@ def test_scan_json_loads_no_tooldir_module_it_does_not_run(tmp_path: Path, root:
     modules, done = loaded_by(tmp_path, *args, full=True)
     assert done.returncode == 0, done.stderr
     unneeded = {
-        "tooldir.keys", "tooldir.manage", "tooldir.upstream", "tooldir.sarif", "tooldir.semantic",
-        "tooldir.evaluate", "tooldir.scaffold", "tooldir.watch", "tooldir.mcp_server", "tooldir.drill",
+        "tooldir.trust.keys", "tooldir.manage", "tooldir.upstream", "tooldir._cli.sarif", "tooldir.deferred.semantic",
+        "tooldir.deferred.evaluate", "tooldir._cli.scaffold", "tooldir.snapshot.watch", "tooldir.mcp.server", "tooldir.drill",
     }  # fmt: skip
     assert modules & unneeded == set()
 
@@ -187,8 +193,9 @@ def test_an_unknown_attribute_of_the_package_is_an_attribute_error() -> None:
 
 
 def test_the_cli_copies_of_library_constants_equal_the_library_values() -> None:
-    from tooldir import catalog, mcp_server, session
     from tooldir._cli import search, serve
+    from tooldir.deferred import catalog, session
+    from tooldir.mcp import server as mcp_server
 
     assert search.FORMATS == catalog.FORMATS
     assert search.MAX_TOP_K == session.MAX_TOP_K

@@ -11,9 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tooldir.discover import PackageScan, RootSpec, scan_one
 from tooldir.model import Source
 from tooldir.policy import Limits
+from tooldir.read.discover import PackageScan, RootSpec, scan_one
 from tooldir.state import Approval, save_approvals
 
 ECHO_SCRIPT = """\

@@ -11,13 +11,14 @@ import importlib as _importlib
 import typing as _typing  # private spellings: dir(tooldir) is exactly the public names and modules
 
 # First, before anything else is imported: ``python -m tooldir`` takes the project off sys.path.
-from . import _safepath  # noqa: F401  # isort: split
+from ._internal import safepath as _safepath  # noqa: F401  # isort: split
 
 if _typing.TYPE_CHECKING:
     from ._internal.gcpause import gc_paused
-    from .audit import AuditEvent, AuditSink
-    from .catalog import DirectoryEntry, Match, ToolDef
-    from .discover import RootSpec
+    from .deferred.catalog import DirectoryEntry, Match, ToolDef
+    from .deferred.search import Bm25fParams, Hit, LexicalScores, ParsedQuery, Ranker, SearchDoc, SearchIndex
+    from .deferred.session import IndexFollower, SearchResult, Session
+    from .deferred.tokens import TokenCounter, TokenReport
     from .errors import (
         ConfigError,
         DiscoveryError,
@@ -29,8 +30,6 @@ if _typing.TYPE_CHECKING:
         StateError,
         ToolDirError,
     )
-    from .hooks import Deny, Hook, HookCall, Redact, Rewrite
-    from .loader import LoadConfig, Loader, SignatureCheckFactory, load, make_config, remember_load
     from .manage import (
         LockWritten,
         PackageRef,
@@ -61,107 +60,108 @@ if _typing.TYPE_CHECKING:
         UpstreamRef,
     )
     from .netallow import AllowEntry, NetworkGrant
-    from .permissions import PermissionCheck, PermissionRequest
     from .policy import ManagedOverride, Policy, load_policy
-    from .registry import CallError, CallGate, CallResult, Registry, UpstreamCaller
+    from .read.discover import RootSpec
+    from .run.audit import AuditEvent, AuditSink
+    from .run.hooks import Deny, Hook, HookCall, Redact, Rewrite
+    from .run.permissions import PermissionCheck, PermissionRequest
+    from .run.registry import CallError, CallGate, CallResult, Registry, UpstreamCaller
     from .sandbox import RunRequest, RunResult, Sandbox
-    from .search import Bm25fParams, Hit, LexicalScores, ParsedQuery, Ranker, SearchDoc, SearchIndex
-    from .session import IndexFollower, SearchResult, Session
-    from .snapshot import Snapshot, SnapshotDiff, SnapshotStore
+    from .snapshot.loader import LoadConfig, Loader, SignatureCheckFactory, load, make_config, remember_load
+    from .snapshot.store import Snapshot, SnapshotDiff, SnapshotStore
+    from .snapshot.watch import Observer, Watcher, WatchProblem, WatchStatus
     from .state import Approval
-    from .tokens import TokenCounter, TokenReport
     from .toolbox import Builtin, Toolbox, open
-    from .watch import Observer, Watcher, WatchProblem, WatchStatus
 
 #: Every public name and the submodule (relative to this package) that defines it.
 _LAZY: dict[str, str] = {
     "AllowEntry": "netallow",
     "NetworkGrant": "netallow",
     "Approval": "state",
-    "AuditEvent": "audit",
-    "AuditSink": "audit",
-    "Bm25fParams": "search",
+    "AuditEvent": "run.audit",
+    "AuditSink": "run.audit",
+    "Bm25fParams": "deferred.search",
     "Builtin": "toolbox",
     "BuiltinSpec": "model",
-    "CallError": "registry",
-    "CallGate": "registry",
-    "CallResult": "registry",
+    "CallError": "run.registry",
+    "CallGate": "run.registry",
+    "CallResult": "run.registry",
     "ConfigError": "errors",
-    "Deny": "hooks",
+    "Deny": "run.hooks",
     "Diagnostic": "model",
-    "DirectoryEntry": "catalog",
+    "DirectoryEntry": "deferred.catalog",
     "DiscoveryError": "errors",
     "ExecutionError": "errors",
     "Grant": "model",
-    "Hit": "search",
-    "Hook": "hooks",
-    "HookCall": "hooks",
-    "IndexFollower": "session",
-    "LexicalScores": "search",
-    "LoadConfig": "loader",
-    "Loader": "loader",
+    "Hit": "deferred.search",
+    "Hook": "run.hooks",
+    "HookCall": "run.hooks",
+    "IndexFollower": "deferred.session",
+    "LexicalScores": "deferred.search",
+    "LoadConfig": "snapshot.loader",
+    "Loader": "snapshot.loader",
     "LockWritten": "manage",
     "Manifest": "model",
-    "Match": "catalog",
-    "Observer": "watch",
+    "Match": "deferred.catalog",
+    "Observer": "snapshot.watch",
     "PackageError": "errors",
     "PackageFile": "model",
     "PackageRef": "manage",
-    "ParsedQuery": "search",
-    "Ranker": "search",
-    "PermissionCheck": "permissions",
+    "ParsedQuery": "deferred.search",
+    "Ranker": "deferred.search",
+    "PermissionCheck": "run.permissions",
     "PermissionDeniedError": "errors",
-    "PermissionRequest": "permissions",
+    "PermissionRequest": "run.permissions",
     "Policy": "policy",
     "PolicyError": "errors",
-    "Redact": "hooks",
-    "Registry": "registry",
-    "Rewrite": "hooks",
+    "Redact": "run.hooks",
+    "Registry": "run.registry",
+    "Rewrite": "run.hooks",
     "Risk": "model",
-    "RootSpec": "discover",
+    "RootSpec": "read.discover",
     "RunRequest": "sandbox",
     "RunResult": "sandbox",
     "Sandbox": "sandbox",
     "SandboxError": "errors",
-    "SearchDoc": "search",
-    "SearchIndex": "search",
-    "SearchResult": "session",
+    "SearchDoc": "deferred.search",
+    "SearchIndex": "deferred.search",
+    "SearchResult": "deferred.session",
     "ServerManifest": "model",
     "ServerSpec": "model",
-    "Session": "session",
+    "Session": "deferred.session",
     "Severity": "model",
-    "SignatureCheckFactory": "loader",
+    "SignatureCheckFactory": "snapshot.loader",
     "SignatureWritten": "manage",
-    "Snapshot": "snapshot",
-    "SnapshotDiff": "snapshot",
-    "SnapshotStore": "snapshot",
+    "Snapshot": "snapshot.store",
+    "SnapshotDiff": "snapshot.store",
+    "SnapshotStore": "snapshot.store",
     "Source": "model",
     "StateError": "errors",
     "Status": "model",
-    "TokenCounter": "tokens",
-    "TokenReport": "tokens",
-    "ToolDef": "catalog",
+    "TokenCounter": "deferred.tokens",
+    "TokenReport": "deferred.tokens",
+    "ToolDef": "deferred.catalog",
     "ToolDirError": "errors",
     "Toolbox": "toolbox",
     "ToolRecord": "model",
     "Trust": "model",
-    "UpstreamCaller": "registry",
+    "UpstreamCaller": "run.registry",
     "UpstreamRef": "model",
     "Verdict": "manage",
-    "WatchProblem": "watch",
-    "WatchStatus": "watch",
-    "Watcher": "watch",
+    "WatchProblem": "snapshot.watch",
+    "WatchStatus": "snapshot.watch",
+    "Watcher": "snapshot.watch",
     "approve": "manage",
     "explain": "manage",
     "gc_paused": "_internal.gcpause",
-    "load": "loader",
+    "load": "snapshot.loader",
     "load_policy": "policy",
     "ManagedOverride": "policy",
     "locate": "manage",
     "lock": "manage",
-    "make_config": "loader",
+    "make_config": "snapshot.loader",
     "open": "toolbox",
-    "remember_load": "loader",
+    "remember_load": "snapshot.loader",
     "review": "manage",
     "revoke": "manage",
     "sign": "manage",

@@ -87,7 +87,7 @@ class DiagnosticCode(enum.StrEnum):
 
 
 class CallErrorCode(enum.StrEnum):
-    """``CallResult.error.code`` (the table in :mod:`tooldir.registry`, and the session's)."""
+    """``CallResult.error.code`` (the table in :mod:`tooldir.run.registry`, and the session's)."""
 
     UNKNOWN_TOOL = "unknown-tool"
     NOT_ACTIVE = "not-active"
@@ -119,7 +119,7 @@ class CallErrorCode(enum.StrEnum):
 
 
 class AuditCode(enum.StrEnum):
-    """``Problem.code`` of :func:`tooldir.audit.verify`."""
+    """``Problem.code`` of :func:`tooldir.run.audit.verify`."""
 
     NOT_TERMINATED = "not-terminated"
     INVALID_JSON = "invalid-json"
@@ -141,7 +141,7 @@ class AuditCode(enum.StrEnum):
 
 
 class WatchCode(enum.StrEnum):
-    """``WatchProblem.code`` of :class:`tooldir.watch.Watcher`."""
+    """``WatchProblem.code`` of :class:`tooldir.snapshot.watch.Watcher`."""
 
     BUILD_FAILED = "build-failed"
     POLICY_INVALID = "policy-invalid"

@@ -5,13 +5,13 @@
     │   ├── PolicyError               .path, .key, .line
     │   ├── StateError                .path
     │   ├── StateDirError             .setting, .value (a relative state location)
-    │   ├── EvalDataError             .path, .line (tooldir.evaluate)
+    │   ├── EvalDataError             .path, .line (tooldir.deferred.evaluate)
     │   ├── ScenarioError             .path (tooldir.drill.confine)
     │   │   └── ArenaEscapeError      .where, .target: a plant or step acting outside its arena
-    │   ├── HttpSetupError            --http / --token-file unusable (tooldir.mcp_http)
-    │   ├── SecretsFileError          .path: the user's secrets.toml cannot be used (tooldir.secrets)
-    │   ├── ConfigFileError           an MCP client's config file cannot be merged (tooldir.clientconfig)
-    │   └── AdoptConfigError          .path, .line: a client's config file cannot be read (tooldir.adopt)
+    │   ├── HttpSetupError            --http / --token-file unusable (tooldir.mcp.http)
+    │   ├── SecretsFileError          .path: the user's secrets.toml cannot be used (tooldir.run.secrets)
+    │   ├── ConfigFileError           an MCP client's config file cannot be merged (tooldir.mcp.clientfile)
+    │   └── AdoptConfigError          .path, .line: a client's config file cannot be read (tooldir.adopt.entries)
     ├── DiscoveryError                a tool root cannot be opened
     ├── PackageError                  .path, .reason, .found (tooldir.manage: approve, lock, sign, ...)
     └── ExecutionError                .code
@@ -23,7 +23,7 @@ Internal signals: raised and caught inside tooldir, never raised to a caller of 
 
     ValueError
     ├── SignatureFormatError          tooldir.signatures: malformed key or signature text
-    ├── LockError                     tooldir.lockfile: malformed tool.lock (-> diagnostic)
+    ├── LockError                     tooldir.trust.lockfile: malformed tool.lock (-> diagnostic)
     │   └── _DuplicateKeyError        private to the lock parser
     ├── StrictJSONError               tooldir._internal.strictjson (-> diagnostic)
     ├── RetrievalRefusedError         tooldir._internal.inputschema: a $ref that would fetch
@@ -33,16 +33,16 @@ Internal signals: raised and caught inside tooldir, never raised to a caller of 
     ├── WorkerFailedError             tooldir._internal.schema_worker
     │   └── MemoryBoundError          tooldir._internal.schema_worker (-> invalid-input result)
     ├── SchemaCompileError            tooldir._internal.schema_worker
-    ├── SecretUnavailableError        tooldir.secrets (-> secret-unavailable result)
+    ├── SecretUnavailableError        tooldir.run.secrets (-> secret-unavailable result)
     ├── Unreadable                    tooldir._internal.smallfile (-> PolicyError, SecretsFileError, ...)
     ├── NotRunnableError              tooldir.drill.confine: a drill that cannot run here
     ├── UnavailableError              tooldir.drill.confine
     ├── CommandError                  tooldir._cli.common: the CLI's exit code and message
-    ├── AdoptError                    tooldir.adoption: one client entry not adopted (-> a reported adopt-* finding)
-    ├── _Stop                         private to tooldir.registry (-> a call result)
+    ├── AdoptError                    tooldir.adopt.install: one client entry not adopted (-> a reported adopt-* finding)
+    ├── _Stop                         private to tooldir.run.registry (-> a call result)
     └── _Refused                      private to tooldir.sandbox.egress (-> a refused, recorded connection)
     RuntimeError
-    └── SemanticUnavailable           tooldir.semantic: the optional model is missing (-> BM25F)
+    └── SemanticUnavailable           tooldir.deferred.semantic: the optional model is missing (-> BM25F)
 
 Bad manifests and untrusted packages are not exceptions: the loader reports them as diagnostics
 on the snapshot.

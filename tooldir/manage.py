@@ -4,7 +4,7 @@ arguments and prints).
 
 A package is named by its folder path, or by its tool name (= folder name) in the configured
 roots. It is read through discovery (no symlinks, bounded) and validated; its trust is judged by
-the loader's own trust stage (``LoadConfig.signature_check`` and :func:`tooldir.trust.assess`), so
+the loader's own trust stage (``LoadConfig.signature_check`` and :func:`tooldir.trust.assess.assess`), so
 :func:`explain` gives the verdict a load would give, step by step. Approvals and high-water marks
 are user state (``config.state_dir``); nothing else is written but the package's own
 ``tool.lock`` / ``tool.lock.minisig``.
@@ -22,16 +22,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ._internal.atomic import write_atomic
-from .discover import RootSpec, scan_one
 from .errors import DiscoveryError, PackageError
-from .keys import minisign_sign, parse_minisign_secret_key
-from .loader import LoadConfig, project_root
-from .lockfile import LOCK, MINISIG, LockError, compare_files, format_time, parse_lock, render_lock
 from .model import Diagnostic, Manifest, PackageFile, ServerManifest, Severity, Source, Status, Trust
+from .read.discover import RootSpec, scan_one
+from .read.validate import Candidate, validate_package
 from .signatures import SignatureFormatError
+from .snapshot.loader import LoadConfig, project_root
 from .state import Approval, load_approvals, record_approval, record_versions, remove_approvals
-from .trust import SignatureVerdict, TrustInputs, assess, signed_versions
-from .validate import Candidate, validate_package
+from .trust.assess import SignatureVerdict, TrustInputs, assess, signed_versions
+from .trust.keys import minisign_sign, parse_minisign_secret_key
+from .trust.lockfile import LOCK, MINISIG, LockError, compare_files, format_time, parse_lock, render_lock
 
 log = logging.getLogger("tooldir")
 

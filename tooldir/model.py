@@ -6,7 +6,7 @@ The type name records how far data has been checked::
 
 Trust is a type, not a flag: a :class:`ToolRecord` is ``active`` only if it carries a
 :class:`Grant` for exactly its name, source and digest, and only the trust stage
-(:mod:`tooldir.trust`, which holds the seal) can make a Grant. The registry runs nothing else.
+(:mod:`tooldir.trust.assess`, which holds the seal) can make a Grant. The registry runs nothing else.
 
 Nothing here does I/O.
 """
@@ -285,7 +285,7 @@ class Manifest(BaseModel):
     """A validated schema.json. ``input_schema`` is a deep-frozen JSON object.
 
     The source of truth of the published ``tooldir/manifest.schema.json``
-    (``python -m tooldir._internal.genschema`` writes it; a test keeps them equal).
+    (``python -m tooldir.read.genschema`` writes it; a test keeps them equal).
     """
 
     model_config = ConfigDict(
@@ -334,7 +334,7 @@ class ServerManifest(BaseModel):
     ``<name>__<tool>`` once the package is trusted.
 
     The source of truth of the published ``tooldir/server.schema.json``
-    (``python -m tooldir._internal.genschema`` writes it; a test keeps them equal).
+    (``python -m tooldir.read.genschema`` writes it; a test keeps them equal).
     """
 
     model_config = ConfigDict(
@@ -476,17 +476,17 @@ _SEAL: list[object] = []  # filled once, by _issue_seal
 
 
 def _issue_seal() -> object:
-    """The token a :class:`Grant` is made with; handed out once, to :mod:`tooldir.trust` (which
+    """The token a :class:`Grant` is made with; handed out once, to :mod:`tooldir.trust.assess` (which
     takes it when it is imported, before anything else can ask)."""
     if _SEAL:
-        raise RuntimeError("the grant seal belongs to tooldir.trust; only the trust stage makes a Grant")
+        raise RuntimeError("the grant seal belongs to tooldir.trust.assess; only the trust stage makes a Grant")
     _SEAL.append(object())
     return _SEAL[0]
 
 
 class Grant(tuple[str, Source, str | None, str, object]):
     """The trust stage's word that one exact tool (name, source, digest) may run, and how it
-    earned that (``method``). A private constructor: only :mod:`tooldir.trust` can make one
+    earned that (``method``). A private constructor: only :mod:`tooldir.trust.assess` can make one
     (anything else raises ``TypeError``), so no caller can mint a runnable record. Immutable (a
     tuple underneath, so a load of 10,000 tools pays next to nothing for it)."""
 
@@ -494,7 +494,7 @@ class Grant(tuple[str, Source, str | None, str, object]):
 
     def __new__(cls, name: str, source: Source, digest: str | None, method: str, *, seal: object = None) -> Grant:
         if not _SEAL or seal is not _SEAL[0]:
-            raise TypeError("a Grant is made only by the trust stage (tooldir.trust)")
+            raise TypeError("a Grant is made only by the trust stage (tooldir.trust.assess)")
         return tuple.__new__(cls, (name, source, digest, method, seal))
 
     @property
@@ -556,8 +556,8 @@ class ToolRecord:
     trust: Trust
     digest: str | None  # "sha256:<hex>" over the whole package
     risk: Risk | None
-    #: what the ``[defer]`` rules say for this name (:func:`tooldir.defer.rules_defer`): a candidate
-    #: only. Whether the tool starts deferred is the :class:`tooldir.defer.DeferralPlan`'s answer
+    #: what the ``[defer]`` rules say for this name (:func:`tooldir.deferred.defer.rules_defer`): a candidate
+    #: only. Whether the tool starts deferred is the :class:`tooldir.deferred.defer.DeferralPlan`'s answer
     #: (in ``auto`` mode it also weighs tokens), the one that :meth:`to_json` reports.
     defer_candidate: bool
     manifest: Manifest | None
@@ -581,8 +581,8 @@ class ToolRecord:
 
     def to_json(self, deferred: Callable[[str], bool] | None = None) -> dict[str, Any]:
         """The record as ``scan --json`` prints it; ``deferred`` is the deferral plan's answer
-        (pass ``plan.is_deferred`` of the :class:`tooldir.defer.DeferralPlan` a fresh session over
-        the snapshot starts from: :func:`tooldir.session.initial_plan`), and absent without one:
+        (pass ``plan.is_deferred`` of the :class:`tooldir.deferred.defer.DeferralPlan` a fresh session over
+        the snapshot starts from: :func:`tooldir.deferred.session.initial_plan`), and absent without one:
         the record alone cannot say."""
         data: dict[str, Any] = {
             "name": self.name,

@@ -33,6 +33,9 @@ NAME_JSON_SCHEMA: dict[str, object] = {
     "maxLength": NAME_MAX_LENGTH,
     "not": {"pattern": NAME_FORBIDDEN},
 }
+SEPARATOR = "__"
+"""Between a server package's name and its tool's in an upstream MCP tool's name: ``<package>__<tool>``."""
+
 GUARD_TOOLS = frozenset({"tool_search", "defer_execute_tool"})
 
 # Homoglyphs of ASCII letters that NFKC does not fold (Cyrillic, Greek, and a few others).

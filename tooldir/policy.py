@@ -131,7 +131,7 @@ class ReservedPolicy(_Frozen):
 class DeferPolicy(_Frozen):
     mode: Literal["auto", "on", "off"] = "auto"
     rules: tuple[str, ...] = ("Defer(*)",)
-    # Per-turn budgets of a session (tooldir.session).
+    # Per-turn budgets of a session (tooldir.deferred.session).
     max_searches_per_turn: int = Field(default=8, ge=1, le=1000)
     max_working_set: int = Field(default=32, ge=1, le=10000)
     """Deferred tools a session may hold loaded at once."""
@@ -161,7 +161,7 @@ class DeferPolicy(_Frozen):
     def is_deferred(self, name: str) -> bool:
         """What these rules say for ``name``: ordered globs, any matching ``NoDefer`` beats every
         ``Defer``; ``mode = "off"`` and the guard tools are never deferred. A candidate only.
-        Whether a tool is deferred is the :class:`tooldir.defer.DeferralPlan` (in ``auto`` mode it
+        Whether a tool is deferred is the :class:`tooldir.deferred.defer.DeferralPlan` (in ``auto`` mode it
         also weighs the token cost)."""
         if self.mode == "off" or name in GUARD_TOOLS:
             return False
@@ -281,7 +281,7 @@ class AuditPolicy(_Frozen):
 
 class SecretsPolicy(_Frozen):
     """``[secrets]``: which tool receives which secret (DESIGN §11). Only the user's policy grants;
-    the values live in ``secrets.toml`` beside it (:mod:`tooldir.secrets`)."""
+    the values live in ``secrets.toml`` beside it (:mod:`tooldir.run.secrets`)."""
 
     grants: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     """tool name -> names of the secrets it receives (each as that environment variable)."""

@@ -5,7 +5,7 @@
   signature and the trusted comment. The legacy non-prehashed ``Ed`` algorithm is refused.
 - **OpenSSH** ``SSHSIG`` (``ssh-keygen -Y sign``): Ed25519, ECDSA (nistp256/384/521) and RSA with
   SHA-2 signatures, namespace checked by the caller (``tooldir``).
-- Keys are made and lock files signed in :mod:`tooldir.keys`.
+- Keys are made and lock files signed in :mod:`tooldir.trust.keys`.
 - **allowed_signers** files (``principals [options] keytype key [comment]``) with ``namespaces``,
   ``valid-after`` and ``valid-before``; ``cert-authority`` lines are not supported (reported). A
   line OpenSSH refuses (an option twice, an unquoted value, ``valid-before`` not after
@@ -173,7 +173,7 @@ def _minisig_bytes(sig: MinisignSignature) -> bytes:
 
 
 #: Why a minisign verification failed, by the step that failed (1: the lock, 2: the trusted
-#: comment); the helper process of :mod:`tooldir._internal.verify_pool` answers these numbers.
+#: comment); the helper process of :mod:`tooldir.trust.verify_pool` answers these numbers.
 MINISIGN_FAILURES = {
     1: "the signature does not match the lock (tampered lock or signature)",
     2: "the trusted comment's signature does not match (tampered trusted comment)",

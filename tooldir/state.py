@@ -237,7 +237,7 @@ def record_versions(state_dir: Path, seen: Iterable[tuple[str, str, int]]) -> li
 
 def record_seen_versions(state_dir: Path, records: Iterable[ToolRecord]) -> list[tuple[str, str, int]]:
     """Raise the high-water marks for every tool in ``records`` that is trusted by a signature
-    (every load does this itself, see :class:`tooldir.loader.Loader`)."""
+    (every load does this itself, see :class:`tooldir.snapshot.loader.Loader`)."""
     seen: list[tuple[str, str, int]] = []
     for r in records:
         t = r.trust

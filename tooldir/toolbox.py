@@ -1,9 +1,9 @@
 """The front door for hosts: :func:`open` wires the stages into one :class:`Toolbox`.
 
 ``tooldir.open()`` is the one composition root (DESIGN §12): it reads the configuration the CLI
-reads, loads the roots once into a :class:`~tooldir.snapshot.SnapshotStore`, builds the
-:class:`~tooldir.registry.Registry` over it, optionally starts the :class:`~tooldir.watch.Watcher`
-and the trusted MCP server packages, and hands out :class:`~tooldir.session.Session` objects over
+reads, loads the roots once into a :class:`~tooldir.snapshot.store.SnapshotStore`, builds the
+:class:`~tooldir.run.registry.Registry` over it, optionally starts the :class:`~tooldir.snapshot.watch.Watcher`
+and the trusted MCP server packages, and hands out :class:`~tooldir.deferred.session.Session` objects over
 that same registry. The CLI's ``run`` and ``search`` open theirs with :func:`open_config`, the same
 wiring after their own argument handling.
 
@@ -44,17 +44,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from .hooks import Hook
-from .loader import LoadConfig, Loader
+from .deferred.session import IndexFollower, Session
 from .model import BuiltinSpec, Risk
-from .permissions import PermissionCheck
 from .policy import Policy
-from .registry import CallResult, Handler, Registry, builtin_spec
-from .session import IndexFollower, Session
-from .snapshot import Snapshot, SnapshotStore
+from .run.hooks import Hook
+from .run.permissions import PermissionCheck
+from .run.registry import CallResult, Handler, Registry, builtin_spec
+from .snapshot.loader import LoadConfig, Loader
+from .snapshot.store import Snapshot, SnapshotStore
 
 if TYPE_CHECKING:  # the watcher (watchdog) is imported only when watch=True
-    from .watch import Watcher, WatchProblem
+    from .snapshot.watch import Watcher, WatchProblem
 
 log = logging.getLogger("tooldir.toolbox")
 
@@ -90,7 +90,7 @@ def open(  # the documented front door (DESIGN §12), tooldir.open
     ``project=None``: no project source. ``policy``: a policy file (read as ``--policy FILE``) or a
     :class:`~tooldir.policy.Policy`. ``builtins``: the host's Python tools. ``permissions``: replaces
     the policy's ``[permissions]`` rules for the registry and every session. ``hooks``: pre and post
-    hooks (:class:`~tooldir.hooks.Hook`, ``kind`` ``"pre"`` or ``"post"``). ``upstream``: start the
+    hooks (:class:`~tooldir.run.hooks.Hook`, ``kind`` ``"pre"`` or ``"post"``). ``upstream``: start the
     trusted MCP server packages and offer their tools. ``watch``: follow changes of the roots and of
     the policy file until :meth:`Toolbox.close`.
 
@@ -102,8 +102,8 @@ def open(  # the documented front door (DESIGN §12), tooldir.open
         TypeError: ``policy`` is neither a path nor a ``Policy``.
     """
     from .errors import ConfigError
-    from .loader import make_config
     from .policy import default_policy_path, read_policy
+    from .snapshot.loader import make_config
     from .state import absolute_state_dir, default_state_dir
 
     # the state dir first, once: a relative one is refused before any file is read
@@ -199,7 +199,7 @@ def open_config(
                 registry, policy=config.policy, state_dir=config.state_dir, builtins=config.builtins, follow=True
             )
         if watch:
-            from .watch import Watcher
+            from .snapshot.watch import Watcher
 
             box._watcher = Watcher(
                 loader, store, policy_file=policy_file, on_problem=_log_problem, on_policy=box._follow_policy
@@ -280,7 +280,7 @@ class Toolbox:
     # ----------------------------------------------------------------------------- what a host does
 
     def session(self, **options: Any) -> Session:
-        """A new :class:`~tooldir.session.Session` (one conversation) over this toolbox's registry
+        """A new :class:`~tooldir.deferred.session.Session` (one conversation) over this toolbox's registry
         and policy, remembering usage in its state dir; closed by :meth:`close` if still open.
         ``options`` go to ``Session`` (e.g. ``state_dir=None`` to keep no usage priors)."""
         with self._lock:

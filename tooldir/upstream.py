@@ -14,7 +14,7 @@ and upstream tools as ordinary records.
 - :func:`upstream_records` (pure) -- the last listings as records ``<package>__<tool>``: each
   definition goes through the manifest validation of a directory tool (names, every text check,
   input schema), the package risk is the ceiling (``readOnlyHint`` may lower it, nothing raises it),
-  the pin check (:func:`tooldir.trust.assess_upstream`: ``definition-new``/``definition-changed``
+  the pin check (:func:`tooldir.trust.assess.assess_upstream`: ``definition-new``/``definition-changed``
   are pending), and the name rules against builtins, directory tools and other servers.
 - :class:`UpstreamHub` -- the sessions of one registry: lists, pins, publishes the extended
   snapshot into the registry's store, forwards :meth:`call` (the registry's only way in), and
@@ -45,7 +45,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ._internal.strictjson import canonical_json
-from .discover import MANIFEST, PackageScan
 from .errors import ExecutionError, SandboxError
 from .model import (
     BuiltinSpec,
@@ -59,22 +58,22 @@ from .model import (
     warning,
     why_not_runnable,
 )
-from .names import GUARD_TOOLS, skeleton
+from .names import GUARD_TOOLS, SEPARATOR, skeleton
 from .policy import Policy
-from .resolve import Assessed, resolve
+from .read.discover import MANIFEST, PackageScan
+from .read.validate import validate_package
 from .sandbox.output import sanitize_json, sanitize_text
-from .snapshot import Snapshot, SnapshotDiff, SnapshotStore, assemble, diag_entry, diff, record_entry
+from .snapshot.resolve import Assessed, resolve
+from .snapshot.store import Snapshot, SnapshotDiff, SnapshotStore, assemble, diag_entry, diff, record_entry
 from .state import locked, read_json, write_json_atomic
 from .text import check_strings
-from .trust import assess_upstream
-from .upstream_names import SEPARATOR
-from .validate import validate_package
+from .trust.assess import assess_upstream
 
 if TYPE_CHECKING:
     from mcp import ClientSession
 
-    from .loader import LoadConfig, Loader
     from .sandbox.server import PreparedServer
+    from .snapshot.loader import LoadConfig, Loader
 
 log = logging.getLogger("tooldir.upstream")
 
@@ -290,7 +289,7 @@ def _lowered(ceiling: Risk, annotations: Any) -> Risk:
 
 def _candidate_for(package: ToolRecord, tool: Mapping[str, Any], policy: Policy, listed_at: str) -> Any:
     """The definition as a tool manifest, validated exactly like a directory tool's schema.json."""
-    from .validate import Candidate
+    from .read.validate import Candidate
 
     assert package.server is not None and package.path is not None  # noqa: S101 - callers pass servers
     spec = package.server
@@ -438,7 +437,7 @@ def upstream_records(
 
 def _settle(record: ToolRecord, other: ToolRecord, policy: Policy) -> tuple[ToolRecord, ToolRecord | None]:
     """An upstream ``record`` against the live directory tool ``other`` whose name is (or looks
-    like) its own, by the rules of :func:`tooldir.resolve.resolve` for two sources: one source:
+    like) its own, by the rules of :func:`tooldir.snapshot.resolve.resolve` for two sources: one source:
     ``collision``/``confusable-name`` (the upstream tool is refused); look-alikes of two sources:
     the one of the higher source (the lower-trust one) is refused (``confusable-name``); one name
     of two sources: the higher source shadows the lower unless its policy says ``may_shadow =
@@ -1279,7 +1278,7 @@ def pin_after_approval(config: LoadConfig, path: str) -> Pinned | None:
         ExecutionError: ``not-active`` (it is still not trusted: why), or why it could not be
             listed (its tools are then pinned at its first successful start).
     """
-    from .loader import Loader
+    from .snapshot.loader import Loader
 
     snapshot = Loader(config).load()
     record = next((t for t in snapshot.tools if t.server is not None and t.path == path), None)

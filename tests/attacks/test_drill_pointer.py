@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tooldir._cli import command_line
 from tooldir.drill import load_scenario, run_drill
 
 HOSTILE = {
@@ -42,7 +43,7 @@ def test_an_expected_diagnostic_with_a_pointer_matches_only_at_that_pointer(
         diagnostics = [{{ code = "suspicious-text", tool = "evil_title", pointer = "{pointer}" }}]
         """)
     )
-    result = run_drill(load_scenario(folder))
+    result = run_drill(load_scenario(folder), cli=command_line())
     outcome = next(c for c in result.checks if c.name == "outcome")
     assert outcome.passed is passes
     if not passes:

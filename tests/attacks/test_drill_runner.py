@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tooldir._cli import main
+from tooldir._cli import command_line, main
 from tooldir._data import SCENARIOS
 from tooldir.drill import (
     DrillResult,
@@ -70,7 +70,7 @@ def test_a_drill_whose_expected_code_does_not_occur_fails_the_outcome_check(tmp_
         + '[expect]\ndiagnostics = [{ code = "symlink", tool = "evil_new" }]\nstatus = { evil_new = "active" }\n',
         {"evil_new": HOSTILE},
     )
-    result = run_drill(load_scenario(folder))
+    result = run_drill(load_scenario(folder), cli=command_line())
     checks = {c.name: c for c in result.checks}
     assert not result.passed
     assert not checks["outcome"].passed
@@ -85,7 +85,7 @@ def test_a_drill_whose_hostile_plant_breaks_a_control_tool_fails_the_control_che
         HEADER
         + '[[steps]]\ndo = "plant"\nplant = { kind = "mode", path = "project/.tooldir/tools/good_project_tool", mode = "0777" }\n',
     )
-    result = run_drill(load_scenario(folder))
+    result = run_drill(load_scenario(folder), cli=command_line())
     control = next(c for c in result.checks if c.name == "control")
     assert not control.passed
     assert "good_project_tool is rejected" in control.message
@@ -148,7 +148,7 @@ def test_a_plant_path_leaving_the_arena_fails_the_drill_without_writing_anything
         tmp_path / "trust-unapproved",
         HEADER + '[[plant]]\nkind = "file"\npath = "project/../../escaped"\ntext = "x"\n',
     )
-    result = run_drill(load_scenario(folder))
+    result = run_drill(load_scenario(folder), cli=command_line())
     assert not result.passed
     assert [c.name for c in result.checks] == ["runnable"]
     assert "must be relative, without '..'" in result.checks[0].message
@@ -161,7 +161,7 @@ def test_a_drill_restores_the_environment_umask_and_working_directory(tmp_path: 
     cwd_before = os.getcwd()
     old = os.umask(0o027)
     try:
-        run_drill(load_scenario(folder))
+        run_drill(load_scenario(folder), cli=command_line())
         assert os.umask(0o027) == 0o027
     finally:
         os.umask(old)
@@ -237,7 +237,7 @@ def test_cli_drill_prints_hostile_names_with_invisible_characters_made_visible(
 
 def test_a_drill_needing_machinery_this_build_lacks_fails_as_not_runnable_yet(tmp_path: Path) -> None:
     folder = write_scenario(tmp_path / "trust-unapproved", 'needs = ["teleport.Beam"]\n' + HEADER)
-    result = run_drill(load_scenario(folder))
+    result = run_drill(load_scenario(folder), cli=command_line())
     assert not result.passed
     assert result.unavailable is None  # a tooldir gap, never a skip
     assert result.checks[0].name == "runnable"
@@ -248,7 +248,7 @@ def test_a_tooldir_step_naming_a_missing_command_fails_as_not_runnable_yet(tmp_p
     folder = write_scenario(
         tmp_path / "trust-unapproved", HEADER + '[[steps]]\ndo = "tooldir"\nargs = ["teleport", "--now"]\n'
     )
-    result = run_drill(load_scenario(folder))
+    result = run_drill(load_scenario(folder), cli=command_line())
     assert not result.passed
     assert result.checks[0].message == "not runnable yet: 'tooldir teleport' does not exist in this build"
 
@@ -258,7 +258,7 @@ def test_a_failing_tooldir_step_is_a_clear_scenario_error_with_its_exit_code(tmp
         tmp_path / "trust-unapproved",
         HEADER + '[[steps]]\ndo = "tooldir"\nargs = ["sign", "{project}/nowhere", "--key", "{home}/k"]\n',
     )
-    result = run_drill(load_scenario(folder))
+    result = run_drill(load_scenario(folder), cli=command_line())
     assert not result.passed
     message = result.checks[0].message
     assert "steps[0] (tooldir): 'tooldir sign' exited 2, expected 0" in message
@@ -293,7 +293,7 @@ def test_a_call_whose_output_leaks_the_secret_fails_the_outcome_check(tmp_path: 
         )
         + '[[calls]]\ntool = "good_user_tool"\ninput = { text = "{secret}" }\ncontent_excludes = ["{secret}"]\n',
     )
-    result = run_drill(load_scenario(folder))
+    result = run_drill(load_scenario(folder), cli=command_line())
     if result.unavailable is not None and not SANDBOX:
         pytest.skip(f"no working sandbox on this machine: {result.unavailable}")
     checks = {c.name: c for c in result.checks}
@@ -308,7 +308,7 @@ def test_a_call_refused_with_another_code_than_expected_fails_and_names_both(tmp
         HEADER + '[[calls]]\ntool = "evil_new"\ninput = { text = "x" }\nerror = "timeout"\n',
         {"evil_new": HOSTILE},
     )
-    result = run_drill(load_scenario(folder))
+    result = run_drill(load_scenario(folder), cli=command_line())
     checks = {c.name: c for c in result.checks}
     assert "call evil_new should fail with timeout but got not-active" in checks["outcome"].message
     assert checks["audit"].passed
@@ -380,7 +380,7 @@ def test_no_bundled_scenario_passes_once_its_tree_is_missing(tmp_path: Path) -> 
         except ScenarioError:
             outcomes[name] = "invalid scenario"
             continue
-        result = run_drill(scenario)
+        result = run_drill(scenario, cli=command_line())
         outcomes[name] = result.status if result.status != "failed" else result.checks[0].name
     assert {name: how for name, how in outcomes.items() if how == "passed"} == {}
     assert sum(how == "invalid scenario" for how in outcomes.values()) > len(with_tree) // 2
@@ -416,7 +416,7 @@ def test_a_step_on_a_path_that_was_never_planted_is_a_scenario_error_naming_the_
         tmp_path / "trust-unapproved",
         HEADER + '[[steps]]\ndo = "delete-line"\npath = "project/.tooldir/tools/nothing/run.py"\nline = 1\n',
     )
-    result = run_drill(load_scenario(folder))
+    result = run_drill(load_scenario(folder), cli=command_line())
     assert result.status == "failed"
     assert [c.name for c in result.checks] == ["runnable"]
     assert "steps[0] (delete-line): project/.tooldir/tools/nothing/run.py: No such file" in result.checks[0].message
@@ -533,14 +533,14 @@ def test_a_call_drill_needing_a_sandbox_this_machine_lacks_is_not_runnable_here(
         )
         + '[[calls]]\ntool = "good_user_tool"\ninput = { text = "x" }\n',
     )
-    result = run_drill(load_scenario(folder))
+    result = run_drill(load_scenario(folder), cli=command_line())
     assert result.status == "not-runnable"
     assert result.reason == "not runnable here (needs a working sandbox: bwrap: not found)"
 
 
 def test_a_drill_whose_tooldir_machinery_is_missing_counts_as_failed_not_as_not_runnable(tmp_path: Path) -> None:
     folder = write_scenario(tmp_path / "trust-unapproved", 'needs = ["teleport.Beam"]\n' + HEADER)
-    result = run_drill(load_scenario(folder))
+    result = run_drill(load_scenario(folder), cli=command_line())
     assert result.status == "failed"
     assert result.to_json()["status"] == "failed"
 
@@ -593,7 +593,7 @@ def run_capturing_calls(monkeypatch: pytest.MonkeyPatch) -> tuple[DrillResult, l
         return outcome
 
     monkeypatch.setattr(ex, "call", call)
-    result = run_drill(isolation_drill())
+    result = run_drill(isolation_drill(), cli=command_line())
     if result.unavailable is not None and not SANDBOX:
         pytest.skip(f"no working sandbox on this machine: {result.unavailable}")
     return result, seen
@@ -706,7 +706,7 @@ def test_a_tooldir_step_that_could_run_a_tool_is_a_scenario_error(tmp_path: Path
     folder = write_scenario(
         tmp_path / "trust-unapproved", HEADER + f'[[steps]]\ndo = "tooldir"\nargs = ["{command}"]\n'
     )
-    result = run_drill(load_scenario(folder))
+    result = run_drill(load_scenario(folder), cli=command_line())
     assert result.status == "failed"
     assert f"steps[0] (tooldir): 'tooldir {command}' may not run as a step" in result.checks[0].message
 
@@ -729,7 +729,7 @@ def test_a_run_step_that_could_loosen_the_drill_ceiling_is_a_scenario_error(
 ) -> None:
     header = HEADER.replace("[control]", policy + "[control]", 1) if policy else HEADER
     folder = write_scenario(tmp_path / "trust-unapproved", header + f'[[steps]]\ndo = "tooldir"\nargs = {args}\n')
-    result = run_drill(load_scenario(folder))
+    result = run_drill(load_scenario(folder), cli=command_line())
     assert result.status == "failed"
     assert "steps[0] (tooldir): a 'tooldir run' step" in result.checks[0].message
     assert refusal in result.checks[0].message
@@ -783,7 +783,7 @@ def test_a_drill_expecting_a_refused_load_fails_when_the_load_succeeds(tmp_path:
         HEADER + '[expect]\nload_error = { error = "StateError", message_contains = ["writable by others"] }\n',
         {"evil_new": HOSTILE},
     )
-    result = run_drill(load_scenario(folder))
+    result = run_drill(load_scenario(folder), cli=command_line())
     checks = {c.name: c for c in result.checks}
     assert not result.passed
     assert checks["outcome"].message == "expected the load to be refused with StateError, but it loaded"
@@ -811,7 +811,9 @@ def test_a_refused_load_passes_only_with_the_named_error_saying_what_it_must(
         load_error = {{ error = "{want}", message_contains = ["{says}"] }}
         """
     )
-    result = run_drill(load_scenario(write_scenario(tmp_path / "trust-unapproved", toml, {"evil_new": HOSTILE})))
+    result = run_drill(
+        load_scenario(write_scenario(tmp_path / "trust-unapproved", toml, {"evil_new": HOSTILE})), cli=command_line()
+    )
     checks = {c.name: c for c in result.checks}
     assert checks["outcome"].message.startswith(message), checks["outcome"].message
     assert result.passed is (message == "load refused as expected")
@@ -823,7 +825,9 @@ def test_a_refused_load_without_expect_load_error_is_a_scenario_error(tmp_path: 
         HEADER
         + '[[steps]]\ndo = "plant"\nplant = { kind = "mode", path = "home/.local/state/tooldir", mode = "0777" }\n'
     )
-    result = run_drill(load_scenario(write_scenario(tmp_path / "trust-unapproved", toml, {"evil_new": HOSTILE})))
+    result = run_drill(
+        load_scenario(write_scenario(tmp_path / "trust-unapproved", toml, {"evil_new": HOSTILE})), cli=command_line()
+    )
     assert [c.name for c in result.checks] == ["runnable"]
     assert "writable by others (mode 777)" in result.checks[0].message
 
@@ -851,5 +855,5 @@ def test_a_host_drill_loads_with_the_librarys_defaults_and_so_the_users_policy_f
     toml += '\n[expect]\nstatus = { evil_new = "active" }\n'  # the user's policy: project tools need no trust
     scenario = load_scenario(write_scenario(tmp_path / "trust-unapproved", toml, {"evil_new": HOSTILE}))
     assert scenario.host
-    result = run_drill(scenario)
+    result = run_drill(scenario, cli=command_line())
     assert result.passed, [c.message for c in result.checks if not c.passed]

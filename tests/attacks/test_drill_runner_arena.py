@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tooldir._cli import command_line
 from tooldir._data import SCENARIOS
 from tooldir.drill import (
     DrillResult,
@@ -109,7 +110,7 @@ def drill(tmp_path: Path, body: str, **values: Path) -> DrillResult:
     folder = tmp_path / "scenarios" / "drill-arena-escape"
     folder.mkdir(parents=True)
     (folder / "scenario.toml").write_text(text)
-    return run_drill(load_scenario(folder))
+    return run_drill(load_scenario(folder), cli=command_line())
 
 
 def refused(result: DrillResult, *texts: str) -> str:
@@ -420,7 +421,7 @@ def test_the_bundled_arena_escape_drills_pass_because_the_runner_refuses_them() 
     scenarios = select(load_scenarios(SCENARIOS), ["drill:arena-escape"])
     assert len(scenarios) >= 10
     for scenario in scenarios:
-        result = run_drill(scenario)
+        result = run_drill(scenario, cli=command_line())
         assert result.status == "passed", (scenario.drill_id, result.reason)
         checks = {c.name: c for c in result.checks}
         assert checks["outcome"].message.startswith("refused as expected: " + scenario.expect.refused.at)  # type: ignore[union-attr]
@@ -438,7 +439,7 @@ def test_without_the_confinement_the_link_out_drill_fails_naming_the_file_change
 
     monkeypatch.setattr(confine, "inside", lambda base, path: True)
     monkeypatch.setattr(confine.Confined, "write", write)
-    result = run_drill(bundled("link-out"))
+    result = run_drill(bundled("link-out"), cli=command_line())
     assert result.status == "failed"
     checks = {c.name: c for c in result.checks}
     assert checks["outcome"].message == (
@@ -453,7 +454,7 @@ def test_without_the_argument_allowlist_the_state_dir_drill_fails_naming_the_rea
     from tooldir.drill import execute
 
     monkeypatch.setattr(execute, "vet", lambda args, **_: None)
-    result = run_drill(bundled("state-dir"))
+    result = run_drill(bundled("state-dir"), cli=command_line())
     assert result.status == "failed"
     arena = {c.name: c.message for c in result.checks}["arena"]
     assert arena.startswith("files outside the arena changed: ")
@@ -557,4 +558,4 @@ def test_a_scenario_folder_whose_files_are_a_fifo_or_a_link_out_is_an_error_not_
     (linked / "tree" / "project" / "real.txt").write_text("x")
     os.symlink(victim / "inside.txt", linked / "tree" / "project" / "stolen.txt")
     (linked / "scenario.toml").write_text(HEADER)
-    refused(run_drill(load_scenario(linked)), "stolen.txt is not a regular file")
+    refused(run_drill(load_scenario(linked), cli=command_line()), "stolen.txt is not a regular file")

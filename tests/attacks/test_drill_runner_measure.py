@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from tooldir._cli import command_line
 from tooldir.drill import Step, load_scenario, run_drill
 from tooldir.drill.execute import _run_measured
 
@@ -42,7 +43,7 @@ def _drill(tmp_path: Path, body: str):  # type: ignore[no-untyped-def]
     folder = tmp_path / "scenarios" / "sarif-bomb"
     folder.mkdir(parents=True)
     (folder / "scenario.toml").write_text(HEADER + textwrap.dedent(body))
-    return run_drill(load_scenario(folder))
+    return run_drill(load_scenario(folder), cli=command_line())
 
 
 def test_a_step_over_its_memory_bound_fails_the_drill_naming_the_step_and_the_peak(tmp_path: Path) -> None:

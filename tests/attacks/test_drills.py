@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tooldir._cli import command_line
 from tooldir.drill import Scenario, load_scenarios, run_drill
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +34,7 @@ def timed(scenario: Scenario) -> bool:
 def test_poisoned_directory_ends_in_its_code_without_running_anything_while_good_tools_load(
     scenario: Scenario,
 ) -> None:
-    result = run_drill(scenario)
+    result = run_drill(scenario, cli=command_line())
     if result.unavailable is not None and os.environ.get("TOOLDIR_REQUIRE_SANDBOX") != "1":
         pytest.skip(f"system facility missing on this machine: {result.unavailable}")
     checks = {c.name: c for c in result.checks}

@@ -17,7 +17,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from plaininstall import PlainInstall
 from toolkit import make_tool
 
-from tooldir.mcp_config import client_config
+from tooldir.mcp.clients import client_config
 
 
 def _server_entry(client: str, text: str) -> dict[str, Any]:
@@ -52,7 +52,7 @@ def test_print_config_refuses_a_project_that_is_not_a_directory(plain: PlainInst
 def test_print_config_loads_neither_the_mcp_sdk_nor_the_http_stack(plain: PlainInstall, elsewhere: Path) -> None:
     code = (
         "import sys; from tooldir._cli import main; main(['serve', '--print-config', 'cursor']); "
-        "print([m for m in ('mcp', 'uvicorn', 'starlette', 'tooldir.mcp_http') if m in sys.modules], file=sys.stderr)"
+        "print([m for m in ('mcp', 'uvicorn', 'starlette', 'tooldir.mcp.http') if m in sys.modules], file=sys.stderr)"
     )
     done = plain.run([str(plain.bin / "python"), "-c", code], elsewhere)
     assert done.stderr == "[]\n"

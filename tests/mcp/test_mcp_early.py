@@ -17,8 +17,8 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 from server_clock import communicate, read_until_id
 from toolkit import make_tool
 
-from tooldir._mcp_early import HANDSHAKE_VERSIONS, early_answer, initialize_result
-from tooldir._mcp_stdio import classify
+from tooldir.mcp.early import HANDSHAKE_VERSIONS, early_answer, initialize_result
+from tooldir.mcp.stdio import classify
 
 HELLO = {"capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
 
@@ -184,9 +184,9 @@ def test_early_answer_leaves_everything_else_to_the_sdk(raw: bytes) -> None:
 def test_the_server_opens_without_building_the_search_index_and_warm_search_builds_it_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tooldir import search
-    from tooldir.loader import make_config
-    from tooldir.mcp_server import ToolServer
+    from tooldir.deferred import search
+    from tooldir.mcp.server import ToolServer
+    from tooldir.snapshot.loader import make_config
 
     make_tool(tmp_path / "user", "echo_tool", description="Echo text back.")
     builds: list[int] = []
@@ -212,7 +212,7 @@ def test_the_server_opens_without_building_the_search_index_and_warm_search_buil
 
 
 def test_initialize_waits_for_the_load_only_where_a_root_holds_an_mcp_server_package(tmp_path: Path) -> None:
-    from tooldir._mcp_early import any_server_package
+    from tooldir.mcp.early import any_server_package
 
     plain, servers = tmp_path / "plain", tmp_path / "servers"
     (plain / "tool").mkdir(parents=True)

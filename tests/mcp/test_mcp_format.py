@@ -5,7 +5,7 @@ from __future__ import annotations
 import mcp_types as types
 import pytest
 
-from tooldir.mcp_server import (
+from tooldir.mcp.server import (
     AUDIT_META_KEY,
     MCP_TOOL_NAME,
     call_tool_result,

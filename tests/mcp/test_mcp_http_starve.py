@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from toolkit import make_tool
 
-from tooldir.mcp_http import REQUEST_DEADLINE_S, connection_cap
+from tooldir.mcp.http import REQUEST_DEADLINE_S, connection_cap
 
 TOKEN = "owner-" + "k" * 40
 READY = re.compile(r"MCP over HTTP at http://127\.0\.0\.1:(\d+)/mcp")

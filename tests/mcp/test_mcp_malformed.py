@@ -15,7 +15,7 @@ from mcp_harness import ENV_KEYS, serve_args
 from server_clock import read_line, wait_exit
 from toolkit import make_tool
 
-from tooldir._mcp_stdio import MAX_LINE, classify
+from tooldir.mcp.stdio import MAX_LINE, classify
 
 
 class RawServer:

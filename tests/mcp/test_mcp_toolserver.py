@@ -11,9 +11,9 @@ from mcp_types import methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from toolkit import make_tool
 
-from tooldir.loader import make_config
-from tooldir.mcp_server import LIST_ENVELOPE, ToolServer
+from tooldir.mcp.server import LIST_ENVELOPE, ToolServer
 from tooldir.policy import parse_policy
+from tooldir.snapshot.loader import make_config
 
 POLICY = '[defer]\nmode = "on"\nrules = ["NoDefer(echo_eager)", "Defer(*)"]\n'
 
@@ -114,7 +114,7 @@ def test_a_cancelled_call_keeps_its_slot_until_its_run_has_ended(front: ToolServ
     import anyio
     from anyio.from_thread import BlockingPortal
 
-    from tooldir.mcp_server import MAX_CONCURRENT_CALLS
+    from tooldir.mcp.server import MAX_CONCURRENT_CALLS
 
     release = threading.Event()
     lock = threading.Lock()

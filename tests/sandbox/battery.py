@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from toolkit import make_tool
 
-from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy
-from tooldir.registry import Registry
-from tooldir.snapshot import SnapshotStore
+from tooldir.run.registry import Registry
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 MAX_PROCESSES = 16
 TIMEOUT_S = 2

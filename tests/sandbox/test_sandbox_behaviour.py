@@ -14,10 +14,10 @@ from toolkit import make_tool
 
 import tooldir.sandbox
 from tooldir._cli import main
-from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy
-from tooldir.registry import Registry
-from tooldir.snapshot import SnapshotStore
+from tooldir.run.registry import Registry
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "fixtures" / "example"
@@ -152,7 +152,7 @@ def test_cli_run_exit_codes_follow_the_error_kind(tmp_path: Path, capsys: pytest
 
 
 def test_audit_verify_reports_the_first_broken_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tooldir.audit import AuditEvent, JsonlAudit
+    from tooldir.run.audit import AuditEvent, JsonlAudit
 
     sink = JsonlAudit(tmp_path / "audit.jsonl")
     for n in range(3):
@@ -422,7 +422,7 @@ def test_tooldir_run_prints_the_content_for_people_and_the_audit_id_on_stderr(
 def test_concurrent_calls_each_get_their_own_sandbox_and_keep_one_audit_chain(tmp_path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from tooldir.audit import verify
+    from tooldir.run.audit import verify
 
     registry = registry_with(tmp_path, Policy())
     with ThreadPoolExecutor(max_workers=6) as pool:

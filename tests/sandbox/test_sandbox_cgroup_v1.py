@@ -20,11 +20,11 @@ import pytest
 import unprivileged
 from toolkit import make_tool
 
-from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy
-from tooldir.registry import Registry
+from tooldir.run.registry import Registry
 from tooldir.sandbox import BubblewrapSandbox, RunRequest, bubblewrap, cgroup
-from tooldir.snapshot import SnapshotStore
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 pytestmark = pytest.mark.serial  # cgroups: never beside another such test
 

@@ -20,10 +20,10 @@ import pytest
 import unprivileged
 from toolkit import make_tool
 
-from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy
-from tooldir.registry import Registry
-from tooldir.snapshot import SnapshotStore
+from tooldir.run.registry import Registry
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 HERE = Path(__file__).resolve().parent
 DRIVE = HERE / "egress_drive.py"
@@ -173,7 +173,7 @@ def test_a_host_name_carrying_a_granted_secret_is_redacted_from_the_network_reco
     tmp_path: Path,
 ) -> None:
     from tooldir.policy import parse_policy
-    from tooldir.secrets import default_secrets_path
+    from tooldir.run.secrets import default_secrets_path
 
     value = "tok3xamplesecretvalue"
     secrets_file = default_secrets_path()

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from toolkit import make_tool
 
-from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy
-from tooldir.registry import Registry
+from tooldir.run.registry import Registry
 from tooldir.sandbox import BubblewrapSandbox, bubblewrap, process
-from tooldir.snapshot import SnapshotStore
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 pytestmark = pytest.mark.serial  # rlimits and cgroup limits: never beside another such test
 

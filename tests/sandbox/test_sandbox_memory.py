@@ -15,13 +15,13 @@ from typing import Any, ClassVar
 import pytest
 from toolkit import make_tool
 
-from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy
-from tooldir.registry import Registry
+from tooldir.run.registry import Registry
 from tooldir.sandbox import BubblewrapSandbox, RunRequest, bubblewrap, cgroup, scope, seccomp
 from tooldir.sandbox.bubblewrap import Bound
 from tooldir.sandbox.process import TRUSTED_PATH
-from tooldir.snapshot import SnapshotStore
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 pytestmark = [
     pytest.mark.usefixtures("sandbox_ready"),

@@ -18,13 +18,13 @@ from toolkit import make_tool, project_tools
 
 import tooldir
 from tooldir._cli import main
-from tooldir.hooks import Deny
-from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy, parse_policy
-from tooldir.registry import Registry
+from tooldir.run.hooks import Deny
+from tooldir.run.registry import Registry
+from tooldir.run.secrets import default_secrets_path
 from tooldir.sandbox import BubblewrapSandbox
-from tooldir.secrets import default_secrets_path
-from tooldir.snapshot import SnapshotStore
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 pytestmark = pytest.mark.usefixtures("sandbox_ready")
 

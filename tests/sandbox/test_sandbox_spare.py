@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from toolkit import make_tool
 
-from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy
-from tooldir.registry import Registry
+from tooldir.run.registry import Registry
 from tooldir.sandbox import BubblewrapSandbox, bubblewrap
 from tooldir.sandbox.store import verified_files
-from tooldir.snapshot import SnapshotStore
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 STARTED = """\
 import json, sys, time
@@ -203,10 +203,10 @@ def test_spares_go_with_their_sandbox(tmp_path: Path) -> None:
 _HOST = """
 import json, sys, time
 from pathlib import Path
-from tooldir.loader import Loader, make_config
+from tooldir.snapshot.loader import Loader, make_config
 from tooldir.policy import Policy
-from tooldir.registry import Registry
-from tooldir.snapshot import SnapshotStore
+from tooldir.run.registry import Registry
+from tooldir.snapshot.store import SnapshotStore
 policy = Policy()
 config = make_config(project=None, user_dirs=[Path(sys.argv[1])], policy=policy, state_dir=Path(sys.argv[2]))
 registry = Registry(SnapshotStore(Loader(config).load()), policy=policy, state_dir=Path(sys.argv[2]))
@@ -378,7 +378,7 @@ def test_work_done_ahead_for_a_refused_call_writes_nothing_to_the_state_director
 def test_a_refused_call_leaves_the_sandbox_prepared_for_it_held_and_the_tool_never_started(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refusal: str
 ) -> None:
-    from tooldir.hooks import Deny
+    from tooldir.run.hooks import Deny
 
     canary = tmp_path / "ran"
     user = tmp_path / "user"
@@ -449,7 +449,7 @@ def test_prepare_sandboxes_holds_at_most_max_spares_and_a_prepared_first_call_se
 
 @pytest.mark.usefixtures("sandbox_ready")
 def test_tooldir_serve_prepares_the_sandboxes_of_its_first_tools_when_it_opens(tmp_path: Path) -> None:
-    from tooldir.mcp_server import ToolServer
+    from tooldir.mcp.server import ToolServer
 
     user = tmp_path / "user"
     make_tool(user, "probe_tool", script=STARTED.replace("NAME", "probe_tool"))

@@ -10,9 +10,9 @@ import pytest
 from toolkit import make_tool
 
 from tooldir.errors import SandboxError
-from tooldir.loader import Loader, make_config
 from tooldir.model import ToolRecord
 from tooldir.sandbox import store
+from tooldir.snapshot.loader import Loader, make_config
 
 
 def records(tmp_path: Path, count: int) -> list[ToolRecord]:

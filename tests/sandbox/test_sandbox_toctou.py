@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from toolkit import make_tool
 
-from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy
-from tooldir.registry import Registry
-from tooldir.snapshot import SnapshotStore
+from tooldir.run.registry import Registry
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 pytestmark = pytest.mark.usefixtures("sandbox_ready")
 

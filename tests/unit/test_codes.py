@@ -26,20 +26,24 @@ ISSUE_CODES = frozenset({"policy-weakened", "control-character", "ambiguous-file
 
 def _diagnostics_emitted() -> set[str]:
     return (
-        set(emitted(DIAGNOSTIC_CALLS)) | returned_codes("discover.py", "_open_failure") | assigned_codes("discover.py")
+        set(emitted(DIAGNOSTIC_CALLS))
+        | returned_codes("read/discover.py", "_open_failure")
+        | assigned_codes("read/discover.py")
     )
 
 
 def _call_errors_emitted() -> set[str]:
-    return set(emitted(CALL_ERROR_CALLS, keywords=CALL_ERROR_KEYWORDS)) | returned_codes("session.py", "authorize")
+    return set(emitted(CALL_ERROR_CALLS, keywords=CALL_ERROR_KEYWORDS)) | returned_codes(
+        "deferred/session.py", "authorize"
+    )
 
 
 def _audit_emitted() -> set[str]:
-    return set(emitted(AUDIT_CALLS)) | assigned_codes("audit.py")
+    return set(emitted(AUDIT_CALLS)) | assigned_codes("run/audit.py")
 
 
 def _watch_emitted() -> set[str]:
-    return set(emitted(WATCH_CALLS)) | assigned_codes("watch.py")
+    return set(emitted(WATCH_CALLS)) | assigned_codes("snapshot/watch.py")
 
 
 @pytest.mark.parametrize(
@@ -61,9 +65,9 @@ def test_every_code_emitted_in_tooldir_is_in_codes_py_and_every_code_there_is_em
 
 def test_the_scan_finds_codes_through_helpers_tuples_and_conditional_expressions() -> None:
     # one of each shape, so a scanner that silently found nothing fails here
-    assert "unreadable" in returned_codes("discover.py", "_open_failure")
-    assert "session:unloaded" in returned_codes("session.py", "authorize")
-    assert {"inotify-limit", "watch-failed"} <= assigned_codes("watch.py")
+    assert "unreadable" in returned_codes("read/discover.py", "_open_failure")
+    assert "session:unloaded" in returned_codes("deferred/session.py", "authorize")
+    assert {"inotify-limit", "watch-failed"} <= assigned_codes("snapshot/watch.py")
     assert "bad-signature" in emitted(DIAGNOSTIC_CALLS)  # trust.py: run.fail(step, code, ...)
     assert "sandbox-unavailable" in emitted(CALL_ERROR_CALLS, keywords=CALL_ERROR_KEYWORDS)  # code= keyword
     assert "tool-failed" in emitted(CALL_ERROR_CALLS)  # CallError(code or "tool-failed", ...)

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy, SandboxPolicy
-from tooldir.registry import Registry
-from tooldir.snapshot import Snapshot, SnapshotStore
+from tooldir.run.registry import Registry
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import Snapshot, SnapshotStore
 from tooldir.upstream import UpstreamHub
 
 RUNTIME = tuple(site.getsitepackages())  # the test venv: the mcp SDK for FastMCP servers

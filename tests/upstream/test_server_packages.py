@@ -13,9 +13,9 @@ from servertools import make_server, server_manifest
 from toolkit import approve, make_tool, project_tools
 
 from tooldir import load
-from tooldir._internal import genschema
 from tooldir.model import Status
-from tooldir.validate import server_schema
+from tooldir.read import genschema
+from tooldir.read.validate import server_schema
 
 
 def codes(snapshot, name):  # type: ignore[no-untyped-def]

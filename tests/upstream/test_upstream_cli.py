@@ -16,8 +16,8 @@ from shared_helpers import require_sandbox
 from toolkit import project_tools
 
 import tooldir as tooldir_api
-from tooldir.loader import make_config
-from tooldir.mcp_server import ToolServer
+from tooldir.mcp.server import ToolServer
+from tooldir.snapshot.loader import make_config
 
 
 @pytest.fixture(autouse=True)

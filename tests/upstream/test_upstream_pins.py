@@ -13,9 +13,9 @@ from servertools import copy_server
 from shared_helpers import require_sandbox
 from toolkit import make_tool, project_tools
 
-from tooldir.loader import Loader, make_config
+from tooldir.deferred.session import Session
 from tooldir.model import Status
-from tooldir.session import Session
+from tooldir.snapshot.loader import Loader, make_config
 from tooldir.upstream import approve_listing, definition_diff, load_upstream_state
 
 

@@ -9,7 +9,7 @@ from harness import rig, server_policy
 from servertools import make_server
 
 from tooldir.policy import SecretsPolicy
-from tooldir.secrets import default_secrets_path
+from tooldir.run.secrets import default_secrets_path
 
 
 def test_a_server_package_declaring_secrets_is_not_started_and_says_why(tmp_path: Path, root: Path) -> None:

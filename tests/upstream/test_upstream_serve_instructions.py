@@ -19,7 +19,7 @@ from shared_helpers import require_sandbox
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mcp"))
 from mcp_harness import serve
 
-from tooldir.mcp_server import INSTRUCTIONS
+from tooldir.mcp.server import INSTRUCTIONS
 from tooldir.upstream import compose_instructions, instructions_problems
 
 

@@ -15,8 +15,8 @@ from shared_helpers import require_sandbox
 from toolkit import make_tool
 
 from tooldir import upstream
-from tooldir.audit import AUDIT_FILE
 from tooldir.model import Risk, Status
+from tooldir.run.audit import AUDIT_FILE
 
 
 @pytest.fixture(autouse=True)
@@ -143,7 +143,7 @@ def test_a_reload_published_without_upstream_tools_is_swapped_in_with_them_when_
     """No snapshot the store ever holds lacks the upstream tools: a reload is extended before it is
     swapped in, not re-published after (a call or a listing in between saw them gone: serve
     answered ``unknown-tool`` for a tool it had just listed)."""
-    from tooldir.loader import Loader, make_config
+    from tooldir.snapshot.loader import Loader, make_config
 
     copy_server("misbehaving", root, "calc")
     with rig(root, tmp_path / "state") as r:

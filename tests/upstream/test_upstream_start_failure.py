@@ -16,8 +16,8 @@ from shared_helpers import require_sandbox
 from toolkit import project_tools
 
 from tooldir.errors import ExecutionError
-from tooldir.loader import Loader, make_config
 from tooldir.manage import approve
+from tooldir.snapshot.loader import Loader, make_config
 from tooldir.upstream import approve_listing, likely_cause, load_upstream_state, start_failure, stderr_tail
 
 # -- the report, pure ------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from shared_helpers import require_sandbox
 from toolkit import project_tools
 
 import tooldir
-from tooldir.loader import Loader, make_config
+from tooldir.snapshot.loader import Loader, make_config
 
 WAIT_S = 30.0
 

@@ -3,7 +3,7 @@
 Command modules are imported lazily: a run imports only the module of the command it names (all
 of them only for ``tooldir --help`` or an unknown command). This keeps start-up short and keeps
 the library's import graph acyclic: the drill runner runs ``tooldir X`` steps in-process through
-:func:`main`, and importing this package must not import :mod:`tooldir.drill` back.
+:func:`command_line` (handed to it by ``tooldir drill``), and never imports this package.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from .._internal.gcpause import gc_paused
@@ -144,6 +144,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         raise
     return code if code is not None else EXIT_OK
+
+
+class _CommandLine:
+    """This command line, as the drill drives it (:class:`tooldir.drill.cliargs.CommandLine`)."""
+
+    @property
+    def commands(self) -> Collection[str]:
+        return COMMANDS.keys()
+
+    def parser(self, args: list[str]) -> argparse.ArgumentParser:
+        return build_parser(args)
+
+    def main(self, args: list[str]) -> int:
+        return main(args)
+
+    def scan_memo_request(self, parsed: argparse.Namespace) -> tuple[Any, str, list[str]] | None:
+        from .inspect import memo_request, scan_format
+
+        return memo_request(parsed, scan_format(parsed))
+
+
+def command_line() -> _CommandLine:
+    """The ``tooldir`` command line, for :func:`tooldir.drill.run_drill` (its steps run through it)."""
+    return _CommandLine()
 
 
 def run() -> None:

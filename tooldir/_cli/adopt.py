@@ -1,8 +1,8 @@
 """``tooldir adopt``: read the MCP server entries of the clients' configuration files and report
-what is wrong with them, starting none (the I/O edge of :mod:`tooldir.adopt`); without
-``--dry-run``, make each stdio entry a pending server package (:mod:`tooldir.adoption`) and, with
+what is wrong with them, starting none (the I/O edge of :mod:`tooldir.adopt.entries`); without
+``--dry-run``, make each stdio entry a pending server package (:mod:`tooldir.adopt.install`) and, with
 ``--write-client-config``, replace the adopted entries in the client's file with one ``tooldir serve``
-entry (:func:`tooldir.clientconfig.replace_with_tooldir`)."""
+entry (:func:`tooldir.mcp.clientfile.replace_with_tooldir`)."""
 
 from __future__ import annotations
 
@@ -25,15 +25,15 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from ..adopt import Finding, ServerEntry
-    from ..adoption import Outcome
+    from ..adopt.entries import Finding, ServerEntry
+    from ..adopt.install import Outcome
 
 FORMATS = ("table", "json", "sarif")
 _STYLE = {"error": "red", "warning": "yellow", "info": "dim"}
 
 
 def register(sub: Any) -> None:
-    from ..mcp_config import CLIENTS  # light: tooldir --help imports no model
+    from ..mcp.clients import CLIENTS  # light: tooldir --help imports no model
 
     p = sub.add_parser(
         "adopt",
@@ -66,7 +66,7 @@ def register(sub: Any) -> None:
 
 def _targets(source: str | None, home: Path, project: Path) -> list[tuple[str, Path, str]]:
     """(client, file, format) of every file to read."""
-    from ..adopt import CLIENT_FILES, CLIENTS
+    from ..adopt.entries import CLIENT_FILES, CLIENTS
 
     if source is None or source in CLIENTS:
         clients = CLIENTS if source is None else (source,)
@@ -86,7 +86,7 @@ def _targets(source: str | None, home: Path, project: Path) -> list[tuple[str, P
 
 def _read(file: Path) -> str | None:
     """The file's text; None when there is no such file. A FIFO, device or huge file is refused."""
-    from ..adopt import MAX_CONFIG_BYTES, AdoptConfigError
+    from ..adopt.entries import MAX_CONFIG_BYTES, AdoptConfigError
 
     try:
         fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -109,7 +109,7 @@ def _read(file: Path) -> str | None:
 
 def _existing_names(args: argparse.Namespace) -> set[str]:
     """Names of the tools and packages you have (a read-only load, as ``tooldir scan``; no server starts)."""
-    from ..loader import Loader
+    from ..snapshot.loader import Loader
 
     config = dataclasses.replace(config_from_args(args), read_only=True)
     snapshot = Loader(config).load()
@@ -117,7 +117,7 @@ def _existing_names(args: argparse.Namespace) -> set[str]:
 
 
 def cmd_adopt(args: argparse.Namespace) -> int:
-    from ..adopt import judge, parse_config, report_json
+    from ..adopt.entries import judge, parse_config, report_json
 
     fmt = args.format or ("json" if args.json else "table")
     if args.write_client_config and args.dry_run:
@@ -155,10 +155,10 @@ _FAILED = frozenset({"adopt-install-failed", "adopt-over-limit", "adopt-conflict
 def _adopt(
     args: argparse.Namespace, config: Any, files: list[dict[str, Any]], entries: list[ServerEntry], fmt: str
 ) -> int:
-    from ..adoption import Target, adopt_all
-    from ..loader import user_root_default
+    from ..adopt.install import Target, adopt_all
     from ..policy import default_policy_path
-    from ..secrets import default_secrets_path
+    from ..run.secrets import default_secrets_path
+    from ..snapshot.loader import user_root_default
 
     target = Target(
         root=Path(user_root_default().path),
@@ -196,7 +196,7 @@ def _key_path(pointer: str) -> list[str]:
 
 
 def _write_client_config(args: argparse.Namespace, outcomes: list[Outcome]) -> list[dict[str, Any]]:
-    from ..clientconfig import ConfigFileError, replace_with_tooldir
+    from ..mcp.clientfile import ConfigFileError, replace_with_tooldir
     from .serve import server_argv
 
     by_file: dict[tuple[str, str], list[list[str]]] = {}
@@ -287,8 +287,8 @@ def _print_outcomes(outcomes: list[Outcome], rewritten: list[dict[str, Any]]) ->
 
 
 def _print_sarif(found: list[Finding], project: Path) -> None:
-    from ..sarif import sarif_log
     from . import _version
+    from .sarif import sarif_log
 
     lines = {id(f.diagnostic): (f.diagnostic.path or "", f.line) for f in found}
 

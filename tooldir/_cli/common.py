@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-    from ..loader import LoadConfig
     from ..policy import Policy
+    from ..snapshot.loader import LoadConfig
 
 EXIT_OK = 0
 EXIT_FOUND_ERRORS = 1
@@ -69,8 +69,8 @@ def policy_from_args(args: argparse.Namespace) -> Policy:
 
 
 def config_from_args(args: argparse.Namespace) -> LoadConfig:
-    from ..loader import make_config
     from ..policy import read_policy
+    from ..snapshot.loader import make_config
 
     project = args.project
     if project is not None and not Path(project).is_dir():

@@ -51,6 +51,7 @@ def bundled_scenarios() -> Path | None:
 
 def cmd_drill(args: argparse.Namespace) -> int:
     from ..drill import load_scenarios, run_drill, select, verdict
+    from . import command_line
 
     directory = Path(args.dir).resolve() if args.dir else bundled_scenarios()
     if directory is None:
@@ -68,7 +69,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
     with progress("drills", total=len(chosen)) as tracker:  # stderr, only on a terminal
         for s in chosen:
             tracker.label(s.drill_id)
-            results.append(run_drill(s))
+            results.append(run_drill(s, cli=command_line()))
             tracker.advance()
     passed = verdict(results, require_all=args.require_all)
     if args.json:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..scaffold import LANGS, create_package
 from .common import EXIT_OK, CommandError, console, print_json, safe
+from .scaffold import LANGS, create_package
 
 DEFAULT_ROOT = ".tooldir/tools"
 

@@ -24,13 +24,13 @@ from .progress import load_roots
 
 SCAN_FORMATS = ("table", "json", "sarif")
 if TYPE_CHECKING:
-    from .. import scanmemo
-    from ..defer import DeferralPlan
-    from ..loader import LoadConfig
+    from ..deferred.defer import DeferralPlan
     from ..model import ToolRecord
     from ..netallow import NetworkGrant
     from ..policy import Policy
-    from ..snapshot import Snapshot
+    from ..read import scanmemo
+    from ..snapshot.loader import LoadConfig
+    from ..snapshot.store import Snapshot
 
 # keyed by the values of tooldir.model's Status and Severity (StrEnums): the model stays unimported
 _STATUS_STYLE = {"active": "green", "pending": "yellow", "shadowed": "dim", "rejected": "red"}
@@ -63,7 +63,7 @@ def load_snapshot(args: argparse.Namespace) -> tuple[Snapshot, DeferralPlan, Pol
 
 
 def _load(args: argparse.Namespace) -> tuple[LoadConfig, Snapshot, DeferralPlan]:
-    from ..staticplan import initial_plan
+    from ..deferred.staticplan import initial_plan
 
     config = config_from_args(args)
     # the load records the signed versions it verified (rollback protection), as every load does
@@ -171,11 +171,11 @@ def render_scan(fmt: str, snap: Snapshot, plan: DeferralPlan, args: argparse.Nam
 
 
 def _memo_lookup(args: argparse.Namespace, fmt: str) -> int | scanmemo.Pending | None:
-    """Before the library is imported: the scan memo (:mod:`tooldir.scanmemo`). A hit prints the
+    """Before the library is imported: the scan memo (:mod:`tooldir.read.scanmemo`). A hit prints the
     stored output and gives its exit status; a miss gives what the memo's writer needs (None:
     no memo for this scan, e.g. ``--no-index`` or stdout is a terminal). Never raises: any
     problem is a miss."""
-    from .. import scanmemo
+    from ..read import scanmemo
 
     keyed = memo_request(args, fmt)
     if keyed is None:
@@ -196,7 +196,7 @@ def memo_request(args: argparse.Namespace, fmt: str) -> tuple[scanmemo.Request, 
     """The memo request of this scan, its key and the installed distributions' paths; None when
     this scan has no memo (``--no-index``, ``TOOLDIR_NO_INDEX=1``, stdout is a terminal) or the
     normal path must say what is wrong with the options."""
-    from .. import scanmemo
+    from ..read import scanmemo
 
     if not scanmemo.enabled(no_index=bool(getattr(args, "no_index", False))) or stdout_is_terminal():
         return None
@@ -223,7 +223,7 @@ _MEMO_OPTIONS = ("command", "format", "json", "strict", "project", "user_dir", "
 
 
 def _memo_save(pending: scanmemo.Pending, config: LoadConfig, snap: Snapshot, text: str, status: int) -> None:
-    from .. import scanmemo
+    from ..read import scanmemo
 
     sources = config.policy.sources
     required = {str(root.source): bool(sources.for_source(root.source).require) for root in config.roots}
@@ -250,7 +250,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def secrets_of(record: ToolRecord, config: LoadConfig) -> list[dict[str, Any]]:
     """What ``show`` says of the secrets ``record`` declares (granted? set?), never a value."""
-    from ..secrets import SecretsFileError, describe, read_secrets_file
+    from ..run.secrets import SecretsFileError, describe, read_secrets_file
 
     declared = record.manifest.execute.secrets if record.manifest is not None else ()
     if not declared:

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from .common import CommandError, clean, console_err, stderr_is_terminal
 
 if TYPE_CHECKING:
-    from ..loader import LoadConfig
-    from ..snapshot import Snapshot
+    from ..snapshot.loader import LoadConfig
+    from ..snapshot.store import Snapshot
 
 
 class Tracker:
@@ -97,7 +97,7 @@ def load_roots(config: LoadConfig) -> Snapshot:
     forks only while this process has one thread: the line is then drawn without a refresh thread."""
     from dataclasses import replace
 
-    from ..loader import Loader
+    from ..snapshot.loader import Loader
 
     if config.workers == 1:
         config = replace(config, workers=workers_from_env())

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..upstream_names import SEPARATOR  # a constant only
+from ..names import SEPARATOR  # a constant only
 from .common import (
     EXIT_FOUND_ERRORS,
     EXIT_OK,
@@ -40,7 +40,7 @@ from .common import (
 from .progress import load_roots
 
 if TYPE_CHECKING:
-    from ..registry import CallResult, Registry
+    from ..run.registry import CallResult, Registry
 
 USAGE_CODES = frozenset({"invalid-input", "unknown-tool"})
 REFUSED_CODES = frozenset(
@@ -175,7 +175,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
-    from ..audit import AUDIT_FILE, parse_head, verify
+    from ..run.audit import AUDIT_FILE, parse_head, verify
 
     config = config_from_args(args)
     path = Path(config.state_dir) / AUDIT_FILE
@@ -208,8 +208,8 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_head(args: argparse.Namespace) -> int:
-    from ..audit import AUDIT_FILE, GENESIS
     from ..errors import StateError
+    from ..run.audit import AUDIT_FILE, GENESIS
     from ..state import audit_head_path, load_chain_head
 
     config = config_from_args(args)

@@ -1,4 +1,4 @@
-"""``scan --format sarif``: the I/O edge of :mod:`tooldir.sarif` (where each diagnostic is, in
+"""``scan --format sarif``: the I/O edge of :mod:`tooldir._cli.sarif` (where each diagnostic is, in
 which file and on which line)."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from .._internal import jsonlines, tomllines
-from ..loader import LoadConfig
 from ..model import Diagnostic, Source
 from ..policy import default_policy_path
-from ..sarif import Locate, sarif_log, user_bases
-from ..snapshot import Snapshot
+from ..snapshot.loader import LoadConfig
+from ..snapshot.store import Snapshot
 from . import _version
+from .sarif import Locate, sarif_log, user_bases
 
 MANIFEST = "schema.json"
 MAX_READ = 4 * 1024 * 1024  # a file larger than this gets no line (discovery refuses far smaller manifests)

@@ -20,14 +20,14 @@ from .common import (
 from .progress import load_roots, progress
 
 if TYPE_CHECKING:
-    from ..session import Session
-    from ..snapshot import Snapshot
+    from ..deferred.session import Session
+    from ..snapshot.store import Snapshot
 
-# kept equal to tooldir.catalog.FORMATS and tooldir.session.MAX_TOP_K (tests/test_startup_imports.py):
+# kept equal to tooldir.deferred.catalog.FORMATS and tooldir.deferred.session.MAX_TOP_K (tests/test_startup_imports.py):
 # registering the options must not import the catalog and the session (tooldir --help stays cheap)
 FORMATS = ("anthropic", "openai", "mcp")
 MAX_TOP_K = 20
-EVAL_RANKERS = ("bm25f", "hybrid")  # kept equal to tooldir.evaluate.RANKERS (tests/unit/search)
+EVAL_RANKERS = ("bm25f", "hybrid")  # kept equal to tooldir.deferred.evaluate.RANKERS (tests/unit/search)
 
 
 def register(sub: Any) -> None:
@@ -77,7 +77,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         return EXIT_OK if result.matches else EXIT_FOUND_ERRORS
     from rich.table import Table
 
-    from ..catalog import summary
+    from ..deferred.catalog import summary
 
     out = console()
     table = Table("name", "score", "source", "load state", "summary", title=f"tooldir search — {args.query}")
@@ -95,7 +95,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
-    from ..catalog import directory_text
+    from ..deferred.catalog import directory_text
 
     with _session(args) as (session, snap):
         entries = session.directory()
@@ -139,7 +139,7 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from ..evaluate import evaluate, read_queries, read_tools
+    from ..deferred.evaluate import evaluate, read_queries, read_tools
 
     with progress("reading the labelled set"):  # stderr, only on a terminal
         docs = read_tools(args.tools)

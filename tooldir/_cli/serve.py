@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..mcp_config import CLIENTS  # plain data (json only): --help stays light
+from ..mcp.clients import CLIENTS  # plain data (json only): --help stays light
 from .common import EXIT_OK, CommandError, common_options, config_from_args, console, safe
 
-DEFAULT_TURN_IDLE_S = 30.0  # kept equal to tooldir.mcp_server.DEFAULT_TURN_IDLE_S (the SDK stays off --help)
+DEFAULT_TURN_IDLE_S = 30.0  # kept equal to tooldir.mcp.server.DEFAULT_TURN_IDLE_S (the SDK stays off --help)
 
 
 def register(sub: Any) -> None:
@@ -109,7 +109,7 @@ def server_argv(args: argparse.Namespace, client: str | None = None) -> tuple[st
     the installed ``tooldir`` script beside this interpreter, else ``python -m tooldir``. With
     ``--follow-workspace`` the project is the client's workspace variable where ``client`` has one,
     else the folder the client starts the server in (no ``--project``)."""
-    from ..mcp_config import WORKSPACE_VARIABLE
+    from ..mcp.clients import WORKSPACE_VARIABLE
 
     script = Path(sys.executable).parent / "tooldir"
     command, argv = (str(script), ["serve"]) if script.is_file() else (sys.executable, ["-m", "tooldir", "serve"])
@@ -150,7 +150,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.follow_workspace and args.project != ".":
             raise CommandError("--follow-workspace takes the project from the client; leave out --project")
         if args.print_config:
-            from ..mcp_config import client_config
+            from ..mcp.clients import client_config
 
             sys.stdout.write(client_config(client, *server_argv(args, client)))
             return EXIT_OK
@@ -165,8 +165,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _install_config(args: argparse.Namespace, client: str) -> int:
-    from ..clientconfig import ConfigFileError, install_client_config
-    from ..mcp_config import user_config_path
+    from ..mcp.clientfile import ConfigFileError, install_client_config
+    from ..mcp.clients import user_config_path
 
     path = Path(args.config_file).expanduser() if args.config_file else user_config_path(client)
     try:
@@ -188,14 +188,14 @@ def _install_config(args: argparse.Namespace, client: str) -> int:
 
 def _serve_stdio(args: argparse.Namespace) -> int:
     """Configuration errors exit 2 before any MCP traffic. Then the protocol stream is claimed and
-    its first message answered when it is ``initialize`` (tooldir._mcp_early), while the SDK's
-    server is imported in a thread and the roots load inside the server (tooldir.mcp_server)."""
+    its first message answered when it is ``initialize`` (tooldir.mcp.early), while the SDK's
+    server is imported in a thread and the roots load inside the server (tooldir.mcp.server)."""
     import signal
     import threading
 
     import anyio
 
-    from .._mcp_early import any_server_package, claim_wire, exit_on_early_signal
+    from ..mcp.early import any_server_package, claim_wire, exit_on_early_signal
     from ..policy import default_policy_path
 
     config = config_from_args(args)
@@ -211,7 +211,7 @@ def _serve_stdio(args: argparse.Namespace) -> int:
         # the SDK imports while this thread waits for the client's first line (no GIL held there)
         threading.Thread(target=_import_server, name="tooldir-serve-import", daemon=True).start()
         wire.answer_opening(early=not open_first)
-        from ..mcp_server import serve_stdio  # the SDK: waits for the import thread if still importing
+        from ..mcp.server import serve_stdio  # the SDK: waits for the import thread if still importing
 
         anyio.run(
             lambda: serve_stdio(
@@ -231,7 +231,7 @@ def _serve_stdio(args: argparse.Namespace) -> int:
 def _serve_http(args: argparse.Namespace) -> int:
     import anyio
 
-    from ..mcp_http import Bind, HttpSetupError, parse_bind, read_token, serve_http
+    from ..mcp.http import Bind, HttpSetupError, parse_bind, read_token, serve_http
 
     try:
         bind = parse_bind(args.http)
@@ -284,6 +284,6 @@ def _import_server() -> None:
     import importlib
 
     try:
-        importlib.import_module("tooldir.mcp_server")
+        importlib.import_module("tooldir.mcp.server")
     except Exception:  # the main thread's own import raises it again, where it is reported
         return

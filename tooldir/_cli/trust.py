@@ -1,5 +1,5 @@
 """``tooldir allow | revoke | lock | keygen | sign | verify``: argument parsing and printing around
-:mod:`tooldir.manage` (approve, revoke, lock, sign, explain) and :mod:`tooldir.keys`.
+:mod:`tooldir.manage` (approve, revoke, lock, sign, explain) and :mod:`tooldir.trust.keys`.
 
 Approvals, high-water marks and keys are user-side state; nothing here is read from a project
 except the package being reviewed, and that is read through discovery (no symlinks, bounded).
@@ -34,7 +34,7 @@ from .inspect import print_diagnostic_rows
 if TYPE_CHECKING:
     from .. import manage
     from ..errors import PackageError
-    from ..loader import LoadConfig
+    from ..snapshot.loader import LoadConfig
 
 #: The exit code of each PackageError reason.
 _EXIT = {
@@ -174,7 +174,7 @@ def cmd_revoke(args: argparse.Namespace) -> int:
 
 def _bare_config(args: argparse.Namespace) -> LoadConfig:
     """No roots: a package is judged by where its folder is."""
-    from ..loader import LoadConfig
+    from ..snapshot.loader import LoadConfig
     from ..state import default_state_dir
 
     state_dir = state_dir_from_args(args) or default_state_dir()
@@ -184,7 +184,7 @@ def _bare_config(args: argparse.Namespace) -> LoadConfig:
 def cmd_lock(args: argparse.Namespace) -> int:
     from .. import manage
     from ..errors import PackageError
-    from ..lockfile import format_time, parse_expiry
+    from ..trust.lockfile import format_time, parse_expiry
 
     expires = None
     if args.expires is not None:
@@ -248,7 +248,7 @@ def _private_parent(path: Path) -> Path | None:
 
 def cmd_keygen(args: argparse.Namespace) -> int:
     from .._internal.atomic import write_atomic
-    from ..keys import generate_minisign_key
+    from ..trust.keys import generate_minisign_key
 
     secret_path, public_path = Path(args.path), Path(args.path + ".pub")
     if not args.force:

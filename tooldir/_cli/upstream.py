@@ -9,8 +9,9 @@ import argparse
 from typing import Any
 
 from ..errors import ExecutionError
-from ..loader import LoadConfig
 from ..model import ToolRecord, is_runnable, why_not_runnable
+from ..names import SEPARATOR
+from ..snapshot.loader import LoadConfig
 from ..upstream import (
     definition_diff,
     instructions_problems,
@@ -20,7 +21,6 @@ from ..upstream import (
     pinned_instructions,
     visible,
 )
-from ..upstream_names import SEPARATOR
 from .common import config_from_args, console, console_err, rule, safe
 
 

@@ -18,8 +18,8 @@ from .common import EXIT_OK, CommandError, common_options, config_from_args, con
 
 if TYPE_CHECKING:
     from ..model import ToolRecord
-    from ..snapshot import Snapshot, SnapshotDiff
-    from ..watch import WatchProblem
+    from ..snapshot.store import Snapshot, SnapshotDiff
+    from ..snapshot.watch import WatchProblem
 
 
 def register(sub: Any) -> None:
@@ -118,10 +118,10 @@ def _print_summary(snap: Snapshot, change: SnapshotDiff) -> None:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from ..loader import Loader
     from ..policy import default_policy_path
-    from ..snapshot import Snapshot, diff
-    from ..watch import Watcher
+    from ..snapshot.loader import Loader
+    from ..snapshot.store import Snapshot, diff
+    from ..snapshot.watch import Watcher
 
     if args.debounce_ms < 0 or args.debounce_ms > 60_000:
         raise CommandError("--debounce-ms must be between 0 and 60000")

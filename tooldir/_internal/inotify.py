@@ -3,7 +3,7 @@
 watchdog's observers give every scheduled folder its own emitter thread, and its recursive mode
 adds a watch on every folder below the one scheduled, however many there are: a project with
 200k folders under a tool root took all of the user's inotify watches. The watcher instead
-schedules exactly the folders discovery reads (see ``tooldir.watch``), and needs that to cost one
+schedules exactly the folders discovery reads (see ``tooldir.snapshot.watch``), and needs that to cost one
 watch per folder and nothing more. This class has the part of watchdog's observer interface the
 watcher uses (``schedule`` / ``unschedule`` / ``start`` / ``stop`` / ``join``) and delivers
 watchdog event objects to the handler's ``on_any_event``, so the watcher cannot tell them apart.

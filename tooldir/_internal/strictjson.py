@@ -244,7 +244,7 @@ def loads(data: bytes, *, max_depth: int = 32, freeze_arrays: bool = True) -> An
 #: The canonical JSON forms every digest is computed over, by version: the one home of "the bytes
 #: that are hashed". Digests already stored in users' state (audit chains, upstream pins) were made
 #: with one of these and must keep verifying, so a form is never changed: a new one gets the next
-#: number and the old stay readable (an audit line names its record version; see ``tooldir.audit``).
+#: number and the old stay readable (an audit line names its record version; see ``tooldir.run.audit``).
 #:
 #: - ``1``: compact separators, keys sorted, non-ASCII as UTF-8 (NaN/Infinity as Python writes them):
 #:   tool input digests, tool-definition digests (``ToolDef.digest``), audit records of version 1.

@@ -53,6 +53,7 @@ from ..model import BuiltinSpec, Risk
 from . import checks as ck
 from . import execute as ex
 from .checks import Check
+from .cliargs import CommandLine
 from .plant import (
     Arena,
     ArenaEscapeError,
@@ -386,7 +387,7 @@ class Expect(_Frozen):
     """The load must be refused with this error (nothing loads; the calls and the other
     expectations do not apply)."""
     audit_verify: AuditVerify | None = None
-    """After the calls and the after_calls steps, what ``tooldir.audit.verify`` must report."""
+    """After the calls and the after_calls steps, what ``tooldir.run.audit.verify`` must report."""
 
 
 class Controls(_Frozen):
@@ -722,12 +723,15 @@ def select(scenarios: Sequence[Scenario], only: Sequence[str]) -> list[Scenario]
 # Running
 
 
-def run_drills(scenarios: Sequence[Scenario]) -> list[DrillResult]:
-    return [run_drill(s) for s in scenarios]
+def run_drills(scenarios: Sequence[Scenario], *, cli: CommandLine) -> list[DrillResult]:
+    return [run_drill(s, cli=cli) for s in scenarios]
 
 
-def run_drill(scenario: Scenario) -> DrillResult:
+def run_drill(scenario: Scenario, *, cli: CommandLine) -> DrillResult:
     """Materialise, act, load and check one scenario. Never raises for a drill failure.
+
+    ``cli``: the ``tooldir`` command line its steps run through (the CLI's own:
+    :func:`tooldir._cli.command_line`).
 
     The temporary folder holds the arena and, beside it, ``{beyond}``: the world outside the
     arena, which must be unchanged at the end (the ``arena`` check; an early failure gets it only
@@ -739,7 +743,7 @@ def run_drill(scenario: Scenario) -> DrillResult:
         try:
             beyond = make_beyond(top / "beyond")
             world = ck.tree_state(beyond)
-            result = _attempt(scenario, top / "arena", beyond, started, progress)
+            result = _attempt(scenario, top / "arena", beyond, started, progress, cli=cli)
             outside = ck.check_beyond(world, ck.tree_state(beyond))
         finally:
             make_removable(top)
@@ -757,9 +761,11 @@ class _Progress:
     planted_check: Check | None = None  # made once materialisation is done
 
 
-def _attempt(scenario: Scenario, base: Path, beyond: Path, started: float, progress: _Progress) -> DrillResult:
+def _attempt(
+    scenario: Scenario, base: Path, beyond: Path, started: float, progress: _Progress, *, cli: CommandLine
+) -> DrillResult:
     try:
-        arena = make_arena(base, scenario.folder, beyond)
+        arena = make_arena(base, scenario.folder, beyond, cli=cli)
         progress.arena = arena
         with isolated(arena) as caller, contextlib.ExitStack() as stack:
             listener = None

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..model import is_runnable
-from ..snapshot import Snapshot
+from ..snapshot.store import Snapshot
 from . import execute as ex
 from .plant import DRILL_ENV_PREFIX, Arena, ArenaEscapeError, Planted
 from .storm import StormReport
@@ -287,7 +287,7 @@ def check_secrets(arena: Arena, outcomes: Sequence[ex.CallOutcome], report: str)
     """secrets:leak: no value of the arena's secrets file -- raw, base64 or URL-encoded -- in any
     call's output or error text, in any file of the state dir (audit log, approvals, index, scan
     memo, verified copies) or in the drill's report. None when the scenario has no secrets file."""
-    from ..secrets import SecretsFileError, encoded_forms, parse_secrets
+    from ..run.secrets import SecretsFileError, encoded_forms, parse_secrets
 
     path = arena.resolve(SECRETS_FILE)
     if path.is_symlink() or not path.is_file():

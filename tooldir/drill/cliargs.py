@@ -14,10 +14,37 @@ import argparse
 import contextlib
 import io
 import os
+from collections.abc import Collection
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 from .confine import ArenaEscapeError, ScenarioError, inside, leads_to
+
+
+class CommandLine(Protocol):
+    """The ``tooldir`` command line a drill drives, in-process, as the user and the attacker type
+    it. The CLI hands itself in (:func:`tooldir._cli.command_line`, passed to
+    :func:`tooldir.drill.run_drill`): the drill never imports the CLI, whose ``drill`` command
+    imports the drill."""
+
+    @property
+    def commands(self) -> Collection[str]:
+        """Every command of this build."""
+        ...
+
+    def parser(self, args: list[str]) -> argparse.ArgumentParser:
+        """The parser ``tooldir`` builds for ``args``."""
+        ...
+
+    def main(self, args: list[str]) -> int:
+        """Run ``tooldir args`` in this process; its exit status."""
+        ...
+
+    def scan_memo_request(self, parsed: argparse.Namespace) -> tuple[Any, str, list[str]] | None:
+        """The scan memo request of a parsed ``scan``, its key and the installed distributions'
+        paths, as ``tooldir scan`` computes them (None: this scan keeps no memo)."""
+        ...
+
 
 Kind = Literal["path", "paths", "keypair", "value", "flag"]
 PATH: Kind = "path"  # a file or folder tooldir reads or writes: must lead inside the arena
@@ -85,7 +112,7 @@ def _chain(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> tuple[str
         actions = list(sub.choices[chosen]._actions)
 
 
-def vet(args: list[str], *, base: Path, cwd: Path, scenario: str, where: str) -> None:
+def vet(args: list[str], *, cli: CommandLine, base: Path, cwd: Path, scenario: str, where: str) -> None:
     """Refuse a command line that could act outside the arena ``base`` (``cwd``: where the
     command runs, the arena's project; relative paths start there). A command line tooldir's parser rejects is left alone: ``tooldir``
     itself stops at the same parse, before it does anything.
@@ -94,9 +121,7 @@ def vet(args: list[str], *, base: Path, cwd: Path, scenario: str, where: str) ->
         ArenaEscapeError: a path leads outside the arena.
         ScenarioError: an option the runner does not allow.
     """
-    from .._cli import build_parser
-
-    parser = build_parser(args)
+    parser = cli.parser(args)
     with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
         try:
             ns = parser.parse_args(args)

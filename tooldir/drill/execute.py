@@ -1,6 +1,6 @@
 """The acting half of a drill: user and attacker steps, the load, tool calls through the Registry,
 and the audit log. Everything goes through tooldir's public surfaces (the loader, ``tooldir ...``
-commands, ``Registry.call``, ``tooldir.audit.verify``); machinery a build lacks raises
+commands, ``Registry.call``, ``tooldir.run.audit.verify``); machinery a build lacks raises
 :class:`NotRunnableError` so the drill fails with "not runnable yet".
 """
 
@@ -24,10 +24,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..loader import Loader, make_config
 from ..model import BuiltinSpec
 from ..policy import Policy, load_policy, read_policy
-from ..snapshot import Snapshot
+from ..snapshot.loader import Loader, make_config
+from ..snapshot.store import Snapshot
 from .cliargs import vet
 from .plant import (
     DRILL_ENV_PREFIX,
@@ -287,8 +287,8 @@ def forge_index(arena: Arena, package: Path, where: str) -> None:
     format the load would read (so a later forge-index step can keep that content's digest)."""
     from dataclasses import replace
 
-    from ..index import decode, encode, entry_from_candidate, header_for, index_path, stat_key
-    from ..validate import validate_package
+    from ..read.index import decode, encode, entry_from_candidate, header_for, index_path, stat_key
+    from ..read.validate import validate_package
 
     config = make_config(project=".", user_dirs=None, policy=user_policy(), state_dir=None)
     root = next((r for r in config.roots if r.path == str(package.parent)), None)
@@ -300,7 +300,7 @@ def forge_index(arena: Arena, package: Path, where: str) -> None:
     entries = decode(arena.fs.read(path, where), header).entries if held is not None else {}
     entry = entries.get(package.name)
     if entry is None:
-        from ..discover import scan_one
+        from ..read.discover import scan_one
 
         scan = scan_one(root, package.name, config.policy.limits)
         entry = entry_from_candidate(validate_package(scan, config.policy), scan, 0, os.geteuid())
@@ -331,21 +331,20 @@ def _unspaced(text: str) -> str:
 
 
 def forge_scanmemo(arena: Arena, args: list[str], where: str) -> None:
-    """The attacker writes the user's scan memo (:mod:`tooldir.scanmemo`) for the scan ``args``:
+    """The attacker writes the user's scan memo (:mod:`tooldir.read.scanmemo`) for the scan ``args``:
     its key and stat table as that scan computes them now, a recording time far enough in the
     past that it is not racily clean, and the output (and exit status) the memo already held, or,
     with no memo yet, what that scan prints now (an attacker who can write user state)."""
-    from .. import scanmemo
-    from .._cli import build_parser, main
-    from .._cli.inspect import memo_request, scan_format
     from .._internal.atomic import write_atomic
+    from ..read import scanmemo
 
-    parsed = build_parser(args).parse_args(args)
+    cli = arena.command_line
+    parsed = cli.parser(args).parse_args(args)
     if parsed.command != "scan":
         raise ScenarioError(f"{where}: forge-scanmemo takes a 'scan' command line", path=arena.scenario)
-    vet(args, base=arena.base, cwd=arena.project, scenario=arena.scenario, where=where)
+    vet(args, cli=cli, base=arena.base, cwd=arena.project, scenario=arena.scenario, where=where)
     with contextlib.redirect_stdout(io.StringIO()):  # as run_cli runs the scan: stdout is no terminal
-        keyed = memo_request(parsed, scan_format(parsed))
+        keyed = cli.scan_memo_request(parsed)
     if keyed is None:
         raise ScenarioError(f"{where}: 'tooldir {' '.join(args)}' has no scan memo", path=arena.scenario)
     req, key, dists = keyed
@@ -356,7 +355,7 @@ def forge_scanmemo(arena: Arena, args: list[str], where: str) -> None:
     else:
         out = io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-            status = main([*args, "--no-index"])
+            status = cli.main([*args, "--no-index"])
         text = out.getvalue()
     path = Path(req.path)
     arena.fs.makedirs(path.parent, where, mode=0o700)  # before the table: it records the state dir
@@ -526,11 +525,9 @@ CEILING_STEPS = frozenset({RUN_STEP, "serve"})
 
 
 def _check_run_step(arena: Arena, args: list[str], where: str) -> None:
-    from .._cli import build_parser
-
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:
-            policy = build_parser(args).parse_args(args).policy  # --pol, --policy=X: as tooldir reads it
+            policy = arena.command_line.parser(args).parse_args(args).policy  # --pol, --policy=X: as tooldir reads it
         except SystemExit:  # tooldir stops at the same usage error; still, no spelling of --policy
             policy = next(
                 (a for a in args if len(a.split("=")[0]) > 3 and "--policy".startswith(a.split("=")[0])), None
@@ -557,9 +554,7 @@ def check_command(arena: Arena, args: list[str], where: str, allowed: frozenset[
     """A ``tooldir`` command line a step may run: a command of ``allowed`` (``run`` and
     ``serve`` only within the drill's ceiling), and no option or path reaching outside the
     arena (:func:`tooldir.drill.cliargs.vet`)."""
-    from .._cli import COMMANDS
-
-    if args[0] not in COMMANDS:
+    if args[0] not in arena.command_line.commands:
         raise NotRunnableError(f"'tooldir {args[0]}' does not exist in this build")
     if args[0] not in allowed:
         raise ScenarioError(
@@ -569,19 +564,17 @@ def check_command(arena: Arena, args: list[str], where: str, allowed: frozenset[
         )
     if args[0] in CEILING_STEPS:
         _check_run_step(arena, args, where)
-    vet(args, base=arena.base, cwd=arena.project, scenario=arena.scenario, where=where)
+    vet(args, cli=arena.command_line, base=arena.base, cwd=arena.project, scenario=arena.scenario, where=where)
 
 
 def run_cli(arena: Arena, args: list[str], expected_exit: int, where: str) -> str:
     """Run one ``tooldir`` command in-process (the public CLI); returns its stdout."""
-    from .._cli import main
-
     check_command(arena, args, where, frozenset({*CLI_STEPS, RUN_STEP}))
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            code = main(args)
+            code = arena.command_line.main(args)
         except SystemExit as exc:  # argparse usage errors
             code = exc.code if isinstance(exc.code, int) else 2
     if code != expected_exit:
@@ -755,13 +748,13 @@ class Runtime:
     @property
     def store(self) -> Any:
         if self._store is None:
-            self._store = need("snapshot", "SnapshotStore")(self.snapshot)
+            self._store = need("snapshot.store", "SnapshotStore")(self.snapshot)
         return self._store
 
     @property
     def registry(self) -> Any:
         if self._registry is None:
-            registry_cls = need("registry", "Registry")
+            registry_cls = need("run.registry", "Registry")
             # a scenario's secrets.toml is downloaded content: its commands never run on the host
             self._registry = registry_cls(
                 self.store, policy=user_policy(), state_dir=self.state_dir, secret_commands=False
@@ -794,7 +787,7 @@ class Runtime:
     @property
     def session(self) -> Any:
         if self._session is None:
-            session_cls = need("session", "Session")
+            session_cls = need("deferred.session", "Session")
             self._session = session_cls(
                 self.store, policy=user_policy(), registry=self.registry, builtins=self.builtins
             )
@@ -803,7 +796,7 @@ class Runtime:
     def listing(self) -> Any:
         """What the session shows the model besides call results, as one ok result."""
         session = self.session
-        content: dict[str, Any] = {fmt: session.tools(fmt) for fmt in need("catalog", "FORMATS")}
+        content: dict[str, Any] = {fmt: session.tools(fmt) for fmt in need("deferred.catalog", "FORMATS")}
         content["directory"] = session.directory_text()
         content["deferred"] = session.anthropic_deferred_tools()
         content["tokens"] = session.token_report().to_json()
@@ -811,12 +804,12 @@ class Runtime:
         if self._upstream is not None:  # what tooldir passes on of its MCP servers' instructions
             content["instructions"] = self._upstream.instructions()
         try:
-            server = need("mcp_server", "ToolServer")
+            server = need("mcp.server", "ToolServer")
         except NotRunnableError:
             server = None  # a build without the MCP server: the rest is still checked
         if server is not None:
             content["mcp"] = server(store=self.store, registry=self.registry, session=session).list_tools_sync()
-        result_cls = need("registry", "CallResult")
+        result_cls = need("run.registry", "CallResult")
         return result_cls(ok=True, content=content, error=None, audit_id=None)
 
     def reload(self) -> None:
@@ -952,7 +945,7 @@ def _via_mcp(runtime: Runtime, spec: CallSpec, arguments: Any, cancel_arguments:
     import anyio
     from anyio.from_thread import BlockingPortal
 
-    front = need("mcp_server", "ToolServer")(store=runtime.store, registry=runtime.registry, session=runtime.session)
+    front = need("mcp.server", "ToolServer")(store=runtime.store, registry=runtime.registry, session=runtime.session)
     most = [0]
     stop = threading.Event()
 
@@ -990,11 +983,11 @@ def _via_mcp(runtime: Runtime, spec: CallSpec, arguments: Any, cancel_arguments:
     error = None
     if answer.is_error:
         found = (answer.structured_content or {}).get("error", {})
-        error = need("registry", "CallError")(str(found.get("code")), str(found.get("message")))
+        error = need("run.registry", "CallError")(str(found.get("code")), str(found.get("message")))
     content = answer.structured_content if not answer.is_error else None
     if content is None and not answer.is_error:
         content = "".join(getattr(c, "text", "") for c in answer.content)
-    result = need("registry", "CallResult")(
+    result = need("run.registry", "CallResult")(
         ok=not answer.is_error, content=content, error=error, audit_id=meta.get("tooldir/audit_id")
     )
     return result, most[0]
@@ -1041,7 +1034,7 @@ def _processes_with(marker: str) -> Iterator[str]:
 
 
 def audit_lines(state_dir: Path) -> list[dict[str, Any]]:
-    path = state_dir / need("audit", "AUDIT_FILE")
+    path = state_dir / need("run.audit", "AUDIT_FILE")
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -1056,7 +1049,7 @@ def audit_lines(state_dir: Path) -> list[dict[str, Any]]:
 
 
 def verify_audit(state_dir: Path) -> tuple[bool, int | None, str | None, int]:
-    """(ok, first broken line, reason, intact lines) from ``tooldir.audit.verify``."""
-    verify = need("audit", "verify")
-    report = verify(state_dir / need("audit", "AUDIT_FILE"))
+    """(ok, first broken line, reason, intact lines) from ``tooldir.run.audit.verify``."""
+    verify = need("run.audit", "verify")
+    report = verify(state_dir / need("run.audit", "AUDIT_FILE"))
     return bool(report.ok), report.broken_line, report.reason, int(report.lines)

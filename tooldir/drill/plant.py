@@ -32,6 +32,7 @@ from .confine import (
 
 if TYPE_CHECKING:
     from . import Plant
+    from .cliargs import CommandLine
 
 NAMESPACES = ("project", "home", "user", "outside")
 SECRET_ENV = "TOOLDIR_DRILL_SECRET_TOKEN"  # noqa: S105 - the name of a fake secret
@@ -91,6 +92,20 @@ class Arena:
     server: Any = field(default=None, compare=False, repr=False)  # that server (its request count)
     beyond: Path | None = None  # a folder outside the arena ({beyond}) that nothing may change
     links: set[Path] = field(default_factory=set, compare=False, repr=False)  # the links planted so far
+    cli: CommandLine | None = field(default=None, compare=False, repr=False)  # what tooldir steps run through
+
+    @property
+    def command_line(self) -> CommandLine:
+        """The ``tooldir`` command line the drill's steps run (given to :func:`make_arena`).
+
+        Raises:
+            ScenarioError: none was given (an arena made only to plant in).
+        """
+        if self.cli is None:
+            raise ScenarioError(
+                "this arena was made without a tooldir command line (make_arena(cli=...))", path=self.scenario
+            )
+        return self.cli
 
     @property
     def fs(self) -> Confined:
@@ -228,8 +243,9 @@ class Arena:
         return planted
 
 
-def make_arena(base: Path, scenario: str, beyond: Path | None = None) -> Arena:
-    arena = Arena(base, scenario, "TOOLDIR-DRILL-SECRET-" + secrets.token_hex(8), beyond=beyond)
+def make_arena(base: Path, scenario: str, beyond: Path | None = None, *, cli: CommandLine | None = None) -> Arena:
+    """A fresh arena in ``base`` (``cli``: the command line its ``tooldir`` steps run through)."""
+    arena = Arena(base, scenario, "TOOLDIR-DRILL-SECRET-" + secrets.token_hex(8), beyond=beyond, cli=cli)
     for folder in (arena.project, arena.outside, arena.canary_dir, arena.home / ".ssh", arena.state):
         folder.mkdir(parents=True, exist_ok=True)
     (arena.home / ".ssh").chmod(0o700)

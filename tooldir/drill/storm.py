@@ -2,7 +2,7 @@
 
 A writer makes thousands of changes to ``packages`` generated tool folders (rewrites, atomic
 schema replacements, folders renamed away and back mid-scan, deletions and re-creations) while a
-:class:`tooldir.watch.Watcher` keeps a ``SnapshotStore`` current and a reader thread takes
+:class:`tooldir.snapshot.watch.Watcher` keeps a ``SnapshotStore`` current and a reader thread takes
 ``store.current`` in a tight loop. The drill then checks that every snapshot a reader saw was whole
 (its owner index agrees with its tool list, generations never went backwards, nothing raised) and
 that, once the storm is over, the watcher converges to exactly what a cold load sees.
@@ -18,10 +18,10 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..loader import Loader, make_config
 from ..model import BuiltinSpec, Status
 from ..policy import Policy
-from ..snapshot import Snapshot
+from ..snapshot.loader import Loader, make_config
+from ..snapshot.store import Snapshot
 from .execute import need
 from .plant import Arena, write_control
 
@@ -73,8 +73,8 @@ def _signature(snapshot: Snapshot) -> list[tuple[str, str, str, str | None]]:
 def run_storm(
     arena: Arena, policy: Policy, builtins: tuple[BuiltinSpec, ...], *, packages: int, changes: int, settle_s: float
 ) -> StormReport:
-    watcher_cls = need("watch", "Watcher")
-    store_cls = need("snapshot", "SnapshotStore")
+    watcher_cls = need("snapshot.watch", "Watcher")
+    store_cls = need("snapshot.store", "SnapshotStore")
     config = make_config(project=".", user_dirs=None, policy=policy, state_dir=None, builtins=builtins)
     loader = Loader(config)
     store = store_cls(loader.load())

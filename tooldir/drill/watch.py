@@ -1,6 +1,6 @@
 """watch:exhaust — run the watcher over the arena and count the inotify watches it holds.
 
-A :class:`tooldir.watch.Watcher` is started on exactly what ``tooldir watch`` would watch in the
+A :class:`tooldir.snapshot.watch.Watcher` is started on exactly what ``tooldir watch`` would watch in the
 arena (default user root, the project, the user's policy and state). The drill counts the inotify
 watches this process gained (the ``inotify wd:`` lines of ``/proc/self/fdinfo`` of every inotify
 descriptor), which must stay within the scenario's bound however many folders the project planted,
@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._internal.inotify import inotify_watches
-from ..loader import Loader, make_config
 from ..model import BuiltinSpec
 from ..policy import Policy
-from ..snapshot import Snapshot
+from ..snapshot.loader import Loader, make_config
+from ..snapshot.store import Snapshot
 from .execute import need
 from .plant import Arena
 
@@ -47,8 +47,8 @@ def run_watch(
     tool: str | None,
     settle_s: float,
 ) -> WatchReport:
-    watcher_cls: Any = need("watch", "Watcher")
-    store_cls: Any = need("snapshot", "SnapshotStore")
+    watcher_cls: Any = need("snapshot.watch", "Watcher")
+    store_cls: Any = need("snapshot.store", "SnapshotStore")
     config = make_config(project=".", user_dirs=None, policy=policy, state_dir=None, builtins=builtins)
     loader = Loader(config)
     store = store_cls(loader.load())

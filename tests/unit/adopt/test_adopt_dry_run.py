@@ -13,7 +13,7 @@ import pytest
 from toolkit import make_tool
 
 from tooldir._cli import main
-from tooldir.adopt import judge, parse_config, shown
+from tooldir.adopt.entries import judge, parse_config, shown
 
 GITHUB_TOKEN = "ghp_" + "a1B2c3D4e5" * 4
 URL_KEY = "urlsecret" + "9" * 12

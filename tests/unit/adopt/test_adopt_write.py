@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from tooldir import adoption
-from tooldir._cli import main
+from tooldir._cli import command_line, main
+from tooldir.adopt import install as adoption
 
 TOKEN = "ghp_" + "Zq9Xw8Vu7T" * 4
 NPM_VERSIONS = {"@acme/server-notes": ["1.0.0", "1.4.2"], "server-pinned": ["2.0.0"]}
@@ -358,5 +358,5 @@ def test_a_drill_step_runs_adopt_only_with_dry_run(tmp_path: Path) -> None:
     from tooldir.drill.confine import ScenarioError
 
     with pytest.raises(ScenarioError, match="only with --dry-run"):
-        vet(["adopt"], base=tmp_path, cwd=tmp_path, scenario="s.toml", where="steps[0]")
-    vet(["adopt", "--dry-run"], base=tmp_path, cwd=tmp_path, scenario="s.toml", where="steps[0]")
+        vet(["adopt"], base=tmp_path, cwd=tmp_path, scenario="s.toml", where="steps[0]", cli=command_line())
+    vet(["adopt", "--dry-run"], base=tmp_path, cwd=tmp_path, scenario="s.toml", where="steps[0]", cli=command_line())

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tooldir._cli import main
-from tooldir.audit import AuditEvent, JsonlAudit
+from tooldir.run.audit import AuditEvent, JsonlAudit
 
 VERIFY_KEYS = ["path", "ok", "lines", "head", "recorded_head", "broken_line", "reason_code", "reason", "problems"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from toolkit import make_tool
 
-from tooldir._safepath import drop_working_directory, module_run, runs_tooldir
+from tooldir._internal.safepath import drop_working_directory, module_run, runs_tooldir
 
 #: Modules tooldir (or the interpreter on its behalf) imports after ``-m`` has put the cwd first.
 PLANTED = ("rich", "anyio", "jsonschema", "pydantic", "mcp", "watchdog", "cryptography", "json", "dataclasses")

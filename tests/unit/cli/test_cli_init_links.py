@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tooldir._cli import main
-from tooldir.scaffold import create_package
+from tooldir._cli.scaffold import create_package
 
 
 def test_init_refuses_a_project_dot_tooldir_linked_into_the_users_tool_root(

@@ -1,4 +1,4 @@
-"""``tooldir scan``'s output memo (tooldir.scanmemo): a hit prints exactly what a fresh scan
+"""``tooldir scan``'s output memo (tooldir.read.scanmemo): a hit prints exactly what a fresh scan
 prints; every change of an input falls back to the fresh scan; a memo that must not be trusted,
 or is racily clean, is never used."""
 
@@ -15,9 +15,9 @@ import pytest
 from toolkit import approve, make_tool, project_tools
 
 import tooldir._cli.inspect as inspect_mod
-import tooldir.index as index_mod
-from tooldir import scanmemo
+import tooldir.read.index as index_mod
 from tooldir._cli import main
+from tooldir.read import scanmemo
 
 SETTLE = 0.08  # longer than the RACY_NS the tests use
 RACY = 50_000_000

@@ -21,10 +21,10 @@ import unprivileged
 #: then ``tooldir ARGS``; MODE ``warm`` also shortens the content index's (so its file settles).
 RUNNER = """
 import sys
-import tooldir.scanmemo as memo
+import tooldir.read.scanmemo as memo
 memo.RACY_NS = 50_000_000
 if sys.argv[1] == "warm":
-    import tooldir.index as index
+    import tooldir.read.index as index
     index.RACY_NS = 50_000_000
 from tooldir._cli import main
 sys.exit(main(sys.argv[2:]))

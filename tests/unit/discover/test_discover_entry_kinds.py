@@ -1,4 +1,4 @@
-"""Folder entries are classified once (issue 13): tooldir.discover.entry_kind / mode_kind /
+"""Folder entries are classified once (issue 13): tooldir.read.discover.entry_kind / mode_kind /
 root_entry, used by the cold listing, the loader's incremental refresh and the watcher."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 from toolkit import make_tool
 
-from tooldir.discover import EntryKind, entry_kind, is_hidden, mode_kind
-from tooldir.loader import Loader, make_config
+from tooldir.read.discover import EntryKind, entry_kind, is_hidden, mode_kind
+from tooldir.snapshot.loader import Loader, make_config
 
 
 def _odd_root(root: Path, outside: Path) -> list[str]:

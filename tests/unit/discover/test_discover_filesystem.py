@@ -17,9 +17,9 @@ from toolkit import make_tool, project_tools
 import tooldir
 from tooldir import Policy, Snapshot, Status
 from tooldir._internal.ownership import shared_group
-from tooldir.discover import RootSpec, list_packages, open_root, package_digest, scan_package
 from tooldir.model import PackageFile, Severity, Source
 from tooldir.policy import Limits
+from tooldir.read.discover import RootSpec, list_packages, open_root, package_digest, scan_package
 
 CANARY_SCRIPT = """\
 from pathlib import Path

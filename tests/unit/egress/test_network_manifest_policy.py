@@ -16,9 +16,9 @@ from tooldir import Manifest
 from tooldir._cli import main
 from tooldir._internal.strictjson import FrozenDict, freeze
 from tooldir.errors import PolicyError
-from tooldir.index import manifest_from_json
 from tooldir.model import NetworkAllow
 from tooldir.policy import Policy, parse_policy, policy_diagnostics
+from tooldir.read.index import manifest_from_json
 
 ALLOW = ["api.example.com:443", "*.example.org:443", "127.0.0.1:8080", "[::1]:8080"]
 
@@ -184,10 +184,10 @@ def test_show_and_scan_json_print_the_granted_network_as_the_manifest_writes_it(
 def test_a_tool_with_an_allowlist_is_never_run_unsandboxed_even_where_unsandboxed_runs_are_allowed(
     tmp_path: Path,
 ) -> None:
-    from tooldir.loader import Loader, make_config
-    from tooldir.registry import Registry
+    from tooldir.run.registry import Registry
     from tooldir.sandbox import UnsafeUnsandboxed
-    from tooldir.snapshot import SnapshotStore
+    from tooldir.snapshot.loader import Loader, make_config
+    from tooldir.snapshot.store import SnapshotStore
 
     canary = tmp_path / "ran"
     script = f"open({str(canary)!r}, 'w').write('x')\nprint('{{\"ok\": true, \"content\": 1}}')\n"

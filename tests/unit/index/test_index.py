@@ -1,4 +1,4 @@
-"""The persistent content index (tooldir.index): what a new process reuses, and what it never trusts."""
+"""The persistent content index (tooldir.read.index): what a new process reuses, and what it never trusts."""
 
 from __future__ import annotations
 
@@ -15,17 +15,25 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from toolkit import approve, make_tool, manifest, project_tools
 
-import tooldir.index as index_mod
+import tooldir.read.index as index_mod
 from tooldir._internal.strictjson import FrozenDict
-from tooldir.discover import RootSpec, scan_one, scan_package
-from tooldir.index import decode, encode, entry_from_candidate, header_for, index_path, manifest_from_json, stat_key
-from tooldir.loader import Loader, make_config, project_root, user_root
 from tooldir.model import Source, Status
 from tooldir.policy import Limits, Policy
+from tooldir.read.discover import RootSpec, scan_one, scan_package
+from tooldir.read.index import (
+    decode,
+    encode,
+    entry_from_candidate,
+    header_for,
+    index_path,
+    manifest_from_json,
+    stat_key,
+)
+from tooldir.read.validate import validate_package
 from tooldir.signatures import key_ident
-from tooldir.snapshot import Snapshot
+from tooldir.snapshot.loader import Loader, make_config, project_root, user_root
+from tooldir.snapshot.store import Snapshot
 from tooldir.state import Approval, save_approvals
-from tooldir.validate import validate_package
 
 
 class Counter:
@@ -600,8 +608,8 @@ def test_the_index_file_is_byte_for_byte_what_the_previous_encoder_wrote(root: P
 
 
 def test_a_row_encoded_apart_from_its_blob_offsets_is_the_row_the_json_encoder_writes_at_any_offset() -> None:
-    from tooldir.index import Entry, prepare_row
     from tooldir.model import PackageFile, warning
+    from tooldir.read.index import Entry, prepare_row
 
     diag = warning(
         "suspicious-text", "é \u202e \udcff", tool="t\u00e9", source=Source.USER, path="/r/\udcff", pointer="/a"
@@ -663,8 +671,8 @@ def test_a_freshly_read_entry_s_formatted_row_is_the_row_the_json_encoder_writes
     kept: dict[str, bytes],
     messages: list[str],
 ) -> None:
-    from tooldir.index import Entry, fresh_row, prepare_row
     from tooldir.model import PackageFile, warning
+    from tooldir.read.index import Entry, fresh_row, prepare_row
 
     entry = Entry(
         name=name,

@@ -1,4 +1,4 @@
-"""The scan memo (tooldir.scanmemo): the library's rules it restates stay equal to the library's,
+"""The scan memo (tooldir.read.scanmemo): the library's rules it restates stay equal to the library's,
 only the scan command reads it, a hit imports no heavy dependency, and a memo file that does not
 add up is never used."""
 
@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 import tooldir
-import tooldir.index as index_mod
-from tooldir import scanmemo
-from tooldir.audit import AUDIT_FILE
-from tooldir.loader import PROJECT_PARTS, make_config
+import tooldir.read.index as index_mod
 from tooldir.model import Source
 from tooldir.policy import config_home, default_policy_path
+from tooldir.read import scanmemo
+from tooldir.run.audit import AUDIT_FILE
+from tooldir.snapshot.loader import PROJECT_PARTS, make_config
 from tooldir.state import AUDIT_HEAD, default_state_dir
 
 PACKAGE = Path(tooldir.__file__).resolve().parent
@@ -112,13 +112,13 @@ def test_only_the_scan_command_and_the_drill_forger_import_the_memo() -> None:
                 names = [a.name for a in node.names]
             if any(n.split(".")[-1] == "scanmemo" or n.endswith(".scanmemo") for n in names):
                 importers.add(path.relative_to(PACKAGE).as_posix())
-    assert importers <= {"_cli/inspect.py", "drill/execute.py", "scanmemo.py"}
+    assert importers <= {"_cli/inspect.py", "drill/execute.py", "read/scanmemo.py"}
     assert "_cli/inspect.py" in importers
 
 
 def test_the_memo_module_imports_only_the_standard_library() -> None:
     code = (
-        "import sys, json; before = set(sys.modules); import tooldir.scanmemo; "
+        "import sys, json; before = set(sys.modules); import tooldir.read.scanmemo; "
         "print(json.dumps(sorted(set(sys.modules) - before)))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -127,8 +127,9 @@ def test_the_memo_module_imports_only_the_standard_library() -> None:
     # only stdlib-only modules of ours (the shared small-file reader among them)
     assert ours <= {
         "tooldir",
-        "tooldir._safepath",
-        "tooldir.scanmemo",
+        "tooldir._internal.safepath",
+        "tooldir.read",  # the stage package (nothing in its __init__)
+        "tooldir.read.scanmemo",
         "tooldir._internal",
         "tooldir._internal.smallfile",
         "tooldir._internal.ownership",  # the private read's ownership rule: stdlib only too (grp, pwd)
@@ -276,10 +277,10 @@ def test_memoizable_refuses_trust_gated_server_signed_and_unstable_scans() -> No
 
 RUNNER = """
 import json, os, sys, time
-import tooldir.scanmemo as memo
+import tooldir.read.scanmemo as memo
 memo.RACY_NS = 50_000_000
 if sys.argv[1] == "warm":  # (the environment is part of the key: the mode comes in argv)
-    import tooldir.index as index
+    import tooldir.read.index as index
     index.RACY_NS = 50_000_000
 from tooldir._cli import main
 code = main(sys.argv[2:])

@@ -26,14 +26,15 @@ from shared_helpers import join_native, native_threads
 from toolkit import make_tool, manifest, project_tools
 from toolkit import scan as scan_package_folder
 
-from tooldir import keys, signatures
-from tooldir._internal import forkpool, verify_pool
-from tooldir.index import decode, header_for, index_path
-from tooldir.loader import Loader, make_config, user_root
-from tooldir.lockfile import LOCK, MINISIG, render_lock
+from tooldir import signatures
+from tooldir._internal import forkpool
 from tooldir.model import Status
 from tooldir.policy import KeysPolicy, Limits, Policy, ProjectSourcePolicy, SourcesPolicy
-from tooldir.snapshot import Snapshot
+from tooldir.read.index import decode, header_for, index_path
+from tooldir.snapshot.loader import Loader, make_config, user_root
+from tooldir.snapshot.store import Snapshot
+from tooldir.trust import keys, verify_pool
+from tooldir.trust.lockfile import LOCK, MINISIG, render_lock
 
 PARENT = os.getpid()
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tooldir._internal import forkpool
-from tooldir.loader import make_config
+from tooldir.snapshot.loader import make_config
 
 CASES = Path(__file__).with_name("forked_cases.py")
 
@@ -45,7 +45,7 @@ def test_one_shot_cli_loads_may_use_every_cpu(monkeypatch: pytest.MonkeyPatch, t
         def load(self) -> None:
             return None
 
-    monkeypatch.setattr("tooldir.loader.Loader", Spy)
+    monkeypatch.setattr("tooldir.snapshot.loader.Loader", Spy)
     config = make_config(project=None, user_dirs=[tmp_path], state_dir=tmp_path / "s")
     progress.load_roots(config)
     monkeypatch.setenv("TOOLDIR_WORKERS", "1")
@@ -85,7 +85,7 @@ def test_the_loading_line_on_a_terminal_leaves_this_process_one_thread_when_the_
         def load(self) -> None:
             added.append([t.name for t in threading.enumerate() if t not in before])
 
-    monkeypatch.setattr("tooldir.loader.Loader", Spy)
+    monkeypatch.setattr("tooldir.snapshot.loader.Loader", Spy)
     monkeypatch.setattr(progress, "stderr_is_terminal", lambda: True)
     config = make_config(project=None, user_dirs=[tmp_path], state_dir=tmp_path / "s")
     monkeypatch.setenv("TOOLDIR_WORKERS", "2")

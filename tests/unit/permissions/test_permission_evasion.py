@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from tooldir.errors import PermissionDeniedError
 from tooldir.model import Risk, Source
 from tooldir.names import NAME_RE, skeleton, skeleton_pattern
-from tooldir.permissions import AllowNames, DenyNames, PermissionRequest, from_policy
 from tooldir.policy import DeferPolicy, PermissionsPolicy, Policy
+from tooldir.run.permissions import AllowNames, DenyNames, PermissionRequest, from_policy
 
 
 def request(name: str) -> PermissionRequest:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tooldir import scanmemo
 from tooldir._cli import main
 from tooldir.errors import PolicyError
 from tooldir.policy import MAX_POLICY_BYTES, load_policy
+from tooldir.read import scanmemo
 
 
 def refusal(path: Path | str) -> str:

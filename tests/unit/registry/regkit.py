@@ -8,11 +8,11 @@ from typing import Any
 
 from shared_helpers import FakeSandbox
 
-from tooldir.audit import AuditEvent
-from tooldir.loader import Loader, make_config
 from tooldir.policy import Policy
-from tooldir.registry import Registry
-from tooldir.snapshot import SnapshotStore
+from tooldir.run.audit import AuditEvent
+from tooldir.run.registry import Registry
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 __all__ = ["NOOP_SCHEMA", "FakeSandbox", "MemoryAudit", "Setup", "registry_for"]
 

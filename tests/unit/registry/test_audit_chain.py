@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tooldir.audit import GENESIS, AuditEvent, JsonlAudit, verify
+from tooldir.run.audit import GENESIS, AuditEvent, JsonlAudit, verify
 
 
 def event(n: int) -> AuditEvent:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tooldir import audit
-from tooldir.audit import AuditEvent, JsonlAudit, verify
+from tooldir.run import audit
+from tooldir.run.audit import AuditEvent, JsonlAudit, verify
 
 
 def event(n: int) -> AuditEvent:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tooldir._internal.strictjson import loads
-from tooldir.audit import REASON_CAP, TEXT_CAP, AuditEvent, JsonlAudit, bounded_fields, canonical, verify
+from tooldir.run.audit import REASON_CAP, TEXT_CAP, AuditEvent, JsonlAudit, bounded_fields, canonical, verify
 
 
 def event(n: int, tool: str | None = None, reason: str | None = None) -> AuditEvent:
@@ -179,7 +179,7 @@ def test_non_finite_and_non_string_values_never_stop_the_writer(tmp_path: Path) 
 
 
 def test_a_line_longer_than_the_bound_is_reported_without_reading_it_whole(tmp_path: Path) -> None:
-    from tooldir import audit
+    from tooldir.run import audit
 
     path = tmp_path / "audit.jsonl"
     write_log(path, 1)

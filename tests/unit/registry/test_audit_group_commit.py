@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from shared_helpers import kill_writer_after
 
-import tooldir.audit as audit_module
-from tooldir.audit import AuditEvent, JsonlAudit, verify
-from tooldir.loader import Loader, make_config
+import tooldir.run.audit as audit_module
 from tooldir.policy import AuditPolicy, Policy
-from tooldir.registry import Registry
-from tooldir.snapshot import SnapshotStore
+from tooldir.run.audit import AuditEvent, JsonlAudit, verify
+from tooldir.run.registry import Registry
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 THREADS = 8
 PER_THREAD = 15
@@ -179,7 +179,7 @@ def test_the_registry_syncs_audit_lines_as_the_policy_durability_says(
 
 _WRITER = """
 import sys, threading
-from tooldir.audit import AuditEvent, JsonlAudit
+from tooldir.run.audit import AuditEvent, JsonlAudit
 sink = JsonlAudit(sys.argv[1])
 def work(t):
     n = 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tooldir.audit import AuditEvent, JsonlAudit, parse_head, verify
+from tooldir.run.audit import AuditEvent, JsonlAudit, parse_head, verify
 from tooldir.state import AUDIT_HEAD, ChainHead, audit_head_path, load_chain_head, save_chain_head
 
 

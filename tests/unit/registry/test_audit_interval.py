@@ -19,12 +19,12 @@ import pytest
 from shared_helpers import kill_writer_after
 from test_audit_group_commit import SlowSync, event
 
-import tooldir.audit as audit_module
-from tooldir.audit import JsonlAudit, verify
-from tooldir.loader import Loader, make_config
+import tooldir.run.audit as audit_module
 from tooldir.policy import AuditPolicy, Policy
-from tooldir.registry import Registry
-from tooldir.snapshot import SnapshotStore
+from tooldir.run.audit import JsonlAudit, verify
+from tooldir.run.registry import Registry
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 from tooldir.state import audit_head_path, load_chain_head
 
 
@@ -89,7 +89,7 @@ def test_an_interval_outside_50_to_200_ms_is_refused(tmp_path: Path, interval: f
 
 _EXITS = """
 import sys
-from tooldir.audit import AuditEvent, JsonlAudit
+from tooldir.run.audit import AuditEvent, JsonlAudit
 sink = JsonlAudit(sys.argv[1], sync_interval_s=0.2)
 for n in range(3):
     sink.record(AuditEvent("t%d" % n, "user", None, "sha256:x", "allow", None, "ok", None, 1.0))
@@ -106,7 +106,7 @@ def test_a_process_that_exits_syncs_its_interval_lines_and_records_their_head(tm
 
 _WRITER = """
 import sys, threading
-from tooldir.audit import AuditEvent, JsonlAudit
+from tooldir.run.audit import AuditEvent, JsonlAudit
 sink = JsonlAudit(sys.argv[1], sync_interval_s=0.05)
 def work(t):
     n = 0

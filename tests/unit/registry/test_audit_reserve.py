@@ -25,8 +25,8 @@ from regkit import NOOP_SCHEMA, registry_for
 from shared_helpers import require_sandbox
 from toolkit import make_tool
 
-from tooldir import audit
-from tooldir.audit import (
+from tooldir.run import audit
+from tooldir.run.audit import (
     LINE_RESERVE,
     NETWORK_CAP,
     NETWORK_LINE_BYTES,
@@ -194,7 +194,7 @@ import resource, sys
 sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parents[2])!r}]
 from regkit import NOOP_SCHEMA, registry_for
 from pathlib import Path
-from tooldir.audit import JsonlAudit
+from tooldir.run.audit import JsonlAudit
 setup = registry_for(Path({str(tmp_path)!r}), audit=JsonlAudit(Path({str(state)!r}) / "audit.jsonl"))
 def touch(*, input, context):
     Path({str(canary)!r}).write_text("ran")
@@ -258,7 +258,7 @@ def test_reservations_of_other_processes_are_counted_and_end_with_them(tmp_path:
     log = tmp_path / "audit.jsonl"
     mine = JsonlAudit(log)
     script = (
-        "import sys; from pathlib import Path; from tooldir.audit import JsonlAudit, AuditEvent\n"
+        "import sys; from pathlib import Path; from tooldir.run.audit import JsonlAudit, AuditEvent\n"
         f"s = JsonlAudit(Path({str(log)!r}))\n"
         "e = AuditEvent('t', 'user', None, 'sha256:x', 'allow', None, 'started', None, 0.0)\n"
         "held = [s.reserve(e) for _ in range(3)]\n"

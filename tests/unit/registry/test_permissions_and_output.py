@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from tooldir.errors import PermissionDeniedError
 from tooldir.model import Risk, Source
-from tooldir.permissions import AllOf, AllowNames, AnyOf, DenyNames, MaxRisk, PermissionRequest, PlanMode
+from tooldir.run.permissions import AllOf, AllowNames, AnyOf, DenyNames, MaxRisk, PermissionRequest, PlanMode
 from tooldir.sandbox.output import CappedBuffer, sanitize_json, sanitize_text
 
 REQUEST = PermissionRequest("jira_get_issue", Source.USER, Risk.EXTERNAL_READ)

@@ -21,8 +21,8 @@ from toolkit import make_tool
 from tooldir._internal.schema_worker import BUDGET_S, WALL_BACKSTOP_S
 from tooldir._internal.strictjson import freeze
 from tooldir.policy import Policy
-from tooldir.registry import Registry
-from tooldir.snapshot import SnapshotStore, build_snapshot
+from tooldir.run.registry import Registry
+from tooldir.snapshot.store import SnapshotStore, build_snapshot
 
 pytestmark = pytest.mark.serial  # time bounds on validation: never beside another such test
 

@@ -14,8 +14,8 @@ import pytest
 from regkit import FakeSandbox, registry_for
 from toolkit import make_tool
 
-from tooldir.audit import AUDIT_FILE, verify
-from tooldir.registry import AUDIT_NAME_MAX, audit_name
+from tooldir.run.audit import AUDIT_FILE, verify
+from tooldir.run.registry import AUDIT_NAME_MAX, audit_name
 
 ODD_NAMES: list[Any] = [
     "\udcff",  # os.fsdecode of a non-UTF-8 byte, or an MCP client's "\udcff"

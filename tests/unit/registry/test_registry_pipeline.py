@@ -8,9 +8,9 @@ import pytest
 from regkit import NOOP_SCHEMA, FakeSandbox, MemoryAudit, registry_for
 from toolkit import make_tool, project_tools
 
-from tooldir.hooks import Deny, HookCall, Redact, Rewrite
 from tooldir.model import Risk, ToolRecord
 from tooldir.policy import Policy
+from tooldir.run.hooks import Deny, HookCall, Redact, Rewrite
 
 
 def user_tool(tmp_path: Path, name: str = "echo", **overrides: Any) -> Path:
@@ -331,7 +331,7 @@ def test_a_builtin_known_to_the_snapshot_but_not_registered_here_is_unknown(tmp_
 
 
 def test_a_session_gate_returning_garbage_refuses_and_the_denial_hashes_the_input(tmp_path: Path) -> None:
-    from tooldir.audit import input_digest
+    from tooldir.run.audit import input_digest
 
     class OddGate:
         def authorize(self, record: ToolRecord) -> Any:
@@ -349,7 +349,7 @@ def test_an_uncompilable_input_schema_in_a_snapshot_is_a_result_not_a_crash(tmp_
     from shared_helpers import forge_active
 
     from tooldir._internal.strictjson import freeze
-    from tooldir.snapshot import SnapshotStore, build_snapshot
+    from tooldir.snapshot.store import SnapshotStore, build_snapshot
 
     setup = registry_for(tmp_path, user_dir=user_tool(tmp_path), audit=MemoryAudit())
     good = setup.store.current.get("echo")
@@ -359,7 +359,7 @@ def test_an_uncompilable_input_schema_in_a_snapshot_is_a_result_not_a_crash(tmp_
     )
     broken = forge_active(good, manifest=broken_manifest, digest="sha256:" + "0" * 64)
     store = SnapshotStore(build_snapshot([broken], [], 1))
-    from tooldir.registry import Registry
+    from tooldir.run.registry import Registry
 
     registry = Registry(store, policy=Policy(), state_dir=tmp_path / "s2", sandbox=FakeSandbox(), audit=MemoryAudit())
     result = registry.call("echo", {"a": 1})

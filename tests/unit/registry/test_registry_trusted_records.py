@@ -9,11 +9,11 @@ import pytest
 from regkit import FakeSandbox, MemoryAudit, registry_for
 from toolkit import approve, make_tool, project_tools
 
-from tooldir import trust
 from tooldir.model import Grant, Source, Status, ToolRecord, Trust, _issue_seal, is_runnable
 from tooldir.policy import Policy
-from tooldir.registry import Registry
-from tooldir.snapshot import SnapshotStore, build_snapshot
+from tooldir.run.registry import Registry
+from tooldir.snapshot.store import SnapshotStore, build_snapshot
+from tooldir.trust import assess as trust
 
 
 def _loaded(tmp_path: Path, name: str = "echo") -> tuple[Registry, ToolRecord, FakeSandbox]:
@@ -45,7 +45,7 @@ def test_making_a_grant_outside_the_trust_stage_raises(tmp_path: Path) -> None:
     with pytest.raises(TypeError):
         Grant("echo", Source.USER, "sha256:" + "0" * 64, "approved", seal=object())
     with pytest.raises(RuntimeError):
-        _issue_seal()  # the seal was handed to tooldir.trust once, for good
+        _issue_seal()  # the seal was handed to tooldir.trust.assess once, for good
     _, record, _ = _loaded(tmp_path)
     assert record.grant is not None
     with pytest.raises(AttributeError):
@@ -106,9 +106,9 @@ def test_the_registry_refuses_a_grant_moved_onto_another_tool(tmp_path: Path) ->
 
 
 def test_an_assessment_made_outside_the_trust_stage_cannot_make_an_active_record(tmp_path: Path) -> None:
-    from tooldir.discover import RootSpec, open_root, scan_package
-    from tooldir.resolve import Assessed, resolve
-    from tooldir.validate import validate_package
+    from tooldir.read.discover import RootSpec, open_root, scan_package
+    from tooldir.read.validate import validate_package
+    from tooldir.snapshot.resolve import Assessed, resolve
 
     user = tmp_path / "user"
     make_tool(user, "echo")

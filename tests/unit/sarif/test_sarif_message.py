@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tooldir._cli.sarif import message_text, result
 from tooldir.model import Diagnostic, Severity
-from tooldir.sarif import message_text, result
 
 
 def test_link_syntax_from_a_manifest_name_is_escaped_so_it_is_no_embedded_link() -> None:

@@ -7,7 +7,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from tooldir.search import FIELDS, Bm25fParams, SearchDoc, parse_query, tokenize
+from tooldir.deferred.search import FIELDS, Bm25fParams, SearchDoc, parse_query, tokenize
 
 
 def fields(doc: SearchDoc) -> dict[str, list[str]]:

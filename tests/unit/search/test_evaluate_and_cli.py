@@ -12,7 +12,7 @@ import pytest
 from toolkit import make_tool, project_tools
 
 from tooldir._cli import main
-from tooldir.evaluate import (
+from tooldir.deferred.evaluate import (
     EvalDataError,
     LabelledQuery,
     evaluate,
@@ -22,8 +22,8 @@ from tooldir.evaluate import (
     score_rankings,
     split_of,
 )
-from tooldir.search import doc_from_schema
-from tooldir.semantic import SEMANTIC_ENV, semantic_status
+from tooldir.deferred.search import doc_from_schema
+from tooldir.deferred.semantic import SEMANTIC_ENV, semantic_status
 
 TOOLS = [
     {
@@ -190,7 +190,7 @@ def test_eval_takes_the_active_ranker_by_name_and_still_scores_every_one_availab
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tooldir._cli.search import EVAL_RANKERS
-    from tooldir.evaluate import RANKERS
+    from tooldir.deferred.evaluate import RANKERS
 
     assert EVAL_RANKERS == RANKERS == ("bm25f", "hybrid")
     t, q = _write(tmp_path / "t.jsonl", TOOLS), _write(tmp_path / "q.jsonl", QUERIES)

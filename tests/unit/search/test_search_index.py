@@ -14,10 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from toolkit import make_tool
 
-from tooldir import search
-from tooldir.loader import Loader, make_config
-from tooldir.policy import Policy
-from tooldir.search import (
+from tooldir.deferred import search
+from tooldir.deferred.search import (
     Bm25fParams,
     Hit,
     SearchDoc,
@@ -30,7 +28,9 @@ from tooldir.search import (
     tokenize,
     top_k,
 )
-from tooldir.snapshot import SnapshotStore
+from tooldir.policy import Policy
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 
 def test_identifiers_split_on_camel_case_snake_case_dots_and_digits() -> None:
@@ -289,7 +289,7 @@ def test_many_tools_tied_at_the_cut_are_ranked_by_name(monkeypatch: pytest.Monke
 
 
 def test_importing_tooldir_and_building_no_index_keeps_numpy_off_the_load_path() -> None:
-    code = "import sys, tooldir, tooldir.search, tooldir.session; print('numpy' in sys.modules)"
+    code = "import sys, tooldir, tooldir.deferred.search, tooldir.deferred.session; print('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

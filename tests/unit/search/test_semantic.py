@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tooldir import semantic
-from tooldir.evaluate import PlainBM25
-from tooldir.search import SearchDoc, SearchIndex, doc_from_schema, lexical_scores, parse_query
-from tooldir.semantic import (
+from tooldir.deferred import semantic
+from tooldir.deferred.evaluate import PlainBM25
+from tooldir.deferred.search import SearchDoc, SearchIndex, doc_from_schema, lexical_scores, parse_query
+from tooldir.deferred.semantic import (
     SEMANTIC_ENV,
     HybridRanker,
     SemanticUnavailable,
@@ -158,8 +158,8 @@ def test_loading_and_searching_needs_no_network_no_home_and_never_imports_wordll
     home.mkdir()
     code = (
         "import json, sys\n"
-        "from tooldir.search import SearchDoc, SearchIndex\n"
-        "from tooldir.semantic import default_ranker\n"
+        "from tooldir.deferred.search import SearchDoc, SearchIndex\n"
+        "from tooldir.deferred.semantic import default_ranker\n"
         "r = default_ranker()\n"
         "docs = [SearchDoc(d['name'], d['description']) for d in json.loads(sys.argv[1])]\n"
         "i = SearchIndex.build(docs, ranker=r)\n"
@@ -423,13 +423,13 @@ def test_without_the_package_a_session_never_imports_the_semantic_module(tmp_pat
         "import importlib.util, sys\n"
         "real = importlib.util.find_spec\n"
         "importlib.util.find_spec = lambda name, *a: None if name == 'wordllama' else real(name, *a)\n"
-        "from tooldir.loader import Loader, make_config\n"
-        "from tooldir.session import IndexFollower\n"
-        "from tooldir.snapshot import SnapshotStore\n"
+        "from tooldir.snapshot.loader import Loader, make_config\n"
+        "from tooldir.deferred.session import IndexFollower\n"
+        "from tooldir.snapshot.store import SnapshotStore\n"
         f"config = make_config(project=None, user_dirs=[], state_dir={str(tmp_path / 'state')!r})\n"
         "follower = IndexFollower(SnapshotStore(Loader(config).load()))\n"
         "assert follower.current[1].ranker is None\n"
-        "print(sorted(m for m in ('wordllama', 'tokenizers', 'safetensors', 'tooldir.semantic') if m in sys.modules))\n"
+        "print(sorted(m for m in ('wordllama', 'tokenizers', 'safetensors', 'tooldir.deferred.semantic') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
@@ -452,7 +452,7 @@ def test_the_rankers_constants_are_the_ones_the_calibration_chose_and_wrote_down
     assert chosen["shape"] == "parts+cover"  # what HybridRanker() does by default
     ranker = HybridRanker(load_embedder)
     assert ranker.parts and ranker.cover
-    from tooldir.search import Bm25fParams
+    from tooldir.deferred.search import Bm25fParams
 
     assert dict(Bm25fParams().weights) == chosen["bm25f"]["weights"]
     assert dict(Bm25fParams().b) == chosen["bm25f"]["b"]

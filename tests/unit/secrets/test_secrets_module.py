@@ -1,4 +1,4 @@
-"""tooldir.secrets: the secrets file, grants, commands and redaction (DESIGN §11, issue 24 item 4)."""
+"""tooldir.run.secrets: the secrets file, grants, commands and redaction (DESIGN §11, issue 24 item 4)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-import tooldir.secrets as secrets_module
+import tooldir.run.secrets as secrets_module
 from tooldir.errors import PolicyError
 from tooldir.policy import parse_policy
-from tooldir.secrets import (
+from tooldir.run.secrets import (
     MAX_SECRET_BYTES,
     MAX_SECRETS_FILE_BYTES,
     Redactor,

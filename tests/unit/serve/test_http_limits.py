@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tooldir._internal.ratelog import RateLimitFilter
-from tooldir.mcp_http import FD_RESERVE, MAX_CONNECTIONS, MIN_CONNECTIONS, ConnectionLimiter, connection_cap
+from tooldir.mcp.http import FD_RESERVE, MAX_CONNECTIONS, MIN_CONNECTIONS, ConnectionLimiter, connection_cap
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -66,7 +66,7 @@ def test_the_soft_descriptor_limit_is_raised_to_the_hard_one() -> None:
         """
         import resource
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 320))
-        from tooldir.mcp_http import raise_descriptor_limit
+        from tooldir.mcp.http import raise_descriptor_limit
         print(raise_descriptor_limit(), resource.getrlimit(resource.RLIMIT_NOFILE))
         """
     )
@@ -80,7 +80,7 @@ def test_accept_out_of_descriptors_closes_the_waiting_connections_in_one_line_wi
     out = _run(
         """
         import asyncio, logging, os, resource, socket, subprocess, sys
-        from tooldir.mcp_http import AcceptGuard
+        from tooldir.mcp.http import AcceptGuard
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
         CLIENTS = 40
         listener = socket.create_server(("127.0.0.1", 0), backlog=128)

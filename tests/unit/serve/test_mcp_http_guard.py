@@ -1,4 +1,4 @@
-"""The pure parts of tooldir.mcp_http: the bind address, the token file, the request guard."""
+"""The pure parts of tooldir.mcp.http: the bind address, the token file, the request guard."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tooldir.mcp_http import Bind, HttpSetupError, check_request, parse_bind, read_token
+from tooldir.mcp.http import Bind, HttpSetupError, check_request, parse_bind, read_token
 
 TOKEN = b"s3cret-token-0123456789"
 BIND = Bind("127.0.0.1", 8765)

@@ -8,13 +8,13 @@ from typing import Any
 
 from shared_helpers import FakeSandbox
 
-from tooldir.loader import Loader, make_config
-from tooldir.permissions import PermissionCheck
+from tooldir.deferred.session import Session
+from tooldir.deferred.tokens import TokenCounter
 from tooldir.policy import DeferPolicy, Policy
-from tooldir.registry import Registry
-from tooldir.session import Session
-from tooldir.snapshot import SnapshotStore
-from tooldir.tokens import TokenCounter
+from tooldir.run.permissions import PermissionCheck
+from tooldir.run.registry import Registry
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 TEXT_SCHEMA: dict[str, Any] = {
     "type": "object",

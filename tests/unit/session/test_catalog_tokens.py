@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from sesskit import TEXT_SCHEMA, defer_policy, setup
 
-from tooldir.catalog import GUARD_DEFS, ToolDef, directory_text, summary, tool_reference_blocks
+from tooldir.deferred.catalog import GUARD_DEFS, ToolDef, directory_text, summary, tool_reference_blocks
+from tooldir.deferred.tokens import CHARS_PER_TOKEN, TokenCounter, compact_json
 from tooldir.model import Risk
-from tooldir.tokens import CHARS_PER_TOKEN, TokenCounter, compact_json
 
 TOOL = ToolDef("weather_lookup", "Look up the weather.", TEXT_SCHEMA, Risk.READ)
 # the shared evaluation data lies beside the checkout (as in CI); a bare clone has none
@@ -97,7 +97,7 @@ def test_exact_counts_use_o200k_when_the_tokenizer_is_installed() -> None:
 
 
 def test_loading_the_package_and_scanning_never_imports_the_tokenizer() -> None:
-    code = "import sys, tooldir, tooldir.session, tooldir.catalog, tooldir.tokens; print('bpe_openai' in sys.modules)"
+    code = "import sys, tooldir, tooldir.deferred.session, tooldir.deferred.catalog, tooldir.deferred.tokens; print('bpe_openai' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"
 

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from toolkit import make_tool, project_tools
 
-import tooldir.tokens
+import tooldir.deferred.tokens
 from tooldir._cli import main
-from tooldir.defer import plan_deferral, rules_defer
-from tooldir.loader import Loader, make_config
-from tooldir.mcp_server import ToolServer
+from tooldir.deferred.defer import plan_deferral, rules_defer
+from tooldir.deferred.session import Session, initial_plan
+from tooldir.deferred.tokens import TokenCounter
+from tooldir.mcp.server import ToolServer
 from tooldir.policy import DeferPolicy, parse_policy
-from tooldir.session import Session, initial_plan
-from tooldir.snapshot import SnapshotStore
-from tooldir.tokens import TokenCounter
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 GUARDS = {"tool_search", "defer_execute_tool"}
 LONG = "Query the inventory database for stock levels, reorder points and supplier lead times. " * 6
@@ -48,7 +48,7 @@ def counter_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     """The process-wide counter every reader uses: o200k when bpe-openai is installed, or the
     estimate (as without the optional extra)."""
     if request.param == "estimate":
-        monkeypatch.setattr(tooldir.tokens, "_default", TokenCounter(prefer_exact=False))
+        monkeypatch.setattr(tooldir.deferred.tokens, "_default", TokenCounter(prefer_exact=False))
     return str(request.param)
 
 

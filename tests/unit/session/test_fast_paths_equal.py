@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tooldir._internal.strictjson import freeze, loads
-from tooldir._internal.tokenbounds import _SEGMENT, segments, token_lower_bound
-from tooldir.catalog import _SENTENCE_END, SUMMARY_CHARS, ToolDef, _visible, summary
+from tooldir.deferred.catalog import _SENTENCE_END, SUMMARY_CHARS, ToolDef, _visible, summary
+from tooldir.deferred.tokenbounds import _SEGMENT, segments, token_lower_bound
+from tooldir.deferred.tokens import CHARS_PER_TOKEN, compact_json
 from tooldir.model import Risk
-from tooldir.tokens import CHARS_PER_TOKEN, compact_json
 
 
 def _old_token_lower_bound(text: str) -> int:

@@ -9,9 +9,9 @@ import pytest
 from sesskit import defer_policy, setup
 from toolkit import make_tool
 
-from tooldir.catalog import FORMATS
-from tooldir.permissions import PermissionRequest, deny
+from tooldir.deferred.catalog import FORMATS
 from tooldir.policy import DeferPolicy, PermissionsPolicy, Policy
+from tooldir.run.permissions import PermissionRequest, deny
 
 
 class DenyOne:

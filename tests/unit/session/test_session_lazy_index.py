@@ -10,11 +10,11 @@ import pytest
 from sesskit import defer_policy
 from toolkit import make_tool
 
-from tooldir import search
-from tooldir.loader import Loader, make_config
-from tooldir.session import Session
-from tooldir.snapshot import SnapshotStore
-from tooldir.tokens import TokenCounter
+from tooldir.deferred import search
+from tooldir.deferred.session import Session
+from tooldir.deferred.tokens import TokenCounter
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 
 @pytest.mark.both_rankers

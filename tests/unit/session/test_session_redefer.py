@@ -11,9 +11,9 @@ import pytest
 from sesskit import defer_policy, republish, setup
 from toolkit import make_tool
 
+from tooldir.deferred.usage import Usage, end_turn, judge, load_priors, start
 from tooldir.errors import StateError
 from tooldir.policy import DeferPolicy, Policy
-from tooldir.usage import Usage, end_turn, judge, load_priors, start
 
 
 @pytest.mark.both_rankers

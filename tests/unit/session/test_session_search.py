@@ -9,11 +9,11 @@ import pytest
 from sesskit import defer_policy, setup
 from toolkit import make_tool, project_tools
 
-from tooldir.loader import Loader, make_config
+from tooldir.deferred.session import IndexFollower, Session
+from tooldir.deferred.tokens import TokenCounter
 from tooldir.policy import PermissionsPolicy
-from tooldir.session import IndexFollower, Session
-from tooldir.snapshot import SnapshotStore
-from tooldir.tokens import TokenCounter
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import SnapshotStore
 
 
 @pytest.mark.both_rankers
@@ -81,10 +81,10 @@ def test_tools_hidden_by_permissions_are_listed_unavailable_with_the_reason(tmp_
 def test_a_pending_project_tool_is_unavailable_not_missing(tmp_path: Path) -> None:
     project = tmp_path / "proj"
     make_tool(project_tools(project), "deploy_site", description="Deploy the site to production.")
-    from tooldir.loader import Loader, make_config
-    from tooldir.session import Session
-    from tooldir.snapshot import SnapshotStore
-    from tooldir.tokens import TokenCounter
+    from tooldir.deferred.session import Session
+    from tooldir.deferred.tokens import TokenCounter
+    from tooldir.snapshot.loader import Loader, make_config
+    from tooldir.snapshot.store import SnapshotStore
 
     policy = defer_policy()
     store = SnapshotStore(Loader(make_config(project=project, user_dirs=[], policy=policy, state_dir=tmp_path)).load())

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sesskit import BUILTINS, setup
 
-from tooldir.semantic import SEMANTIC_ENV, SemanticUnavailable, load_embedder
+from tooldir.deferred.semantic import SEMANTIC_ENV, SemanticUnavailable, load_embedder
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The token bounds of tooldir._internal.tokenbounds hold for the o200k tokenizer and for the
+"""The token bounds of tooldir.deferred.tokenbounds hold for the o200k tokenizer and for the
 estimate, on any text, so a deferral plan decided by them is the plan the exact counts give."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from toolkit import make_tool
 
-from tooldir._internal.tokenbounds import token_lower_bound, token_upper_bound
-from tooldir.catalog import ToolDef
-from tooldir.defer import plan_deferral
+from tooldir.deferred.catalog import ToolDef
+from tooldir.deferred.defer import plan_deferral
+from tooldir.deferred.tokenbounds import token_lower_bound, token_upper_bound
+from tooldir.deferred.tokens import TokenCounter
 from tooldir.model import Risk
 from tooldir.policy import DeferPolicy
-from tooldir.tokens import TokenCounter
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tooldir._internal.strictjson import CANONICAL_VERSIONS, canonical_json, dumps_canonical
-from tooldir.audit import AuditEvent, JsonlAudit, canonical, input_digest, verify
-from tooldir.catalog import ToolDef
+from tooldir.deferred.catalog import ToolDef
+from tooldir.run.audit import AuditEvent, JsonlAudit, canonical, input_digest, verify
 from tooldir.upstream import digest_of
 
 VALUE = {"b": [1, "caf\u00e9 \u202e"], "a": {"z": 1.5, "y": None, "x": True}}

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tooldir.lockfile import LockError, compare_files, parse_expiry, parse_lock, render_lock
 from tooldir.model import PackageFile
+from tooldir.trust.lockfile import LockError, compare_files, parse_expiry, parse_lock, render_lock
 
 HEX = "ab" * 32
 FILES = (PackageFile("run.py", HEX, 10, False), PackageFile("schema.json", "cd" * 32, 20, False))

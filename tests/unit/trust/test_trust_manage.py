@@ -11,7 +11,7 @@ from toolkit import make_tool, project_tools
 
 import tooldir
 from tooldir import LoadConfig, PackageError, Source, Status
-from tooldir.keys import generate_minisign_key
+from tooldir.trust.keys import generate_minisign_key
 
 
 def _config(tmp_path: Path, project: Path, policy: tooldir.Policy | None = None) -> LoadConfig:

@@ -15,9 +15,9 @@ from toolkit import make_tool, project_tools
 from trustkit import NOW, MinisignKey, minisign_keypair, minisign_sign, write_lock
 
 import tooldir
-from tooldir.loader import Loader, make_config
 from tooldir.model import Status
 from tooldir.policy import KeysPolicy, Policy
+from tooldir.snapshot.loader import Loader, make_config
 from tooldir.state import HIGH_WATER, load_high_water
 
 TOOLDIR = Path(sys.executable).parent / "tooldir"
@@ -129,7 +129,7 @@ def test_within_one_loader_a_rebuild_that_brings_the_older_version_back_is_a_rol
 def test_in_one_mcp_server_the_watcher_reload_of_the_older_version_is_a_rollback(
     tmp_path: Path, key: MinisignKey
 ) -> None:
-    from tooldir.mcp_server import ToolServer
+    from tooldir.mcp.server import ToolServer
 
     project, state, saved = tmp_path / "project", tmp_path / "state", tmp_path / "saved"
     folder = release_v1_then_v2(project, key, saved)

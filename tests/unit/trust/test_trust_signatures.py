@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trustkit import minisign_keypair, minisign_sign, need, run, ssh_keypair, ssh_sign
 
-from tooldir import keys
 from tooldir import signatures as sg
-from tooldir.loader import read_allowed_signers
 from tooldir.signatures import SignatureFormatError
+from tooldir.snapshot.loader import read_allowed_signers
+from tooldir.trust import keys
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from toolkit import approve, make_tool, project_tools
 
 from tooldir._cli import main
 from tooldir.errors import StateDirError
-from tooldir.loader import make_config
+from tooldir.snapshot.loader import make_config
 from tooldir.state import default_state_dir
 
 

@@ -388,8 +388,8 @@ def test_project_files_cannot_supply_policy_keys_or_approvals(project: Path, sta
 def test_relative_xdg_dirs_are_ignored_so_the_project_never_supplies_policy_or_state(
     project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tooldir.loader import user_root_default
     from tooldir.policy import default_policy_path, load_policy
+    from tooldir.snapshot.loader import user_root_default
     from tooldir.state import default_state_dir
 
     home = tmp_path / "home"
@@ -411,7 +411,7 @@ def test_remembered_verifications_spare_a_new_process_the_signature_check(
     project: Path, state: Path, key: MinisignKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tooldir import signatures as sg
-    from tooldir.loader import remember_load
+    from tooldir.snapshot.loader import remember_load
 
     signed_tool(project, key)
     policy = keys_policy(minisign=[key.line])
@@ -434,7 +434,7 @@ def test_two_loaders_in_one_process_never_share_verification_results(
     project: Path, tmp_path: Path, key: MinisignKey, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tooldir import signatures as sg
-    from tooldir.loader import Loader, make_config
+    from tooldir.snapshot.loader import Loader, make_config
 
     signed_tool(project, key)
     calls: list[int] = []

@@ -13,13 +13,13 @@ from toolkit import make_tool, project_tools
 from toolkit import scan as scan_package_folder
 from trustkit import ssh_keypair, ssh_sign, write_lock
 
-from tooldir import keys, signatures
-from tooldir._internal import verify_pool
-from tooldir.loader import Loader, make_config
-from tooldir.lockfile import LOCK, MINISIG, render_lock
+from tooldir import signatures
 from tooldir.model import Status
 from tooldir.policy import KeysPolicy, Policy, ProjectSourcePolicy, SourcesPolicy
-from tooldir.snapshot import Snapshot
+from tooldir.snapshot.loader import Loader, make_config
+from tooldir.snapshot.store import Snapshot
+from tooldir.trust import keys, verify_pool
+from tooldir.trust.lockfile import LOCK, MINISIG, render_lock
 
 N = 6
 
@@ -269,8 +269,8 @@ def test_work_is_split_between_the_helper_and_this_process_with_the_same_verdict
         verify_pool,
         "_BOOT",
         verify_pool._BOOT.replace(
-            "from tooldir._internal.verify_worker import main; sys.exit(main())",
-            "import struct; from tooldir._internal import verify_worker as w; data = sys.stdin.buffer.read(); "
+            "from tooldir.trust.verify_worker import main; sys.exit(main())",
+            "import struct; from tooldir.trust import verify_worker as w; data = sys.stdin.buffer.read(); "
             "frames = []; pos = 0\n"
             "while pos < len(data):\n"
             " (n,) = struct.unpack_from('>I', data, pos); frames.append(data[pos + 4 : pos + 4 + n]); pos += 4 + n\n"
@@ -313,7 +313,7 @@ def test_no_helper_starts_for_a_source_that_does_not_accept_signatures(
 
 
 def test_the_helper_answers_a_garbled_ssh_frame_not_valid_and_refuses_an_unknown_kind() -> None:
-    from tooldir._internal import verify_worker
+    from tooldir.trust import verify_worker
 
     garbled = b"S" + (7).to_bytes(4, "big") + b"garbage" + b"the lock"
     assert verify_worker.verify_frame((5).to_bytes(4, "big") + garbled) == (5).to_bytes(4, "big") + b"\x03"
@@ -329,7 +329,7 @@ def _minisign_frame(index: int, sig: signatures.MinisignSignature, public: bytes
 
 
 def test_the_helper_answers_valid_only_for_what_in_process_verification_accepts_and_defers_the_rest() -> None:
-    from tooldir._internal import verify_worker
+    from tooldir.trust import verify_worker
 
     key, _secret, public = keys.generate_minisign_key()
     pub = signatures.parse_minisign_public_key(public)
@@ -348,7 +348,7 @@ def test_a_signature_the_helper_library_refuses_but_cryptography_accepts_gets_th
     """libsodium also refuses small-order keys (here the identity point, for which any message
     "verifies" under OpenSSL's check): the helper answers 3, so the parent's own verification with
     ``cryptography`` decides, and the verdict never depends on which process verified."""
-    from tooldir._internal import verify_worker
+    from tooldir.trust import verify_worker
 
     identity = b"\x01" + bytes(31)
     weak = signatures.MinisignPublicKey(b"\x11" * 8, identity)
@@ -360,7 +360,7 @@ def test_a_signature_the_helper_library_refuses_but_cryptography_accepts_gets_th
 def test_without_pynacl_the_helper_verifies_with_cryptography_and_names_the_failed_step(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tooldir._internal import verify_worker
+    from tooldir.trust import verify_worker
 
     monkeypatch.setitem(sys.modules, "nacl.bindings", None)  # import nacl.bindings raises ImportError
     monkeypatch.setattr(verify_worker, "_verifier", [])

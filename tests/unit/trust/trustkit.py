@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from toolkit import scan as scan_package_folder
 
-from tooldir.lockfile import render_lock
+from tooldir.trust.lockfile import render_lock
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 

@@ -15,11 +15,11 @@ from pydantic import ValidationError
 from toolkit import manifest
 
 from tooldir import Manifest
-from tooldir._internal import genschema
 from tooldir._internal.inputschema import DRAFT_2020_12
 from tooldir._internal.strictjson import freeze
 from tooldir.names import NAME_JSON_SCHEMA, NAME_MAX_LENGTH, is_valid_name
-from tooldir.validate import manifest_schema
+from tooldir.read import genschema
+from tooldir.read.validate import manifest_schema
 
 
 def test_the_committed_manifest_schema_is_exactly_what_the_model_generates() -> None:

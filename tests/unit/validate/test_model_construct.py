@@ -27,7 +27,6 @@ from pydantic import AfterValidator, BaseModel, StringConstraints, ValidationErr
 from toolkit import make_tool, manifest
 
 from tooldir._internal.strictjson import loads
-from tooldir.discover import MANIFEST, SERVER_MANIFEST, PackageScan, package_digest
 from tooldir.model import (
     ExecuteSpec,
     Manifest,
@@ -39,7 +38,8 @@ from tooldir.model import (
     server_manifest_from_checked,
 )
 from tooldir.policy import Policy
-from tooldir.validate import validate_package
+from tooldir.read.discover import MANIFEST, SERVER_MANIFEST, PackageScan, package_digest
+from tooldir.read.validate import validate_package
 
 NAME = "echo_tool"
 _POLICY = Policy()

@@ -19,7 +19,7 @@ from toolkit import make_tool, manifest, project_tools
 
 import tooldir
 from tooldir import Snapshot, Status
-from tooldir.validate import manifest_schema
+from tooldir.read.validate import manifest_schema
 
 
 def load_user(root: Path) -> Snapshot:
@@ -169,7 +169,7 @@ def test_a_model_that_cannot_hold_what_the_schema_accepted_is_a_diagnostic_not_a
     # the model is built from schema-checked data without validating again (tests/unit/validate/
     # test_model_construct.py proves the schema enforces every constraint of the model); should the
     # two ever drift, the tool is rejected with a diagnostic and the load goes on
-    from tooldir import validate
+    from tooldir.read import validate
 
     def drifted(data: object) -> None:
         raise ValueError("risk 'admin' is not a Risk")

@@ -18,7 +18,7 @@ import tooldir
 from tooldir import Manifest, Snapshot, Status
 from tooldir._internal.strictjson import freeze
 from tooldir.model import Diagnostic
-from tooldir.validate import manifest_schema
+from tooldir.read.validate import manifest_schema
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "example"
 
@@ -492,10 +492,10 @@ def test_whatever_the_published_schema_accepts_on_the_fixtures_the_model_accepts
 
 
 def test_a_validated_candidate_keeps_the_lock_bytes_but_not_the_manifest_bytes(tmp_path: Path) -> None:
-    from tooldir.discover import LOCK, MANIFEST, RootSpec, scan_one
     from tooldir.model import Source
     from tooldir.policy import Policy
-    from tooldir.validate import validate_package
+    from tooldir.read.discover import LOCK, MANIFEST, RootSpec, scan_one
+    from tooldir.read.validate import validate_package
 
     make_tool(tmp_path, "echo_text", extra_files={LOCK: b"not a lock"})
     scan = scan_one(RootSpec(Source.USER, str(tmp_path)), "echo_text", Policy().limits)

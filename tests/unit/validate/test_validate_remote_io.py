@@ -196,7 +196,7 @@ def test_the_compiled_validator_refuses_retrieval_even_when_the_checks_are_bypas
 def test_every_manifest_validator_of_the_scan_refuses_retrieval(monkeypatch: pytest.MonkeyPatch) -> None:
     import jsonschema_rs
 
-    from tooldir import validate
+    from tooldir.read import validate
 
     built: list[dict[str, Any]] = []
     real = jsonschema_rs.Draft202012Validator

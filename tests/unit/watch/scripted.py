@@ -21,7 +21,7 @@ from watchdog.events import (
 
 
 class ScriptedObserver:
-    """Implements :class:`tooldir.watch.Observer`; the test drives it."""
+    """Implements :class:`tooldir.snapshot.watch.Observer`; the test drives it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

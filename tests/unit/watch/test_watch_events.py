@@ -14,12 +14,12 @@ import pytest
 from toolkit import approve, make_tool, project_tools
 from watchkit import WAIT_S, check_consistent, config_for, settles_to_cold_load, watching
 
-from tooldir.loader import Loader
 from tooldir.model import Source, Status
 from tooldir.policy import Policy
-from tooldir.snapshot import SnapshotDiff, SnapshotStore
+from tooldir.snapshot.loader import Loader
+from tooldir.snapshot.store import SnapshotDiff, SnapshotStore
+from tooldir.snapshot.watch import Watcher, default_observer
 from tooldir.state import APPROVALS
-from tooldir.watch import Watcher, default_observer
 
 
 def test_a_new_package_is_published_with_an_added_diff(tmp_path: Path) -> None:

@@ -11,9 +11,9 @@ from toolkit import make_tool, project_tools
 from watchkit import WAIT_S, config_for, settles_to_cold_load, watching
 
 from tooldir._internal.inotify import inotify_watches
-from tooldir.discover import package_digest
 from tooldir.policy import Limits, Policy
-from tooldir.watch import package_folders, root_packages
+from tooldir.read.discover import package_digest
+from tooldir.snapshot.watch import package_folders, root_packages
 
 pytestmark = pytest.mark.serial  # inotify limits: never beside another such test
 

@@ -11,11 +11,11 @@ import pytest
 from toolkit import approve, make_tool, project_tools
 from watchkit import check_consistent, config_for, reference_snapshot
 
-import tooldir.loader
+import tooldir.snapshot.loader
 from tooldir.errors import StateError
-from tooldir.loader import Loader
 from tooldir.model import Status
 from tooldir.policy import Limits, Policy
+from tooldir.snapshot.loader import Loader
 from tooldir.state import APPROVALS
 
 # look-alike and colliding names exercise resolution groups: alpha/Alpha collide, a1pha looks like alpha
@@ -89,13 +89,13 @@ def test_a_rebuild_rescans_only_the_named_package(tmp_path: Path, monkeypatch: p
     loader = Loader(config_for(tmp_path, user=[user]))
     loader.load()
     scanned: list[str] = []
-    real = tooldir.loader.scan_package
+    real = tooldir.snapshot.loader.scan_package
 
     def counting(fd: int, root: object, name: str, limits: Limits) -> object:
         scanned.append(name)
         return real(fd, root, name, limits)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(tooldir.loader, "scan_package", counting)
+    monkeypatch.setattr(tooldir.snapshot.loader, "scan_package", counting)
     (user / "tool_07" / "run.py").write_text("print('changed')\n")
     snap = loader.rebuild({str(user): {"tool_07"}}, generation=2)
     assert scanned == ["tool_07"]

@@ -11,9 +11,9 @@ from toolkit import make_tool, project_tools
 from watchkit import WAIT_S, config_for, watching
 
 import tooldir.policy as policy_module
-from tooldir.loader import Loader
 from tooldir.model import Status
 from tooldir.policy import Policy, load_policy
+from tooldir.snapshot.loader import Loader
 
 
 def test_deleting_the_policy_file_during_a_watch_brings_back_the_strict_defaults(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ import pytest
 from toolkit import make_tool
 from watchkit import config_for
 
-from tooldir.loader import Loader
-from tooldir.snapshot import Snapshot, SnapshotDiff, SnapshotStore
+from tooldir.snapshot.loader import Loader
+from tooldir.snapshot.store import Snapshot, SnapshotDiff, SnapshotStore
 
 
 def two_snapshots(tmp_path: Path) -> tuple[Snapshot, Snapshot]:

@@ -14,7 +14,7 @@ import pytest
 from toolkit import make_tool, manifest, project_tools
 from watchkit import check_consistent, config_for, settles_to_cold_load, watching
 
-from tooldir.snapshot import Snapshot
+from tooldir.snapshot.store import Snapshot
 
 pytestmark = pytest.mark.serial  # a storm of file events with a time bound: never beside another such test
 

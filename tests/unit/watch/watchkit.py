@@ -12,17 +12,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from tooldir.discover import list_packages, open_root, overfull_root, package_digest, scan_package
 from tooldir.drill.checks import cpu_seconds  # this process (the watcher among its threads) and reaped children
-from tooldir.loader import LoadConfig, Loader, make_config
 from tooldir.model import Diagnostic, Status
 from tooldir.policy import Policy
-from tooldir.resolve import Assessed, resolve
-from tooldir.snapshot import Snapshot, SnapshotStore, assemble, build_snapshot, diag_entry, record_entry
+from tooldir.read.discover import list_packages, open_root, overfull_root, package_digest, scan_package
+from tooldir.read.validate import validate_package
+from tooldir.snapshot.loader import LoadConfig, Loader, make_config
+from tooldir.snapshot.resolve import Assessed, resolve
+from tooldir.snapshot.store import Snapshot, SnapshotStore, assemble, build_snapshot, diag_entry, record_entry
+from tooldir.snapshot.watch import Watcher, WatchProblem
 from tooldir.state import load_approvals
-from tooldir.trust import TrustInputs, assess
-from tooldir.validate import validate_package
-from tooldir.watch import Watcher, WatchProblem
+from tooldir.trust.assess import TrustInputs, assess
 
 WAIT_S = 15.0  # bound on every wait for the watcher
 T = TypeVar("T")
