@@ -7,6 +7,7 @@ import sys
 import types
 
 import tooldir
+import tooldir.run.registry
 
 
 def test_all_lists_exactly_the_public_names_of_the_package() -> None:
@@ -32,7 +33,7 @@ def test_a_host_can_name_the_permission_check_it_passes_to_the_registry_from_the
     from tooldir.run.permissions import PermissionCheck, PermissionRequest
 
     assert tooldir.PermissionCheck is PermissionCheck and tooldir.PermissionRequest is PermissionRequest
-    annotation = inspect.signature(tooldir.Registry).parameters["permissions"].annotation
+    annotation = inspect.signature(tooldir.run.registry.Registry).parameters["permissions"].annotation
     assert "PermissionCheck" in str(annotation)
 
 
@@ -42,3 +43,19 @@ def test_the_grant_a_public_tool_record_carries_is_public_but_cannot_be_made_by_
     assert tooldir.ToolRecord.__dataclass_fields__["grant"].type in ("Grant | None", tooldir.Grant | None)
     with pytest.raises(TypeError):
         tooldir.Grant("x", tooldir.Source.USER, None, "approved")
+
+
+def test_the_type_checkers_re_exports_are_exactly_the_lazy_names_from_the_same_modules() -> None:
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(tooldir.__file__).read_text("utf-8"))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test))
+    exported = {
+        alias.name: (node.module or "")
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if alias.asname == alias.name  # "X as X": an explicit re-export
+    }
+    assert exported == tooldir._LAZY

@@ -44,10 +44,16 @@ def test_the_walk_finds_tooldir_types_in_public_signatures() -> None:
     assert {tooldir.LoadConfig, tooldir.Snapshot, tooldir.Policy} <= seen
 
 
-#: Constructors a host never calls itself: it gets the object from a factory of the public API.
+#: Constructors a host never calls itself: it gets the object from the front door or another
+#: factory of the public API (the types only these name are the machinery behind it, in their modules).
 NOT_CALLED_BY_HOSTS = {
-    "SearchIndex.__init__",  # SearchIndex.build(docs) makes one
-    "IndexFollower.shared",  # the memo Session instances of one follower share
+    "Toolbox.__init__",  # tooldir.open() makes one
+    "Session.__init__",  # Toolbox.session()
+    "Watcher.__init__",  # tooldir.open(watch=True): Toolbox.watcher
+    "LoadConfig.__init__",  # make_config()
+    "ToolRecord.__init__",  # a load makes the records of a snapshot
+    "Verdict.__init__",  # explain()
+    "PackageRef.__init__",  # locate()
 }
 
 

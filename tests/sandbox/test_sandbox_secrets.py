@@ -17,6 +17,8 @@ import pytest
 from toolkit import make_tool, project_tools
 
 import tooldir
+import tooldir.run.registry
+import tooldir.snapshot.store
 from tooldir._cli import main
 from tooldir.policy import Policy, parse_policy
 from tooldir.run.hooks import Deny
@@ -86,7 +88,7 @@ def registry(tmp_path: Path, policy: Policy) -> Registry:
 def host_registry(project: Path, user: Path, state: Path) -> Registry:
     """What a host embedding the library builds with the defaults (the user's policy file and secrets file)."""
     snapshot = tooldir.load(project=str(project), user_dirs=[str(user)], state_dir=str(state))
-    return tooldir.Registry(tooldir.SnapshotStore(snapshot), state_dir=state)
+    return tooldir.run.registry.Registry(tooldir.snapshot.store.SnapshotStore(snapshot), state_dir=state)
 
 
 def everything_written(tmp_path: Path) -> bytes:

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 import tooldir
+import tooldir.deferred.search
+import tooldir.snapshot.loader
 
 
 def test_gc_paused_disables_the_collector_inside_and_restores_it_after() -> None:
@@ -42,8 +44,10 @@ def test_a_library_load_and_search_index_never_touch_the_hosts_collector(
     touched: list[str] = []
     for name in ("disable", "freeze", "unfreeze", "set_threshold"):
         monkeypatch.setattr(gc, name, lambda *a, _n=name: touched.append(_n))
-    loader = tooldir.Loader(tooldir.make_config(project=None, user_dirs=[root], state_dir=tmp_path / "state"))
+    loader = tooldir.snapshot.loader.Loader(
+        tooldir.make_config(project=None, user_dirs=[root], state_dir=tmp_path / "state")
+    )
     snapshot = loader.load()
-    tooldir.SearchIndex.from_snapshot(snapshot)
+    tooldir.deferred.search.SearchIndex.from_snapshot(snapshot)
     assert [t.name for t in snapshot.tools] == ["some_tool"]
     assert touched == []

@@ -12,6 +12,9 @@ import pytest
 from toolkit import make_tool
 
 import tooldir
+import tooldir.run.registry
+import tooldir.snapshot.loader
+import tooldir.snapshot.store
 from tooldir._cli import main
 from tooldir.errors import StateDirError
 from tooldir.model import Status
@@ -45,9 +48,9 @@ def test_a_host_gets_the_users_strict_preset_from_load_make_config_and_the_regis
     config = tooldir.make_config(project=str(strict_user))
     assert config.policy.sources.project.require == ("signature", "pin")
     assert config.policy_file == str(Path(os.environ["XDG_CONFIG_HOME"]) / "tooldir" / "policy.toml")
-    registry = tooldir.Registry(tooldir.SnapshotStore(snapshot))  # the README's host recipe
+    registry = tooldir.run.registry.Registry(tooldir.snapshot.store.SnapshotStore(snapshot))  # the README's host recipe
     assert registry.policy == config.policy
-    assert tooldir.Session(tooldir.SnapshotStore(snapshot), registry=registry)._policy == config.policy
+    assert tooldir.Session(tooldir.snapshot.store.SnapshotStore(snapshot), registry=registry)._policy == config.policy
     result = registry.call("approved_only", {"text": "hi"})
     assert (result.ok, result.error.code if result.error else None) == (False, "not-active")
 
@@ -59,19 +62,19 @@ def test_without_a_policy_file_a_host_gets_the_built_in_defaults_as_the_cli_does
 
 def test_the_registry_writes_its_audit_log_into_the_users_state_folder_by_default(tmp_path: Path) -> None:
     state = Path(os.environ["XDG_STATE_HOME"]) / "tooldir"
-    registry = tooldir.Registry(tooldir.SnapshotStore(tooldir.load(project=None)))
+    registry = tooldir.run.registry.Registry(tooldir.snapshot.store.SnapshotStore(tooldir.load(project=None)))
     assert registry._state_dir == state == tooldir.make_config(project=None).state_dir
 
 
 @pytest.mark.parametrize(
     "build",
     [
-        lambda store: tooldir.Registry(store, state_dir="state"),
-        lambda store: tooldir.Registry(store, state_dir=Path("rel/state")),
+        lambda store: tooldir.run.registry.Registry(store, state_dir="state"),
+        lambda store: tooldir.run.registry.Registry(store, state_dir=Path("rel/state")),
         lambda store: tooldir.Session(store, policy=tooldir.Policy(), state_dir="state"),
         lambda store: tooldir.make_config(project=None, state_dir="state"),
         lambda store: tooldir.load(project=None, state_dir="state"),
-        lambda store: tooldir.remember_load("state", []),  # type: ignore[arg-type]
+        lambda store: tooldir.snapshot.loader.remember_load("state", []),  # type: ignore[arg-type]
     ],
     ids=["Registry", "Registry-Path", "Session", "make_config", "load", "remember_load"],
 )
@@ -79,7 +82,7 @@ def test_every_library_constructor_refuses_a_relative_state_folder(
     build: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)  # the project a relative folder would land in
-    store = tooldir.SnapshotStore(tooldir.load(project=None, state_dir=tmp_path / "s"))
+    store = tooldir.snapshot.store.SnapshotStore(tooldir.load(project=None, state_dir=tmp_path / "s"))
     with pytest.raises(StateDirError, match="relative path"):
         build(store)  # type: ignore[operator]
     assert not (tmp_path / "state").exists() and not (tmp_path / "rel").exists()

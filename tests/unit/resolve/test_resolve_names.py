@@ -12,7 +12,8 @@ from pydantic import ValidationError
 from toolkit import make_tool, manifest, project_tools
 
 import tooldir
-from tooldir import BuiltinSpec, Policy, Snapshot, Source, Status
+from tooldir import Policy, Snapshot, Source, Status
+from tooldir.model import BuiltinSpec
 from tooldir.policy import ProjectSourcePolicy, SourcesPolicy
 
 READ_FILE = BuiltinSpec("read_file", "Read a file.", {"type": "object"})

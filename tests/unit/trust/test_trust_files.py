@@ -18,6 +18,7 @@ import unprivileged
 from toolkit import make_tool
 
 import tooldir
+import tooldir.snapshot.loader
 from tooldir._cli import main
 from tooldir._internal.ownership import path_problem
 from tooldir.errors import PolicyError, StateError
@@ -117,7 +118,7 @@ def test_an_allowed_signers_file_others_may_write_is_refused(project: Path, tmp_
     policy.write_text(f'[keys]\nallowed_signers = "{signers}"\n')
     cfg = tooldir.make_config(project=str(project), policy=tooldir.load_policy(policy)[0], state_dir=tmp_path / "s")
     with pytest.raises(PolicyError) as raised:
-        tooldir.Loader(cfg).load()
+        tooldir.snapshot.loader.Loader(cfg).load()
     assert (raised.value.path, raised.value.key) == (str(signers), "keys.allowed_signers")
     assert "writable by others (mode 646)" in raised.value.message
 

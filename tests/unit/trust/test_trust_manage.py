@@ -10,6 +10,7 @@ import pytest
 from toolkit import make_tool, project_tools
 
 import tooldir
+import tooldir.snapshot.loader
 from tooldir import LoadConfig, PackageError, Source, Status
 from tooldir.trust.keys import generate_minisign_key
 
@@ -19,7 +20,7 @@ def _config(tmp_path: Path, project: Path, policy: tooldir.Policy | None = None)
 
 
 def _status(config: LoadConfig, name: str) -> tuple[Status, str]:
-    record = tooldir.Loader(config).load().by_name[name]
+    record = tooldir.snapshot.loader.Loader(config).load().by_name[name]
     return record.status, record.trust.method
 
 
