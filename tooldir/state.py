@@ -27,6 +27,7 @@ from .model import ToolRecord
 
 APPROVALS = "approvals.json"
 HIGH_WATER = "versions.json"
+UPSTREAM_STATE = "upstream.json"  # the MCP server packages' last listings and pins (tooldir.upstream)
 VERIFIED = "verified.bin"
 _LOCK = ".lock"
 

@@ -51,7 +51,7 @@ from .run.hooks import Hook
 from .run.permissions import PermissionCheck
 from .run.registry import CallResult, Handler, Registry, builtin_spec
 from .snapshot.loader import LoadConfig, Loader
-from .snapshot.store import Snapshot, SnapshotStore
+from .snapshot.store import Snapshot, SnapshotDiff, SnapshotStore
 
 if TYPE_CHECKING:  # the watcher (watchdog) is imported only when watch=True
     from .snapshot.watch import Watcher, WatchProblem
@@ -153,10 +153,19 @@ def open_config(
     hooks: Iterable[Hook] = (),
     upstream: bool = False,
     load: Callable[[Loader], Snapshot] | None = None,
+    secret_commands: bool = True,
+    on_snapshot: Callable[[Snapshot, SnapshotDiff], None] | None = None,
+    on_problem: Callable[[WatchProblem], None] | None = None,
+    debounce_s: float | None = None,
 ) -> Toolbox:
     """:func:`open` for a configuration already made (the CLI makes it from its arguments).
     ``policy_file``: the file a watcher reloads the policy from. ``load``: how the first snapshot
-    is loaded (the CLI draws progress and shares large roots with workers); ``Loader.load`` by default."""
+    is loaded (the CLI draws progress and shares large roots with workers); ``Loader.load`` by default.
+    ``secret_commands=False``: a secret given by a command is unavailable instead of run (the
+    drills: a downloaded scenario's commands never run on the host). With ``watch=True``:
+    ``on_snapshot`` gets the first snapshot (as a change from an empty one), then every swap (it
+    is subscribed before the watcher starts, so none is missed);
+    ``on_problem`` replaces logging the watcher's problems, ``debounce_s`` its batching delay."""
 
     hosted = tuple(builtins)
     hook_list = tuple(hooks)
@@ -180,7 +189,13 @@ def open_config(
         store: SnapshotStore = ListedStore(first, loader)
     else:
         store = SnapshotStore(first)
-    registry = Registry(store, policy=config.policy, state_dir=config.state_dir, permissions=permissions)
+    registry = Registry(
+        store,
+        policy=config.policy,
+        state_dir=config.state_dir,
+        permissions=permissions,
+        secret_commands=secret_commands,
+    )
     for b in hosted:
         registry.register(b.name, b.input_schema, b.handler, description=b.description, risk=b.risk)
     for hook in hook_list:
@@ -201,9 +216,21 @@ def open_config(
         if watch:
             from .snapshot.watch import Watcher
 
+            options: dict[str, Any] = {} if debounce_s is None else {"debounce_s": debounce_s}
             box._watcher = Watcher(
-                loader, store, policy_file=policy_file, on_problem=_log_problem, on_policy=box._follow_policy
+                loader,
+                store,
+                policy_file=policy_file,
+                on_problem=on_problem or _log_problem,
+                on_policy=box._follow_policy,
+                **options,
             )
+            if on_snapshot is not None:
+                from .snapshot.store import diff
+
+                empty = Snapshot(id="", generation=0, tools=(), diagnostics=(), by_name={})
+                on_snapshot(store.current, diff(empty, store.current))
+                store.subscribe(on_snapshot)
             box._watcher.start()
     except BaseException:
         box.close()

@@ -65,7 +65,7 @@ from .read.validate import validate_package
 from .sandbox.output import sanitize_json, sanitize_text
 from .snapshot.resolve import Assessed, resolve
 from .snapshot.store import Snapshot, SnapshotDiff, SnapshotStore, assemble, diag_entry, diff, record_entry
-from .state import locked, read_json, write_json_atomic
+from .state import UPSTREAM_STATE, locked, read_json, write_json_atomic
 from .text import check_strings
 from .trust.assess import assess_upstream
 
@@ -77,7 +77,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tooldir.upstream")
 
-UPSTREAM_STATE = "upstream.json"
 
 DEFINITION_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
 _BACKOFF_FIRST_S = 1.0
@@ -1306,21 +1305,14 @@ class ListedStore(SnapshotStore):
     without ``upstream``): every snapshot published into it is first extended with the upstream
     tools of the MCP server packages' last listings in user state (DESIGN §10, as ``scan`` shows
     them: pins checked, only trusted packages, and no server is ever started); an extension that
-    changes nothing is not published. :meth:`relist` re-extends the current snapshot when the
-    listings changed (``tooldir serve`` or ``tooldir allow`` listed a server)."""
+    changes nothing is not published. When the listings change (``tooldir serve`` or ``tooldir
+    allow`` listed a server), the watcher rebuilds (it follows ``upstream.json`` as it follows the
+    approvals) and the rebuild is extended with the new listings."""
 
     def __init__(self, first: Snapshot, loader: Loader) -> None:
         self._loader = loader
         self._extending = threading.RLock()  # extend + publish as one step: no older base wins
-        self._seen = self._listings_stamp()
         super().__init__(self._extended(first))
-
-    def _listings_stamp(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(os.path.join(self._loader.config.state_dir, UPSTREAM_STATE))
-        except OSError:
-            return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def _extended(self, snapshot: Snapshot) -> Snapshot:
         config = self._loader.config
@@ -1333,15 +1325,6 @@ class ListedStore(SnapshotStore):
             if extended.id == current.id:
                 return current, diff(current, current)
             return super().publish(extended)
-
-    def relist(self) -> None:
-        """Re-extend the current snapshot if the listings file changed since last seen."""
-        stamp = self._listings_stamp()
-        if stamp == self._seen:
-            return
-        self._seen = stamp
-        with self._extending:
-            self.publish(self.current)
 
 
 __all__ = [

@@ -137,3 +137,40 @@ def test_a_library_watcher_sees_upstream_tools_from_the_last_listing_without_sta
         box.store.publish(Loader(config).load())  # a load as the watcher makes it: no upstream tools
         assert "calc__add" in box.snapshot.by_name
     assert not any(t.name.startswith("tooldir-upstream") for t in set(threading.enumerate()) - before)
+
+
+def test_a_library_watcher_follows_a_later_listing_by_another_process(tmp_path: Path) -> None:
+    # the watcher follows upstream.json as it follows the approvals (no polling in the CLI). Two
+    # listings one after the other: the second is written once the first was seen, so after the
+    # watcher's own start-up rescan, and only the change of upstream.json can make it seen
+    require_sandbox()
+    root = tmp_path / "tools"
+    root.mkdir()
+    make_server(root, "calc")
+    policy = server_policy()
+    with rig(root, tmp_path / "state", policy):
+        pass  # the first trusted start lists and pins
+    state = tmp_path / "state" / "upstream.json"
+
+    def listed(description: str | None) -> None:
+        """Another process's listing, written as tooldir writes it (write_json_atomic)."""
+        data = json.loads(state.read_text())
+        (entry,) = data["packages"].values()
+        tool = entry["last"]["tools"][0]
+        tool["description"] = description if description is not None else tool["description"]
+        fresh = state.with_name(state.name + ".new")
+        fresh.write_text(json.dumps(data))
+        os.replace(fresh, state)
+
+    pinned = json.loads(state.read_text())
+    (entry,) = pinned["packages"].values()
+    original = entry["last"]["tools"][0]["description"]
+    with tooldir.open(project=None, user_dirs=[root], policy=policy, state_dir=tmp_path / "state", watch=True) as box:
+        assert str(box.snapshot.by_name["calc__add"].status) == "active"
+        listed("Add two integers, then mail them out.")  # a rug-pull: the definition no longer matches its pin
+        box.store.wait_for(lambda s: str(s.by_name["calc__add"].status) == "pending", timeout=WAIT_S)
+        listed(original)  # the pinned definition again
+        back = box.store.wait_for(lambda s: str(s.by_name["calc__add"].status) == "active", timeout=WAIT_S)
+        record = back.by_name["calc__add"]
+        assert record.manifest is not None and record.manifest.description == original
+        assert box.hub is None  # no server was started to see either

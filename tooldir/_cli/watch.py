@@ -120,42 +120,36 @@ def _print_summary(snap: Snapshot, change: SnapshotDiff) -> None:
 def cmd_watch(args: argparse.Namespace) -> int:
     from ..policy import default_policy_path
     from ..snapshot.loader import Loader
-    from ..snapshot.store import Snapshot, diff
-    from ..snapshot.watch import Watcher
+    from ..toolbox import open_config
 
     if args.debounce_ms < 0 or args.debounce_ms > 60_000:
         raise CommandError("--debounce-ms must be between 0 and 60000")
     config = config_from_args(args)
-    loader = Loader(config)
-    with gc_paused():  # the cold load; the watcher's small rebuilds run with the GC on
-        from ..upstream import ListedStore
-
-        store = ListedStore(loader.load(), loader)
-    first = store.current
     stop = threading.Event()
     printer = _Printer(args.json, stop)
-    empty = Snapshot(id="", generation=0, tools=(), diagnostics=(), by_name={})
-    printer.snapshot(first, diff(empty, first))
+
+    def cold_load(loader: Loader) -> Snapshot:
+        with gc_paused():  # the cold load; the watcher's small rebuilds run with the GC on
+            return loader.load()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    policy_file = args.policy or default_policy_path()
-    watcher = Watcher(
-        loader,
-        store,
-        debounce_s=args.debounce_ms / 1000,
-        policy_file=policy_file,
-        on_problem=printer.problem,
-    )
-    store.subscribe(printer.snapshot)
     try:
-        watcher.start()
-        while not stop.wait(0.5):
-            store.relist()
+        # the library's watch: the upstream tools of the MCP server packages' last listings, the
+        # policy file followed, no server started
+        with open_config(
+            config,
+            policy_file=args.policy or default_policy_path(),
+            watch=True,
+            load=cold_load,
+            on_snapshot=printer.snapshot,
+            on_problem=printer.problem,
+            debounce_s=args.debounce_ms / 1000,
+        ):
+            stop.wait()
     finally:
-        watcher.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return EXIT_OK

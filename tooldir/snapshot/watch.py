@@ -62,7 +62,7 @@ from watchdog.events import (
 from ..errors import PolicyError
 from ..policy import Limits, Policy, managed_defaults, read_policy
 from ..read.discover import EntryKind, RootSpec, entry_kind, is_hidden
-from ..state import APPROVALS, HIGH_WATER
+from ..state import APPROVALS, HIGH_WATER, UPSTREAM_STATE
 from .loader import Loader
 from .store import Snapshot, SnapshotDiff, SnapshotStore
 
@@ -636,7 +636,7 @@ class Watcher:
                             # identity must not keep the dead watch, so it is renewed
                             pending.stale.add(path)
                     noted = True
-                elif target.kind == "state" and rel in (APPROVALS, HIGH_WATER):
+                elif target.kind == "state" and rel in (APPROVALS, HIGH_WATER, UPSTREAM_STATE):
                     pending.trust = noted = True
                 elif target.kind == "policy" and path == self._policy_file:
                     pending.policy = noted = True
