@@ -885,15 +885,17 @@ def _run(
         )
     elapsed = ck.LoadTime(cpu=ck.cpu_seconds() - cpu0, wall=time.monotonic() - t0)
     runtime = ex.Runtime(snapshot, arena.state, builtins, _handlers(scenario, arena))
-    for i, step in enumerate(scenario.after_load):
-        ex.apply_step(step, arena, builtins, f"after_load[{i}] ({step.do})", runtime)
     outcomes: list[ex.CallOutcome] = []
     taken_back = ex.clamped(ex.raw_user_policy()) if scenario.calls else []
-    for i, spec in enumerate(scenario.calls):
-        for j, step in enumerate(spec.before):
-            ex.apply_step(step, arena, builtins, f"calls[{i}].before[{j}] ({step.do})", runtime)
-        outcomes.append(ex.call(runtime, spec, arena))
-    runtime.close()
+    try:
+        for i, step in enumerate(scenario.after_load):
+            ex.apply_step(step, arena, builtins, f"after_load[{i}] ({step.do})", runtime)
+        for i, spec in enumerate(scenario.calls):
+            for j, step in enumerate(spec.before):
+                ex.apply_step(step, arena, builtins, f"calls[{i}].before[{j}] ({step.do})", runtime)
+            outcomes.append(ex.call(runtime, spec, arena))
+    finally:  # a step that stops the drill still ends the servers and sandboxes its calls started
+        runtime.close()
     storm = None
     if scenario.storm is not None:
         storm = run_storm(

@@ -726,8 +726,11 @@ def memory_bound_problem(policy: Policy) -> str | None:
 
 
 class Runtime:
-    """What calls run against: one SnapshotStore shared by the Registry and, when a call goes
-    through a conversation, one Session; both are created on first use."""
+    """What calls run against, wired as tooldir wires it (:func:`tooldir.toolbox.open_config`, the
+    front door of ``tooldir run`` and ``serve``) over the drill's snapshot and under its ceiling:
+    one store shared by the registry and, when a call goes through a conversation, one session;
+    opened on first use. A scenario's secrets.toml is downloaded content: its commands never run
+    on the host (``secret_commands=False``)."""
 
     def __init__(
         self,
@@ -740,57 +743,64 @@ class Runtime:
         self.state_dir = state_dir
         self.builtins = builtins
         self.handlers = dict(handlers or {})  # builtin name -> the handler the host registers
-        self._store: Any = None
-        self._registry: Any = None
+        self._box: Any = None
         self._session: Any = None
         self._upstream: Any = None  # the UpstreamHub of MCP server packages, as tooldir run/serve open it
 
     @property
+    def box(self) -> Any:
+        """The toolbox over the drill's snapshot (its registry, store and sessions)."""
+        if self._box is None:
+            open_config = need("toolbox", "open_config")
+            builtin = need("toolbox", "Builtin")
+            hosted = [
+                builtin(spec.name, spec.input_schema, self.handlers[spec.name], spec.description, spec.risk)
+                for spec in self.builtins
+                if spec.name in self.handlers
+            ]
+            reserved = tuple(spec for spec in self.builtins if spec.name not in self.handlers)
+            config = make_config(
+                project=".", user_dirs=None, policy=user_policy(), state_dir=self.state_dir, builtins=reserved
+            )
+            snapshot = self.snapshot
+            self._box = open_config(config, builtins=hosted, load=lambda _loader: snapshot, secret_commands=False)
+            self._open_upstream()
+        return self._box
+
+    @property
     def store(self) -> Any:
-        if self._store is None:
-            self._store = need("snapshot.store", "SnapshotStore")(self.snapshot)
-        return self._store
+        return self.box.store
 
     @property
     def registry(self) -> Any:
-        if self._registry is None:
-            registry_cls = need("run.registry", "Registry")
-            # a scenario's secrets.toml is downloaded content: its commands never run on the host
-            self._registry = registry_cls(
-                self.store, policy=user_policy(), state_dir=self.state_dir, secret_commands=False
-            )
-            for spec in self.builtins:
-                if spec.name in self.handlers:
-                    self._registry.register(
-                        spec.name,
-                        spec.input_schema,
-                        self.handlers[spec.name],
-                        description=spec.description,
-                        risk=spec.risk,
-                    )
-            self._open_upstream()
-        return self._registry
+        return self.box.registry
 
     def _open_upstream(self) -> None:
-        if any(t.server is not None for t in self.store.current.tools):
+        if any(t.server is not None for t in self.box.store.current.tools):
             open_upstream = need("upstream", "open_upstream")
             self._upstream = open_upstream(
-                self._registry, policy=user_policy(), state_dir=self.state_dir, builtins=self.builtins
+                self.box.registry, policy=user_policy(), state_dir=self.state_dir, builtins=self.builtins
             )
 
-    def close(self) -> None:
-        """Stop the MCP servers the calls started (if any)."""
+    def _close_upstream(self) -> None:
         if self._upstream is not None:
             self._upstream.close()
             self._upstream = None
 
+    def close(self) -> None:
+        """Stop the MCP servers the calls started (if any), then the toolbox (its session, the
+        registry's spare sandboxes)."""
+        self._close_upstream()
+        if self._box is not None:
+            self._box.close()
+            self._box = None
+            self._session = None
+
     @property
     def session(self) -> Any:
         if self._session is None:
-            session_cls = need("deferred.session", "Session")
-            self._session = session_cls(
-                self.store, policy=user_policy(), registry=self.registry, builtins=self.builtins
-            )
+            # the scenario's builtins listed as a host lists them, usage priors kept nowhere
+            self._session = self.box.session(builtins=self.builtins, state_dir=None, follower=None)
         return self._session
 
     def listing(self) -> Any:
@@ -817,7 +827,7 @@ class Runtime:
         servers the calls started are started afresh and listed again (as a new tooldir would)."""
         self.store.publish(load(self.builtins))
         if self._upstream is not None:
-            self.close()
+            self._close_upstream()
             self._open_upstream()
 
 
