@@ -184,9 +184,9 @@ def open_config(
     if watch and not upstream:
         # a watcher without running servers: its snapshots carry the upstream tools of the MCP server
         # packages' last listings, as tooldir watch shows them (pins checked, no server started)
-        from .upstream import ListedStore
+        from .upstream import listed_store
 
-        store: SnapshotStore = ListedStore(first, loader)
+        store = listed_store(first, loader)
     else:
         store = SnapshotStore(first)
     registry = Registry(

@@ -64,7 +64,7 @@ from .read.discover import MANIFEST, PackageScan
 from .read.validate import validate_package
 from .sandbox.output import sanitize_json, sanitize_text
 from .snapshot.resolve import Assessed, resolve
-from .snapshot.store import Snapshot, SnapshotDiff, SnapshotStore, assemble, diag_entry, diff, record_entry
+from .snapshot.store import Snapshot, SnapshotStore, assemble, diag_entry, record_entry
 from .state import UPSTREAM_STATE, locked, read_json, write_json_atomic
 from .text import check_strings
 from .trust.assess import assess_upstream
@@ -1300,35 +1300,25 @@ def _record_failure_quietly(state_dir: Path, record: ToolRecord, exc: ExecutionE
         log.warning("could not record the failed start of MCP server %s: %s", record.name, failed)
 
 
-class ListedStore(SnapshotStore):
+def listed_store(first: Snapshot, loader: Loader) -> SnapshotStore:
     """A store for a watcher without running servers (``tooldir watch``, ``tooldir.open(watch=True)``
-    without ``upstream``): every snapshot published into it is first extended with the upstream
-    tools of the MCP server packages' last listings in user state (DESIGN §10, as ``scan`` shows
-    them: pins checked, only trusted packages, and no server is ever started); an extension that
-    changes nothing is not published. When the listings change (``tooldir serve`` or ``tooldir
-    allow`` listed a server), the watcher rebuilds (it follows ``upstream.json`` as it follows the
-    approvals) and the rebuild is extended with the new listings."""
+    without ``upstream``): ``first`` and every snapshot published into it are extended with the
+    upstream tools of the MCP server packages' last listings in user state (DESIGN §10, as ``scan``
+    shows them: pins checked, only trusted packages, and no server is ever started), by the same
+    seam the hub extends through (:meth:`SnapshotStore.extend_with`). When the listings change
+    (``tooldir serve`` or ``tooldir allow`` listed a server), the watcher rebuilds (it follows
+    ``upstream.json`` as it follows the approvals) and the rebuild is extended with the new ones."""
 
-    def __init__(self, first: Snapshot, loader: Loader) -> None:
-        self._loader = loader
-        self._extending = threading.RLock()  # extend + publish as one step: no older base wins
-        super().__init__(self._extended(first))
-
-    def _extended(self, snapshot: Snapshot) -> Snapshot:
-        config = self._loader.config
+    def extended(snapshot: Snapshot) -> Snapshot:
+        config = loader.config  # read at each publication: the watcher may have reloaded the policy
         return with_last_listings(snapshot, config.state_dir, config.policy, config.builtins)
 
-    def publish(self, snapshot: Snapshot) -> tuple[Snapshot, SnapshotDiff]:
-        with self._extending:
-            extended = self._extended(snapshot)
-            current = self.current
-            if extended.id == current.id:
-                return current, diff(current, current)
-            return super().publish(extended)
+    store = SnapshotStore(extended(first))
+    store.extend_with(extended)
+    return store
 
 
 __all__ = [
-    "ListedStore",
     "Listing",
     "Pinned",
     "ServerSession",
@@ -1339,6 +1329,7 @@ __all__ = [
     "interpret_result",
     "last_failure",
     "likely_cause",
+    "listed_store",
     "load_upstream_state",
     "open_upstream",
     "record_failure",

@@ -1,7 +1,7 @@
 """The CLI's parts for MCP server packages (DESIGN §10): showing what ``allow`` pinned (the
 pinning itself is :func:`tooldir.upstream.pin_after_approval`, as ``tooldir.approve()`` does it) and
 what ``show`` prints about a server package or one of its upstream tools (``watch``'s store is
-:class:`tooldir.upstream.ListedStore`)."""
+:func:`tooldir.upstream.listed_store`)."""
 
 from __future__ import annotations
 

@@ -278,7 +278,8 @@ class SnapshotStore:
         """Pass every snapshot published from now on through ``fn`` before it is swapped in (the
         upstream hub adds its servers' tools: a reload must never be visible without them, even
         for a moment); returns a function that removes it. One at a time. ``fn`` runs in the
-        publishing thread and must not publish; if it raises, the snapshot is published as given."""
+        publishing thread and must not publish; if it raises, the snapshot is published as given.
+        An extended snapshot equal to the current one (same id) is not published."""
         with self._lock:
             if self._extend is not None:
                 raise RuntimeError("this SnapshotStore already extends what is published")
@@ -306,6 +307,8 @@ class SnapshotStore:
                     _log.exception("extending the snapshot to publish failed; it is published as given")
                 finally:
                     self._notifying.active = False
+                if snapshot.id == self._current.id:  # the extension made it what is already current
+                    return self._current, diff(self._current, self._current)
             with self._lock:
                 old = self._current
                 new = with_generation(snapshot, old.generation + 1)
