@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -87,6 +88,19 @@ def seed_copy(registry: Registry, name: str) -> None:
     record = registry.store.current.get(name)
     assert record is not None
     verified_files(record, box_of(registry).store_dir)
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    """Wait for ``pid`` (not our child: a pidfd, readable once it has ended) to end; whether it did."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout)
+        return bool(ready) or gone(pid)
+    finally:
+        os.close(fd)
 
 
 def gone(pid: int) -> bool:
@@ -217,35 +231,43 @@ while not box._spares.held():
     time.sleep(0.01)
 spare = box._spares.held()[-1]
 print(json.dumps({"launcher": spare.launched.proc.pid, "cgroup": str(spare.group.path) if spare.group else None}), flush=True)
-time.sleep(60)
+sys.stdin.readline()  # killed meanwhile, or told to end: then the interpreter exits, the registry never closed
 """
 
 
 @pytest.mark.usefixtures("sandbox_ready")
-def test_a_tooldir_killed_while_a_spare_waits_takes_the_spare_with_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("end", ["killed", "exits"])
+def test_a_tooldir_that_ends_while_a_spare_waits_takes_the_spare_with_it(tmp_path: Path, end: str) -> None:
+    """Killed (SIGKILL: bubblewrap's --die-with-parent) or ending normally without closing its
+    registry (the interpreter's exit: the spares' finalizer): no held sandbox outlives tooldir."""
     make_tool(tmp_path / "user", "probe_tool", script=STARTED.replace("NAME", "probe_tool"))
     host = subprocess.Popen(
         [sys.executable, "-c", _HOST, str(tmp_path / "user"), str(tmp_path / "state")],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
     try:
-        assert host.stdout is not None
+        assert host.stdout is not None and host.stdin is not None
         line = host.stdout.readline()
         assert line, "the host process never reported its spare"
         reported = json.loads(line)
         launcher = reported["launcher"]
         assert not gone(launcher)
     finally:
-        host.send_signal(signal.SIGKILL)
-        host.wait()
-        if host.stdout is not None:
-            host.stdout.close()
-    deadline = time.monotonic() + 5
-    while not gone(launcher) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert gone(launcher)  # --die-with-parent: the held sandbox dies with tooldir
-    if reported["cgroup"] is not None:  # and with it every process of the run (then we tidy up)
+        if end == "killed" or not line:
+            host.send_signal(signal.SIGKILL)
+        else:
+            host.stdin.write(b"end\n")
+            host.stdin.flush()
+        assert host.wait(30) == (-signal.SIGKILL if end == "killed" else 0)
+        for pipe in (host.stdin, host.stdout):
+            if pipe is not None:
+                pipe.close()
+    assert wait_gone(launcher, 10), f"the held sandbox's bubblewrap {launcher} outlived its tooldir ({end})"
+    if reported["cgroup"] is not None and Path(reported["cgroup"]).is_dir():
+        # killed: every process of the run ended with it (then we tidy up); an exit removed it itself
         procs = Path(reported["cgroup"]) / "cgroup.procs"
+        deadline = time.monotonic() + 5
         while procs.read_text().split() and time.monotonic() < deadline:
             time.sleep(0.01)
         assert not procs.read_text().split()
@@ -293,10 +315,7 @@ def test_a_spare_dies_when_its_registry_goes_away(tmp_path: Path) -> None:
     pid = spare.launched.proc.pid
     del registry, spare
     gc.collect()
-    deadline = time.monotonic() + 5
-    while not gone(pid) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert gone(pid)
+    assert wait_gone(pid, 10)
 
 
 @pytest.mark.usefixtures("sandbox_ready")
