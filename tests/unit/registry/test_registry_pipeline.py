@@ -293,11 +293,14 @@ def test_a_session_gate_that_raises_refuses_the_call(tmp_path: Path) -> None:
     assert "session store offline" in result.error.message and box.requests == []
 
 
-def test_public_api_exports_the_registry_surface() -> None:
+def test_public_api_exports_what_a_host_names_of_the_registry_and_open_makes_the_registry() -> None:
     import tooldir
+    import tooldir.run.registry
 
-    for name in ("Registry", "CallResult", "CallError", "CallGate", "Deny", "Rewrite", "Redact", "HookCall"):
+    for name in ("CallResult", "CallError", "Hook", "Deny", "Rewrite", "Redact", "HookCall"):
         assert name in tooldir.__all__ and hasattr(tooldir, name)
+    for name in ("Registry", "CallGate"):  # the machinery tooldir.open() wires: in its module
+        assert name not in tooldir.__all__ and hasattr(tooldir.run.registry, name)
 
 
 @pytest.mark.parametrize("context", [["a"], {"when": object()}, {"x": float("inf")}], ids=["list", "object", "inf"])
