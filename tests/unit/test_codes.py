@@ -45,3 +45,17 @@ def test_every_code_design_section_3_lists_is_a_diagnostic_code() -> None:
         assert design, "DESIGN §3 lists no codes: the parser is out of date"
         assert design <= listed
         assert design <= DESIGN_CODES, "DESIGN §3 grew: add the new codes to tooldir/codes.py"
+
+
+def test_a_diagnostic_s_fingerprint_and_json_are_those_of_its_code_s_string() -> None:
+    # snapshot ids hash a repr of each diagnostic's fields: a member must count as its plain string
+    import json
+
+    from tooldir.model import Diagnostic, Severity
+    from tooldir.snapshot.store import diag_entry
+
+    member = Diagnostic(Severity.ERROR, DiagnosticCode.NOT_APPROVED, "m", tool="t")
+    text = Diagnostic(Severity.ERROR, "not-approved", "m", tool="t")  # type: ignore[arg-type]
+    assert diag_entry(member)[0] == diag_entry(text)[0]
+    assert json.dumps(member.to_json()) == json.dumps(text.to_json())
+    assert f"{member.code}" == "not-approved"
