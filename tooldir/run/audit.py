@@ -832,10 +832,8 @@ def _last_link(fd: int, size: int, floor: int) -> tuple[int, str] | None:
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One finding of :func:`verify`. ``code`` is stable: not-terminated, invalid-json,
-    duplicate-key, not-a-record, unknown-version, hash-mismatch, not-canonical, seq-mismatch,
-    prev-mismatch, too-long, missing-lines, log-missing, head-mismatch, head-missing, head-invalid,
-    head-behind, expected-head-not-found. ``line`` is 1-based (None: not about one line)."""
+    """One finding of :func:`verify`. ``code`` is stable (:class:`tooldir.codes.AuditCode`).
+    ``line`` is 1-based (None: not about one line)."""
 
     code: AuditCode
     message: str
