@@ -17,6 +17,15 @@ if _typing.TYPE_CHECKING:
     from ._internal.gcpause import (
         gc_paused as gc_paused,
     )
+    from .codes import (
+        CallErrorCode as CallErrorCode,
+    )
+    from .codes import (
+        DiagnosticCode as DiagnosticCode,
+    )
+    from .codes import (
+        WatchCode as WatchCode,
+    )
     from .deferred.catalog import (
         DirectoryEntry as DirectoryEntry,
     )
@@ -207,10 +216,12 @@ _LAZY: dict[str, str] = {
     "Builtin": "toolbox",
     "BuiltinSpec": "model",
     "CallError": "run.registry",
+    "CallErrorCode": "codes",
     "CallResult": "run.registry",
     "ConfigError": "errors",
     "Deny": "run.hooks",
     "Diagnostic": "model",
+    "DiagnosticCode": "codes",
     "DirectoryEntry": "deferred.catalog",
     "DiscoveryError": "errors",
     "ExecutionError": "errors",
@@ -250,6 +261,7 @@ _LAZY: dict[str, str] = {
     "ToolRecord": "model",
     "Trust": "model",
     "Verdict": "manage",
+    "WatchCode": "codes",
     "WatchProblem": "snapshot.watch",
     "WatchStatus": "snapshot.watch",
     "Watcher": "snapshot.watch",

@@ -6,15 +6,17 @@
 * :class:`AuditCode` -- ``Problem.code`` of ``audit verify``;
 * :class:`WatchCode` -- ``WatchProblem.code`` of the watcher.
 
-Each is a :class:`enum.StrEnum`, so a member equals its string (``DiagnosticCode.SYMLINK ==
-"symlink"``). tests/unit/test_codes.py scans the source of tooldir/ and fails when a module
-emits a code that is missing here, when a code here is emitted nowhere, or when a code of DESIGN
-§3 is missing.
+Each is a :class:`enum.StrEnum`, so a member equals its string and is written as it
+(``DiagnosticCode.SYMLINK == "symlink"``, ``json.dumps``, ``f"{code}"``). The fields that carry a
+code are typed with these enums and every module emits members, so ``mypy --strict`` refuses a
+code that is not listed here; a code read back from stored data is converted with the enum's
+constructor where it is read. tests/unit/test_codes.py checks that DESIGN §3's codes are all here.
 """
 
 from __future__ import annotations
 
 import enum
+from typing import NewType
 
 
 class DiagnosticCode(enum.StrEnum):
@@ -72,6 +74,8 @@ class DiagnosticCode(enum.StrEnum):
     INSTRUCTIONS_CHANGED = "instructions-changed"
     INDEX_IGNORED = "index-ignored"  # warning: a content index that could not be trusted was rebuilt
     UPSTREAM_OVER_LIMIT = "upstream-over-limit"
+    UPSTREAM_UNAVAILABLE = "upstream-unavailable"  # warning: a server that could not be listed (down, hung)
+    UPSTREAM_ERROR = "upstream-error"  # warning: a server that answered its listing with an error
     # tooldir adopt: findings in an MCP client's configuration (DESIGN §13)
     ADOPT_UNPINNED = "adopt-unpinned"
     ADOPT_SECRET = "adopt-secret"  # noqa: S105 - a code: a secret in plain text in a client's config
@@ -87,35 +91,46 @@ class DiagnosticCode(enum.StrEnum):
 
 
 class CallErrorCode(enum.StrEnum):
-    """``CallResult.error.code`` (the table in :mod:`tooldir.run.registry`, and the session's)."""
+    """``CallResult.error.code`` of :meth:`tooldir.run.registry.Registry.call` and of a session's calls."""
 
-    UNKNOWN_TOOL = "unknown-tool"
-    NOT_ACTIVE = "not-active"
-    SESSION_REFUSED = "session-refused"
-    SESSION_UNLOADED = "session:unloaded"
-    SESSION_STALE = "session:stale"
-    SESSION_IMMEDIATE = "session:immediate"
+    UNKNOWN_TOOL = "unknown-tool"  # no tool of that name in the current snapshot
+    NOT_ACTIVE = "not-active"  # the tool exists but is pending, shadowed or rejected (message says why)
+    SESSION_REFUSED = "session-refused"  # the session gate refused (the gate may supply its own code instead)
+    SESSION_UNLOADED = "session:unloaded"  # a deferred tool the session has not loaded (tool_search first)
+    SESSION_STALE = "session:stale"  # its input schema or risk changed since the session loaded it
+    SESSION_IMMEDIATE = "session:immediate"  # a guard or non-deferred tool asked for through defer_execute_tool
+    # input is not a JSON object, too large, breaks the input schema, or its validation overran the
+    # budget (``schema:redos``; nothing ran)
     INVALID_INPUT = "invalid-input"
-    INVALID_SCHEMA = "invalid-schema"
-    PERMISSION_DENIED = "permission-denied"
-    HOOK_DENIED = "hook-denied"
-    HOOK_FAILED = "hook-failed"
-    SECRET_UNAVAILABLE = "secret-unavailable"  # noqa: S105 - a code: a declared secret not granted or not set
-    SANDBOX_UNAVAILABLE = "sandbox-unavailable"
-    SANDBOX_FAILED = "sandbox-failed"
-    CHANGED_SINCE_VERIFICATION = "changed-since-verification"
-    TIMEOUT = "timeout"
-    OUTPUT_TOO_LARGE = "output-too-large"
-    TOOL_FAILED = "tool-failed"
-    TOOL_ERROR = "tool-error"
-    HANDLER_FAILED = "handler-failed"
-    INVALID_OUTPUT = "invalid-output"
-    AUDIT_UNAVAILABLE = "audit-unavailable"  # no room for the line: refused before the tool started
-    AUDIT_FAILED = "audit-failed"
-    INTERNAL_ERROR = "internal-error"
+    INVALID_SCHEMA = "invalid-schema"  # the tool's input_schema cannot be compiled (nothing ran)
+    PERMISSION_DENIED = "permission-denied"  # a policy rule, the plan mode or the risk cap refused the tool
+    HOOK_DENIED = "hook-denied"  # a pre hook refused the call
+    HOOK_FAILED = "hook-failed"  # a hook raised, or returned something that is not a hook result
+    # a secret the tool declares is not granted by the user's policy, not in the secrets file, or its
+    # command failed (message: which, what to set)
+    SECRET_UNAVAILABLE = "secret-unavailable"  # noqa: S105 - a code, not a secret
+    SANDBOX_UNAVAILABLE = "sandbox-unavailable"  # no working sandbox and the policy does not allow unsandboxed runs
+    SANDBOX_FAILED = "sandbox-failed"  # the sandbox could not start the run
+    CHANGED_SINCE_VERIFICATION = "changed-since-verification"  # the package's bytes no longer match (nothing ran)
+    TIMEOUT = "timeout"  # the tool ran past its wall-clock limit and was killed
+    OUTPUT_TOO_LARGE = "output-too-large"  # the tool wrote more than the output cap and was killed
+    TOOL_FAILED = "tool-failed"  # the tool exited non-zero or was killed by a signal
+    TOOL_ERROR = "tool-error"  # the tool answered ``{"ok": false, ...}``
+    HANDLER_FAILED = "handler-failed"  # a builtin handler raised
+    INVALID_OUTPUT = "invalid-output"  # a builtin or a post hook produced content that is not plain JSON
+    # room for the call's audit line could not be reserved (a full disk, a read-only or vanished state
+    # dir, EIO): refused before the tool started
+    AUDIT_UNAVAILABLE = "audit-unavailable"
+    AUDIT_FAILED = "audit-failed"  # the audit line could not be written (the result is withheld)
+    INTERNAL_ERROR = "internal-error"  # tooldir itself failed on this call (a bug; nothing more ran)
     UPSTREAM_ERROR = "upstream-error"  # an MCP server package's tool failed (DESIGN §10)
     UPSTREAM_UNAVAILABLE = "upstream-unavailable"  # its server is down, hung or cannot start
     UPSTREAM_OVER_LIMIT = "upstream-over-limit"  # its listing or a message is over a limit
+
+
+#: A code a host's session gate (:class:`tooldir.run.registry.CallGate`) refused with that is not a
+#: :class:`CallErrorCode`: passed on as it is (``CallError.code`` is one or the other).
+GateCode = NewType("GateCode", str)
 
 
 class AuditCode(enum.StrEnum):
@@ -250,4 +265,6 @@ DIAGNOSTIC_HELP: dict[DiagnosticCode, str] = {
     DiagnosticCode.ADOPT_OVER_LIMIT: "The package tooldir adopt installed is over your limits.max_package_* or max_file_bytes; the message names the keys and values to set. Nothing was written.",
     DiagnosticCode.ADOPT_CONFLICT: "tooldir adopt would overwrite something of yours: a folder of that name it did not write, a secret of that name with another value, a grant it cannot add to your policy. Nothing was written for the entry.",
     DiagnosticCode.UPSTREAM_OVER_LIMIT: "An MCP server's listing, one of its messages or its instructions is over a limit tooldir sets; the message names the limit. Nothing over it is used.",
+    DiagnosticCode.UPSTREAM_UNAVAILABLE: "An MCP server package could not be started or listed (it is down, hung or cannot start); the message gives its last lines of stderr and the likely cause. Its last listing, if any, is used.",
+    DiagnosticCode.UPSTREAM_ERROR: "An MCP server package answered its tools/list with an error; the message gives it. Its last listing, if any, is used.",
 }

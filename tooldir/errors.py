@@ -52,6 +52,7 @@ Tool-side failures during ``Registry.call`` come back as results, not exceptions
 
 from __future__ import annotations
 
+from .codes import CallErrorCode
 from .model import Diagnostic
 
 
@@ -119,7 +120,7 @@ class PackageError(ToolDirError):
 
 
 class ExecutionError(ToolDirError):
-    def __init__(self, message: str, *, code: str) -> None:
+    def __init__(self, message: str, *, code: CallErrorCode) -> None:
         super().__init__(message)
         self.code = code
 

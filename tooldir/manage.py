@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ._internal.atomic import write_atomic
+from .codes import DiagnosticCode
 from .errors import DiscoveryError, PackageError
 from .model import Diagnostic, Manifest, PackageFile, ServerManifest, Severity, Source, Status, Trust
 from .read.discover import RootSpec, scan_one
@@ -247,9 +248,9 @@ def _steps(
         elif trust.method == "approved":
             key = f" (key {trust.signer})" if trust.signer else ""
             add("approval", True, f"approved with this digest{key}")
-        elif "changed-since-approval" in found:
+        elif DiagnosticCode.CHANGED_SINCE_APPROVAL in found:
             add("approval", False, "approved before, but the package changed since")
-        elif "revoked-key" in found and trust.method == "unverified":
+        elif DiagnosticCode.REVOKED_KEY in found and trust.method == "unverified":
             add("approval", False, "the approval recorded a key that is now revoked")
         else:
             add("approval", None, "not approved ('tooldir allow' records an approval)")

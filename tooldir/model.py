@@ -31,6 +31,7 @@ from pydantic import (
 )
 
 from ._internal.strictjson import FrozenDict
+from .codes import DiagnosticCode
 from .names import NAME_FORBIDDEN, NAME_JSON_SCHEMA, NAME_MAX_LENGTH, explain_invalid
 from .netallow import ENTRY_PATTERN, parse_entry
 
@@ -85,7 +86,7 @@ class Diagnostic:
     """One problem found while loading, in the shape of DESIGN §3."""
 
     severity: Severity
-    code: str
+    code: DiagnosticCode
     message: str
     tool: str | None = None
     source: Source | None = None
@@ -104,15 +105,15 @@ class Diagnostic:
         }
 
 
-def error(code: str, message: str, **where: Any) -> Diagnostic:
+def error(code: DiagnosticCode, message: str, **where: Any) -> Diagnostic:
     return Diagnostic(Severity.ERROR, code, message, **where)
 
 
-def warning(code: str, message: str, **where: Any) -> Diagnostic:
+def warning(code: DiagnosticCode, message: str, **where: Any) -> Diagnostic:
     return Diagnostic(Severity.WARNING, code, message, **where)
 
 
-def info(code: str, message: str, **where: Any) -> Diagnostic:
+def info(code: DiagnosticCode, message: str, **where: Any) -> Diagnostic:
     return Diagnostic(Severity.INFO, code, message, **where)
 
 

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 from ._internal.ownership import path_problem, refusal
 from ._internal.smallfile import MAX_POLICY_BYTES, Unreadable, read_small_file
 from ._internal.tomllines import key_lines, line_of
+from .codes import DiagnosticCode
 from .errors import PolicyError
 from .model import Diagnostic, Risk, Source, warning
 from .names import GUARD_TOOLS
@@ -887,7 +888,7 @@ def policy_diagnostics(
     then a ``policy-managed`` warning per user value the managed policy overrode."""
     weakened = tuple(
         warning(
-            "policy-weakened",
+            DiagnosticCode.POLICY_WEAKENED,
             w.message(),
             path=path,
             pointer=w.pointer,
@@ -895,7 +896,9 @@ def policy_diagnostics(
         )
         for w in weakenings(policy)
     )
-    return weakened + tuple(warning("policy-managed", o.message(), path=path, pointer=o.pointer) for o in overridden)
+    return weakened + tuple(
+        warning(DiagnosticCode.POLICY_MANAGED, o.message(), path=path, pointer=o.pointer) for o in overridden
+    )
 
 
 # -- the managed policy: a floor under the user's ------------------------------------------------

@@ -45,6 +45,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ._internal.strictjson import canonical_json
+from .codes import CallErrorCode, DiagnosticCode
 from .errors import ExecutionError, SandboxError
 from .model import (
     BuiltinSpec,
@@ -171,7 +172,7 @@ def record_listing(state_dir: Path, record: ToolRecord, listing: Listing, *, app
         raise ExecutionError(
             f"MCP server {record.name!r} lists tool definitions of {size} bytes together "
             f"(the limit is {_MAX_DEFINITIONS_BYTES}); none of this listing is stored",
-            code="upstream-over-limit",
+            code=CallErrorCode.UPSTREAM_OVER_LIMIT,
         )
     with locked(state_dir):
         data = load_upstream_state(state_dir)
@@ -231,7 +232,7 @@ def pinned_instructions(data: Mapping[str, Any], record: ToolRecord) -> str | No
     return now if isinstance(now, str) else None
 
 
-def instructions_problems(text: Any) -> list[tuple[str, str]]:
+def instructions_problems(text: Any) -> list[tuple[DiagnosticCode, str]]:
     """``(code, message)`` for each reason a server's ``instructions`` may not be passed on to a
     client, even pinned: over :data:`_MAX_INSTRUCTIONS` characters (``upstream-over-limit``), or
     failing the text checks every model-facing string of a tool gets (:mod:`tooldir.text`: control
@@ -241,15 +242,15 @@ def instructions_problems(text: Any) -> list[tuple[str, str]]:
     if len(text) > _MAX_INSTRUCTIONS:
         return [
             (
-                "upstream-over-limit",
+                DiagnosticCode.UPSTREAM_OVER_LIMIT,
                 f"the server's instructions are {len(text)} characters; the limit is {_MAX_INSTRUCTIONS}: "
                 "not passed on",
             )
         ]
     value = {"description": text}  # checked as what it is: model-facing text
-    out: list[tuple[str, str]] = []
+    out: list[tuple[DiagnosticCode, str]] = []
     for finding in check_strings(value, json.dumps(value, ensure_ascii=False), limit=5).findings:
-        code = "control-character" if finding.kind == "control" else "suspicious-text"
+        code = DiagnosticCode.CONTROL_CHARACTER if finding.kind == "control" else DiagnosticCode.SUSPICIOUS_TEXT
         out.append((code, f"the server's instructions have {finding.kind} text ({finding.detail}): not passed on"))
     return out
 
@@ -324,7 +325,7 @@ def _candidate_for(package: ToolRecord, tool: Mapping[str, Any], policy: Policy,
     size = len(json.dumps(definition, ensure_ascii=False).encode()) if len(raw) <= limit else len(raw)
     if size > limit:  # as a directory tool's schema.json over the same limit: never parsed further
         over = error(
-            "upstream-over-limit",
+            DiagnosticCode.UPSTREAM_OVER_LIMIT,
             f"the definition is {size} bytes; the limit is {limit} (limits.max_manifest_bytes)",
             tool=name, source=package.source, path=where,
         )  # fmt: skip
@@ -337,12 +338,12 @@ def _candidate_for(package: ToolRecord, tool: Mapping[str, Any], policy: Policy,
         text = json.dumps(rest, ensure_ascii=False)
         for finding in check_strings(rest, text, limit=20).findings:
             make = error if finding.kind == "control" else warning
-            code = "control-character" if finding.kind == "control" else "suspicious-text"
+            code = DiagnosticCode.CONTROL_CHARACTER if finding.kind == "control" else DiagnosticCode.SUSPICIOUS_TEXT
             diags.append(
                 make(code, f"upstream {finding.kind} text: {finding.detail}", tool=name, source=package.source,
                      path=where, pointer=f"/upstream{finding.pointer}")
             )  # fmt: skip
-    manifest_ok = candidate.manifest if not any(d.code == "control-character" for d in diags) else None
+    manifest_ok = candidate.manifest if not any(d.code == DiagnosticCode.CONTROL_CHARACTER for d in diags) else None
     return Candidate(scan, manifest_ok, tuple(diags))
 
 
@@ -389,7 +390,7 @@ def upstream_records(
         if digest_of(last.get("instructions")) != entry.get("instructions_digest"):
             extra.append(
                 warning(
-                    "instructions-changed",
+                    DiagnosticCode.INSTRUCTIONS_CHANGED,
                     f"the server's instructions changed since they were approved; they are not passed on until "
                     f"'tooldir allow {package.name}' approves them",
                     tool=package.name,
@@ -399,7 +400,7 @@ def upstream_records(
             )
         else:
             for code, message in instructions_problems(last.get("instructions")):
-                make = error if code == "control-character" else warning
+                make = error if code == DiagnosticCode.CONTROL_CHARACTER else warning
                 extra.append(
                     make(code, message, tool=package.name, source=package.source, path=package.path,
                          pointer="/instructions")
@@ -421,7 +422,7 @@ def upstream_records(
         other = taken.get(skeleton(record.name))
         if record.status in (Status.ACTIVE, Status.PENDING) and record.name in reserved:
             diag = error(
-                "reserved-name", f"{record.name!r} is reserved for a builtin or guard tool",
+                DiagnosticCode.RESERVED_NAME, f"{record.name!r} is reserved for a builtin or guard tool",
                 tool=record.name, source=record.source, path=record.path,
             )  # fmt: skip
             record = replace(record, status=Status.REJECTED, grant=None, diagnostics=(*record.diagnostics, diag))
@@ -442,13 +443,13 @@ def _settle(record: ToolRecord, other: ToolRecord, policy: Policy) -> tuple[Tool
     of two sources: the higher source shadows the lower unless its policy says ``may_shadow =
     false`` (``shadowed``). Returns the upstream record and the directory tool it beat, if any."""
 
-    def refuse(loser: ToolRecord, code: str, message: str) -> ToolRecord:
+    def refuse(loser: ToolRecord, code: DiagnosticCode, message: str) -> ToolRecord:
         diag = error(code, message, tool=loser.name, source=loser.source, path=loser.path, pointer="/name")
         return replace(loser, status=Status.REJECTED, grant=None, diagnostics=(*loser.diagnostics, diag))
 
     def shadow(loser: ToolRecord, winner: ToolRecord) -> ToolRecord:
         diag = warning(
-            "shadowed",
+            DiagnosticCode.SHADOWED,
             f"{loser.source} tool {loser.name!r} at {loser.path} is shadowed by the {winner.source} tool at {winner.path}",
             tool=loser.name, source=loser.source, path=loser.path,
         )  # fmt: skip
@@ -457,13 +458,15 @@ def _settle(record: ToolRecord, other: ToolRecord, policy: Policy) -> tuple[Tool
         )
 
     if record.source == other.source:
-        code = "collision" if other.name.lower() == record.name.lower() else "confusable-name"
+        code = DiagnosticCode.COLLISION if other.name.lower() == record.name.lower() else DiagnosticCode.CONFUSABLE_NAME
         what = f"taken by (or looks like) the {other.source} tool {other.name!r} at {other.path}"
         return refuse(record, code, f"{record.name!r} is {what}"), None
     high, low = (record, other) if record.source.rank > other.source.rank else (other, record)
     if high.name != low.name:
         refused = refuse(
-            high, "confusable-name", f"{high.name!r} looks like the {low.source} tool {low.name!r} ({low.path})"
+            high,
+            DiagnosticCode.CONFUSABLE_NAME,
+            f"{high.name!r} looks like the {low.source} tool {low.name!r} ({low.path})",
         )
         return (refused, None) if high is record else (record, refused)
     loser = low if policy.sources.for_source(high.source).may_shadow else high
@@ -498,7 +501,7 @@ def extend_snapshot(
             owned[d] -= 1
         else:
             rest.append(d)
-    rest = [d for d in rest if d.code != "instructions-changed"]
+    rest = [d for d in rest if d.code != DiagnosticCode.INSTRUCTIONS_CHANGED]
     return assemble(
         [record_entry(t) for t in (*base, *records)], [diag_entry(d) for d in (*rest, *extra)], snapshot.generation
     )
@@ -575,9 +578,18 @@ class _Loop:
             self.loop.close()
 
 
+def _listing_code(code: CallErrorCode) -> DiagnosticCode:
+    """The diagnostic code of a listing that failed with ``code``: the same word (a listing fails
+    ``upstream-unavailable``, ``upstream-error`` or ``upstream-over-limit``)."""
+    try:
+        return DiagnosticCode(code)
+    except ValueError:  # not a listing's failure: still a server that could not be listed
+        return DiagnosticCode.UPSTREAM_UNAVAILABLE
+
+
 def unavailable(message: str) -> ExecutionError:
     """The error of a call whose server is down, hung or cannot be started."""
-    return ExecutionError(message, code="upstream-unavailable")
+    return ExecutionError(message, code=CallErrorCode.UPSTREAM_UNAVAILABLE)
 
 
 class ServerSession:
@@ -876,7 +888,7 @@ class ServerSession:
         if self.over_limit is not None:  # it was stopped for that: say which limit
             what, self.over_limit = f"{self.over_limit}; it was stopped", None
             self._failed(what)
-            return ExecutionError(f"MCP server {self.record.name!r} {what}", code="upstream-over-limit")
+            return ExecutionError(f"MCP server {self.record.name!r} {what}", code=CallErrorCode.UPSTREAM_OVER_LIMIT)
         prepared = self._prepared
         if prepared is not None and prepared.killed_by_memory():  # the same words as a tool's
             mb = self.policy.sandbox.memory_mb
@@ -909,11 +921,13 @@ class ServerSession:
                 raise self._died("closed the connection") from None
             if isinstance(exc, MCPError) and self.running:
                 raise ExecutionError(
-                    f"the MCP server answered with an error: {_clip(str(exc))}", code="upstream-error"
+                    f"the MCP server answered with an error: {_clip(str(exc))}", code=CallErrorCode.UPSTREAM_ERROR
                 ) from None
             if not self.running:
                 raise self._died(f"ended ({_why(exc)})") from None
-            raise ExecutionError(f"the MCP server failed the request: {_why(exc)}", code="upstream-error") from None
+            raise ExecutionError(
+                f"the MCP server failed the request: {_why(exc)}", code=CallErrorCode.UPSTREAM_ERROR
+            ) from None
 
     def list(self) -> Listing:
         """``tools/list`` (every page) and the instructions of ``initialize``."""
@@ -938,7 +952,8 @@ class ServerSession:
             else:
                 return Listing(tuple(tools), self.instructions, _now())
             raise ExecutionError(
-                f"MCP server {self.record.name!r} {over}; none of this listing is used", code="upstream-over-limit"
+                f"MCP server {self.record.name!r} {over}; none of this listing is used",
+                code=CallErrorCode.UPSTREAM_OVER_LIMIT,
             )
 
         listed: Listing = self._request(listing)
@@ -1029,10 +1044,12 @@ def interpret_result(result: Mapping[str, Any], cap: int) -> Any:
         content = sanitize_json(list(blocks))
     size = len(json.dumps(content, ensure_ascii=False).encode())
     if size > cap:
-        raise ExecutionError(f"the MCP server's result is {size} bytes; the cap is {cap}", code="output-too-large")
+        raise ExecutionError(
+            f"the MCP server's result is {size} bytes; the cap is {cap}", code=CallErrorCode.OUTPUT_TOO_LARGE
+        )
     if result.get("isError") is True:
         message = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-        raise ExecutionError(f"the MCP server's tool failed: {_clip(message, 2000)}", code="upstream-error")
+        raise ExecutionError(f"the MCP server's tool failed: {_clip(message, 2000)}", code=CallErrorCode.UPSTREAM_ERROR)
     return content
 
 
@@ -1095,7 +1112,13 @@ class UpstreamHub:
                     self.start_problems[record.name] = exc.message
                     _record_failure_quietly(self.state_dir, record, exc)
                     problems.append(
-                        warning(exc.code, exc.message, tool=record.name, source=record.source, path=record.path)
+                        warning(
+                            _listing_code(exc.code),
+                            exc.message,
+                            tool=record.name,
+                            source=record.source,
+                            path=record.path,
+                        )
                     )
         data = load_upstream_state(self.state_dir)
         return extend_snapshot(snapshot, data, self.policy, self.builtins, problems=problems), problems
@@ -1185,7 +1208,7 @@ class UpstreamHub:
         """Forward one call of an active upstream record (the registry checked everything else)."""
         ref = record.upstream
         if ref is None:
-            raise ExecutionError(f"{record.name} is not an upstream tool", code="upstream-unavailable")
+            raise ExecutionError(f"{record.name} is not an upstream tool", code=CallErrorCode.UPSTREAM_UNAVAILABLE)
         snapshot = self._store.current if self._store is not None else None
         package = None
         if snapshot is not None:
@@ -1284,7 +1307,7 @@ def pin_after_approval(config: LoadConfig, path: str) -> Pinned | None:
     if record is None:
         return None
     if not is_runnable(record):
-        raise ExecutionError(why_not_runnable(record.name, record), code="not-active")
+        raise ExecutionError(why_not_runnable(record.name, record), code=CallErrorCode.NOT_ACTIVE)
     listing, entry = approve_listing(record, config.policy, config.state_dir)
     return Pinned(record, listing, entry)
 
@@ -1292,7 +1315,7 @@ def pin_after_approval(config: LoadConfig, path: str) -> Pinned | None:
 def _record_failure_quietly(state_dir: Path, record: ToolRecord, exc: ExecutionError) -> None:
     """:func:`record_failure`, except that a state that cannot be written only loses the record
     (the failure itself is reported to the caller either way)."""
-    if exc.code != "upstream-unavailable":
+    if exc.code != CallErrorCode.UPSTREAM_UNAVAILABLE:
         return
     try:
         record_failure(state_dir, record, exc.message)

@@ -125,6 +125,8 @@ def test_state_check_ignores_the_audit_log_that_tooldir_itself_appends_to(tmp_pa
         (HEADER.replace('"trust:unapproved"', '"Not An Id"'), "threat"),
         (HEADER + '[[steps]]\ndo = "write"\npath = "project/x"\n', "steps.0"),
         (HEADER + '[[calls]]\ntool = "good_project_tool"\ncancelled = 3\n', "calls.0"),
+        (HEADER + '[expect]\ndiagnostics = [{ code = "not-aproved" }]\n', "expect.diagnostics.0.code"),
+        (HEADER + '[[calls]]\ntool = "good_project_tool"\nerror = "tool-faild"\n', "calls.0.error"),
     ],
     ids=[
         "symlink-without-target",
@@ -133,6 +135,8 @@ def test_state_check_ignores_the_audit_log_that_tooldir_itself_appends_to(tmp_pa
         "bad-threat-id",
         "write-without-content",
         "cancelled-without-mcp",
+        "unknown-diagnostic-code",
+        "unknown-error-code",
     ],
 )
 def test_an_invalid_scenario_is_a_clear_error_naming_the_key(tmp_path: Path, toml: str, key: str) -> None:

@@ -13,6 +13,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..codes import DiagnosticCode
 from .common import (
     EXIT_FOUND_ERRORS,
     EXIT_OK,
@@ -149,7 +150,9 @@ def cmd_adopt(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-_FAILED = frozenset({"adopt-install-failed", "adopt-over-limit", "adopt-conflict"})
+_FAILED = frozenset(
+    {DiagnosticCode.ADOPT_INSTALL_FAILED, DiagnosticCode.ADOPT_OVER_LIMIT, DiagnosticCode.ADOPT_CONFLICT}
+)
 
 
 def _adopt(

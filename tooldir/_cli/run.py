@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..codes import CallErrorCode
 from ..names import SEPARATOR  # a constant only
 from .common import (
     EXIT_FOUND_ERRORS,
@@ -42,17 +43,17 @@ from .progress import load_roots
 if TYPE_CHECKING:
     from ..run.registry import CallResult, Registry
 
-USAGE_CODES = frozenset({"invalid-input", "unknown-tool"})
+USAGE_CODES = frozenset({CallErrorCode.INVALID_INPUT, CallErrorCode.UNKNOWN_TOOL})
 REFUSED_CODES = frozenset(
     {
-        "not-active",
-        "session-refused",
-        "permission-denied",
-        "hook-denied",
-        "sandbox-unavailable",
-        "changed-since-verification",
-        "secret-unavailable",
-        "audit-unavailable",
+        CallErrorCode.NOT_ACTIVE,
+        CallErrorCode.SESSION_REFUSED,
+        CallErrorCode.PERMISSION_DENIED,
+        CallErrorCode.HOOK_DENIED,
+        CallErrorCode.SANDBOX_UNAVAILABLE,
+        CallErrorCode.CHANGED_SINCE_VERIFICATION,
+        CallErrorCode.SECRET_UNAVAILABLE,
+        CallErrorCode.AUDIT_UNAVAILABLE,
     }
 )
 
@@ -151,7 +152,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with open_config(config, upstream=SEPARATOR in args.name, load=lambda loader: load_roots(loader.config)) as box:
         result = box.call(args.name, data)
         registry, snapshot, start_problems = box.registry, box.snapshot, box.start_problems
-    if SEPARATOR in args.name and result.error is not None and result.error.code == "unknown-tool":
+    if SEPARATOR in args.name and result.error is not None and result.error.code == CallErrorCode.UNKNOWN_TOOL:
         from .upstream import package_refusal
 
         why = package_refusal(snapshot, args.name)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..codes import DiagnosticCode
 from .common import (
     EXIT_FOUND_ERRORS,
     EXIT_OK,
@@ -149,7 +150,7 @@ def _print_review(verdict: manage.Verdict) -> None:
     for f in verdict.files:
         table.add_row(safe(f.path), str(f.size), "x" if f.executable else "", f.sha256)
     out.print(table)
-    shown = tuple(d for d in verdict.diagnostics if d.code != "not-approved")
+    shown = tuple(d for d in verdict.diagnostics if d.code != DiagnosticCode.NOT_APPROVED)
     if shown:
         print_diagnostic_rows(shown)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..codes import CallErrorCode
 from ..errors import ExecutionError
 from ..model import ToolRecord, is_runnable, why_not_runnable
 from ..names import SEPARATOR
@@ -31,7 +32,7 @@ def pin_after_allow(config: LoadConfig, path: str, *, quiet: bool) -> dict[str, 
     try:
         pinned = pin_after_approval(config, path)
     except ExecutionError as exc:
-        if exc.code == "not-active":
+        if exc.code == CallErrorCode.NOT_ACTIVE:
             return {"error": {"code": exc.code, "message": exc.message}}
         if not quiet:
             console_err().print(

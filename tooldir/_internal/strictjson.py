@@ -12,13 +12,17 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
+
+#: The diagnostic codes a strict parse refuses with: members of ``tooldir.codes.DiagnosticCode``
+#: (this module imports nothing of tooldir; tests/unit/test_codes.py keeps the two equal).
+StrictJSONCode = Literal["invalid-encoding", "invalid-json", "duplicate-key", "non-finite-number", "too-deep"]
 
 
 class StrictJSONError(ValueError):
     """``code`` is a stable diagnostic code; ``pointer`` locates the problem where known."""
 
-    def __init__(self, code: str, message: str, pointer: str | None = None) -> None:
+    def __init__(self, code: StrictJSONCode, message: str, pointer: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message

@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from .._internal import jsonlines, strictjson, tomllines
+from ..codes import DiagnosticCode
 from ..errors import ConfigError
 from ..model import Diagnostic, error, warning
 
@@ -258,7 +259,7 @@ def judge(
             out.append(
                 _finding(
                     warning,
-                    "adopt-collision",
+                    DiagnosticCode.ADOPT_COLLISION,
                     entry,
                     "",
                     f"server {entry.name!r} would become package {pkg!r}, which you already have",
@@ -269,7 +270,7 @@ def judge(
             out.append(
                 _finding(
                     warning,
-                    "adopt-collision",
+                    DiagnosticCode.ADOPT_COLLISION,
                     entry,
                     "",
                     f"server {entry.name!r} would become package {pkg!r}, as would {other.name!r} "
@@ -281,7 +282,7 @@ def judge(
     return out
 
 
-def _finding(make: Any, code: str, entry: ServerEntry, sub: str, message: str, *, fix: str) -> Finding:
+def _finding(make: Any, code: DiagnosticCode, entry: ServerEntry, sub: str, message: str, *, fix: str) -> Finding:
     diagnostic: Diagnostic = make(code, f"{entry.name}: {message}", path=entry.file, pointer=entry.pointer + sub)
     return Finding(diagnostic, entry.name, entry.client, entry.line_of(sub), fix)
 
@@ -291,7 +292,12 @@ def _judge_one(entry: ServerEntry, interpreters: Sequence[str]) -> list[Finding]
     if not isinstance(body, Mapping):
         return [
             _finding(
-                error, "adopt-invalid-entry", entry, "", "the entry is not an object", fix="make it a server object"
+                error,
+                DiagnosticCode.ADOPT_INVALID_ENTRY,
+                entry,
+                "",
+                "the entry is not an object",
+                fix="make it a server object",
             )
         ]
     out: list[Finding] = []
@@ -302,7 +308,7 @@ def _judge_one(entry: ServerEntry, interpreters: Sequence[str]) -> list[Finding]
         return [
             _finding(
                 error,
-                "adopt-invalid-entry",
+                DiagnosticCode.ADOPT_INVALID_ENTRY,
                 entry,
                 "",
                 "the entry has neither a command nor a url",
@@ -310,11 +316,22 @@ def _judge_one(entry: ServerEntry, interpreters: Sequence[str]) -> list[Finding]
             )
         ]
     if command is not None and (not isinstance(command, str) or not command):
-        out.append(_finding(error, "adopt-invalid-entry", entry, "/command", "command is not a string", fix="fix it"))
+        out.append(
+            _finding(
+                error, DiagnosticCode.ADOPT_INVALID_ENTRY, entry, "/command", "command is not a string", fix="fix it"
+            )
+        )
         command = None
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         out.append(
-            _finding(error, "adopt-invalid-entry", entry, "/args", "args is not an array of strings", fix="fix it")
+            _finding(
+                error,
+                DiagnosticCode.ADOPT_INVALID_ENTRY,
+                entry,
+                "/args",
+                "args is not an array of strings",
+                fix="fix it",
+            )
         )
         args = []
     if isinstance(command, str):
@@ -353,7 +370,7 @@ def _command_findings(entry: ServerEntry, command: str, args: list[str], interpr
         out.append(
             _finding(
                 warning,
-                "adopt-runtime",
+                DiagnosticCode.ADOPT_RUNTIME,
                 entry,
                 "/command",
                 f"command {command!r} is not a runtime your policy allows ({', '.join(sorted(allowed))}"
@@ -368,7 +385,7 @@ def _command_findings(entry: ServerEntry, command: str, args: list[str], interpr
             out.append(
                 _finding(
                     warning,
-                    "adopt-unpinned",
+                    DiagnosticCode.ADOPT_UNPINNED,
                     entry,
                     f"/args/{index}",
                     f"{base} fetches {text!r} at every start without an exact version{how}",
@@ -521,7 +538,7 @@ def _secret(entry: ServerEntry, sub: str, where: str, value: str, env_name: str 
     visible = f"{scheme} {shown(rest)}" if scheme.lower() in {"bearer", "basic", "token"} and rest else shown(value)
     return _finding(
         error,
-        "adopt-secret",
+        DiagnosticCode.ADOPT_SECRET,
         entry,
         sub,
         f"a secret in plain text in {where}: {visible}",
@@ -543,12 +560,17 @@ def _url_findings(entry: ServerEntry, url: str, sub: str) -> list[Finding]:
         parts = urlsplit(url)
         host = parts.hostname or ""
     except ValueError:
-        return [*out, _finding(error, "adopt-invalid-entry", entry, sub, "the url cannot be parsed", fix="fix the url")]
+        return [
+            *out,
+            _finding(
+                error, DiagnosticCode.ADOPT_INVALID_ENTRY, entry, sub, "the url cannot be parsed", fix="fix the url"
+            ),
+        ]
     if parts.scheme == "http" and not _loopback(host):
         out.append(
             _finding(
                 error,
-                "adopt-no-tls",
+                DiagnosticCode.ADOPT_NO_TLS,
                 entry,
                 sub,
                 f"remote server {host!r} over plain http: its traffic (and any token) can be read and changed on the way",

@@ -41,6 +41,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .._internal.atomic import write_atomic
+from ..codes import DiagnosticCode
 from ..model import Source
 from ..policy import Limits
 from ..read.discover import RootSpec, scan_one
@@ -65,7 +66,7 @@ _EXACT_NPM = re.compile(r"^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$")
 class AdoptError(Exception):
     """One entry that is not adopted: its code (``tooldir.codes``) and the reason."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: DiagnosticCode, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -109,7 +110,7 @@ class Outcome:
     entry: ServerEntry
     package: str
     status: str
-    code: str | None = None
+    code: DiagnosticCode | None = None
     message: str = ""
     version: str | None = None
     requested: str | None = None
@@ -153,53 +154,60 @@ def plan(entry: ServerEntry, *, interpreters: Sequence[str]) -> Plan:
     """
     body = entry.entry
     if not isinstance(body, Mapping):
-        raise AdoptError("adopt-skipped", "the entry is not an object")
+        raise AdoptError(DiagnosticCode.ADOPT_SKIPPED, "the entry is not an object")
     if entry.transport != "stdio":
         raise AdoptError(
-            "adopt-skipped", f"a remote {entry.transport} server: nothing to install or sandbox; leave it to the client"
+            DiagnosticCode.ADOPT_SKIPPED,
+            f"a remote {entry.transport} server: nothing to install or sandbox; leave it to the client",
         )
     command, args = body.get("command"), body.get("args", [])
     if not isinstance(command, str) or not command:
-        raise AdoptError("adopt-skipped", "the entry has no command")
+        raise AdoptError(DiagnosticCode.ADOPT_SKIPPED, "the entry has no command")
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise AdoptError("adopt-skipped", "args is not an array of strings")
+        raise AdoptError(DiagnosticCode.ADOPT_SKIPPED, "args is not an array of strings")
     base = PurePosixPath(command).name
     if entry.name == "tooldir" and "serve" in args:
-        raise AdoptError("adopt-skipped", "tooldir's own entry: it serves the adopted packages")
+        raise AdoptError(DiagnosticCode.ADOPT_SKIPPED, "tooldir's own entry: it serves the adopted packages")
     if base in ("docker", "podman"):
-        raise AdoptError("adopt-skipped", f"a {base} container: tooldir sandboxes packages, not container images")
+        raise AdoptError(
+            DiagnosticCode.ADOPT_SKIPPED, f"a {base} container: tooldir sandboxes packages, not container images"
+        )
     if base in _NPX:
         runtime, (name, spec, cmd, rest) = "node", _npx(base, args)
     elif base in _PY:
         runtime, (name, spec, cmd, rest) = "python3", _pylaunch(base, args)
     else:
         raise AdoptError(
-            "adopt-skipped",
+            DiagnosticCode.ADOPT_SKIPPED,
             f"command {command!r} is not a package launcher tooldir adopts (npx, bunx, pnpx, uvx, pipx run, "
             "uv tool run); make a server package of it by hand (see 'Guarding a project's MCP servers')",
         )
     if runtime not in interpreters:
-        raise AdoptError("adopt-skipped", f"{base} runs on {runtime}, which is not in your policy's exec.interpreters")
+        raise AdoptError(
+            DiagnosticCode.ADOPT_SKIPPED, f"{base} runs on {runtime}, which is not in your policy's exec.interpreters"
+        )
     env_raw = body.get("env", {})
     if not isinstance(env_raw, Mapping) or not all(isinstance(v, str) for v in env_raw.values()):
-        raise AdoptError("adopt-skipped", "env is not an object of strings")
+        raise AdoptError(DiagnosticCode.ADOPT_SKIPPED, "env is not an object of strings")
     env: dict[str, str] = {}
     passed: list[str] = []
     secrets: dict[str, str] = {}
     for key, value in env_raw.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", key):
-            raise AdoptError("adopt-skipped", f"env {key!r} is not a variable name")
+            raise AdoptError(DiagnosticCode.ADOPT_SKIPPED, f"env {key!r} is not a variable name")
         if is_reference(value):
             ref = value.strip("${}")
             if ref != key:
                 raise AdoptError(
-                    "adopt-skipped", f"env {key} = {value!r} renames a variable; tooldir passes a variable as itself"
+                    DiagnosticCode.ADOPT_SKIPPED,
+                    f"env {key} = {value!r} renames a variable; tooldir passes a variable as itself",
                 )
             passed.append(key)
         elif looks_secret(key, value):
             if not re.fullmatch(r"[A-Z][A-Z0-9_]{0,127}", key):
                 raise AdoptError(
-                    "adopt-skipped", f"env {key} holds a secret, but a secret's name is [A-Z][A-Z0-9_]*: rename it"
+                    DiagnosticCode.ADOPT_SKIPPED,
+                    f"env {key} holds a secret, but a secret's name is [A-Z][A-Z0-9_]*: rename it",
                 )
             secrets[key] = value
         else:
@@ -208,13 +216,13 @@ def plan(entry: ServerEntry, *, interpreters: Sequence[str]) -> Plan:
     offset = len(args) - len(rest)
     for index, where, value, secret in secret_args(entry.name, args):
         if index < offset:
-            raise AdoptError("adopt-skipped", f"the launcher's own argument {index} looks like a secret")
+            raise AdoptError(DiagnosticCode.ADOPT_SKIPPED, f"the launcher's own argument {index} looks like a secret")
         if where is None:
             from .entries import url_has_secret
 
             if url_has_secret(value):
                 raise AdoptError(
-                    "adopt-skipped",
+                    DiagnosticCode.ADOPT_SKIPPED,
                     f"argument {index} is a URL with a secret inside: move the secret into an env variable "
                     "the server reads, then adopt it",
                 )
@@ -222,10 +230,11 @@ def plan(entry: ServerEntry, *, interpreters: Sequence[str]) -> Plan:
         flag, eq, _ = args[index].partition("=")
         if eq and flag.startswith("-"):
             raise AdoptError(
-                "adopt-skipped", f"argument {flag}=... holds a secret: write it as two arguments ({flag} VALUE)"
+                DiagnosticCode.ADOPT_SKIPPED,
+                f"argument {flag}=... holds a secret: write it as two arguments ({flag} VALUE)",
             )
         if secret in secrets and secrets[secret] != value:
-            raise AdoptError("adopt-skipped", f"two different secrets would be named {secret}")
+            raise AdoptError(DiagnosticCode.ADOPT_SKIPPED, f"two different secrets would be named {secret}")
         secrets[secret] = value
         out_args[index - offset] = {"secret": secret}
     return Plan(
@@ -263,11 +272,13 @@ def _launcher_options(
             value = args[i + 1]
             i += 2
         elif arg.startswith("-"):
-            raise AdoptError("adopt-skipped", f"{base} option {arg!r} is not one tooldir knows how to keep")
+            raise AdoptError(
+                DiagnosticCode.ADOPT_SKIPPED, f"{base} option {arg!r} is not one tooldir knows how to keep"
+            )
         else:
             break
     if i >= len(args):
-        raise AdoptError("adopt-skipped", f"{base} names no package")
+        raise AdoptError(DiagnosticCode.ADOPT_SKIPPED, f"{base} names no package")
     return value, i
 
 
@@ -281,7 +292,8 @@ def _npx(base: str, args: list[str]) -> tuple[str, str, str | None, list[str]]:
     name, version = (spec[:at], spec[at + 1 :]) if at > 0 else (spec, "")
     if not _NPM_NAME.match(name):
         raise AdoptError(
-            "adopt-skipped", f"{spec!r} is not an npm registry package (a path, URL or git spec is not adopted)"
+            DiagnosticCode.ADOPT_SKIPPED,
+            f"{spec!r} is not an npm registry package (a path, URL or git spec is not adopted)",
         )
     return name, version, cmd, args[i + 1 :]
 
@@ -290,11 +302,11 @@ def _pylaunch(base: str, args: list[str]) -> tuple[str, str, str | None, list[st
     rest = list(args)
     if base == "pipx":
         if not rest or rest[0] != "run":
-            raise AdoptError("adopt-skipped", "pipx without 'run' starts nothing tooldir can adopt")
+            raise AdoptError(DiagnosticCode.ADOPT_SKIPPED, "pipx without 'run' starts nothing tooldir can adopt")
         rest = rest[1:]
     elif base == "uv":
         if rest[:2] != ["tool", "run"]:
-            raise AdoptError("adopt-skipped", "uv without 'tool run' starts nothing tooldir can adopt")
+            raise AdoptError(DiagnosticCode.ADOPT_SKIPPED, "uv without 'tool run' starts nothing tooldir can adopt")
         rest = rest[2:]
     source, i = _launcher_options(base, rest, valued=("--from", "--spec"))
     target = rest[i]
@@ -302,13 +314,16 @@ def _pylaunch(base: str, args: list[str]) -> tuple[str, str, str | None, list[st
     found = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[A-Za-z0-9,._-]+\])?(.*)$", spec_text)
     if found is None or not _PY_NAME.match(found.group(1)):
         raise AdoptError(
-            "adopt-skipped", f"{spec_text!r} is not a PyPI package (a path, URL or git spec is not adopted)"
+            DiagnosticCode.ADOPT_SKIPPED,
+            f"{spec_text!r} is not a PyPI package (a path, URL or git spec is not adopted)",
         )
     name, extras, version = found.group(1), found.group(2) or "", found.group(3).strip()
     if version.startswith("@"):
         version = "" if version[1:] == "latest" else "==" + version[1:]
     if version and not re.fullmatch(r"(==|>=|<=|~=|!=|<|>)[A-Za-z0-9.*+!,<>=~ -]+", version):
-        raise AdoptError("adopt-skipped", f"{spec_text!r}: version {version!r} is not a PyPI version specifier")
+        raise AdoptError(
+            DiagnosticCode.ADOPT_SKIPPED, f"{spec_text!r}: version {version!r} is not a PyPI version specifier"
+        )
     command = target if source is not None else re.split(r"[=@<>~!\[]", target)[0]
     return name + extras, version, command, rest[i + 1 :]
 
@@ -328,13 +343,15 @@ def _run(argv: list[str], *, what: str, cwd: str | None = None) -> str:
             check=False,
         )
     except FileNotFoundError:
-        raise AdoptError("adopt-install-failed", f"{what}: {argv[0]} is not installed") from None
+        raise AdoptError(DiagnosticCode.ADOPT_INSTALL_FAILED, f"{what}: {argv[0]} is not installed") from None
     except subprocess.TimeoutExpired:
-        raise AdoptError("adopt-install-failed", f"{what}: no answer within {INSTALL_TIMEOUT_S:.0f} s") from None
+        raise AdoptError(
+            DiagnosticCode.ADOPT_INSTALL_FAILED, f"{what}: no answer within {INSTALL_TIMEOUT_S:.0f} s"
+        ) from None
     if done.returncode != 0:
         lines = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
         last = " | ".join(lines[-3:]) if lines else f"exit status {done.returncode}"
-        raise AdoptError("adopt-install-failed", f"{what} failed: {last}")
+        raise AdoptError(DiagnosticCode.ADOPT_INSTALL_FAILED, f"{what} failed: {last}")
     return done.stdout
 
 
@@ -350,7 +367,9 @@ class Registry:
 def _npm() -> str:
     npm = shutil.which("npm")
     if npm is None:
-        raise AdoptError("adopt-install-failed", "npm is not installed (it resolves and installs npm packages)")
+        raise AdoptError(
+            DiagnosticCode.ADOPT_INSTALL_FAILED, "npm is not installed (it resolves and installs npm packages)"
+        )
     return npm
 
 
@@ -415,10 +434,10 @@ def install_npm(p: Plan, folder: Path, registry: Registry | None = None) -> Inst
         try:
             found = json.loads(out)
         except ValueError:
-            raise AdoptError("adopt-install-failed", f"npm view {p.requested}: not JSON") from None
+            raise AdoptError(DiagnosticCode.ADOPT_INSTALL_FAILED, f"npm view {p.requested}: not JSON") from None
         versions = found if isinstance(found, list) else [found]
         if not versions or not all(isinstance(v, str) and _EXACT_NPM.match(v) for v in versions):
-            raise AdoptError("adopt-install-failed", f"npm view {p.requested}: no version matches")
+            raise AdoptError(DiagnosticCode.ADOPT_INSTALL_FAILED, f"npm view {p.requested}: no version matches")
         version = versions[-1]  # npm lists the matching versions oldest first
     prefix = folder / "node"
     prefix.mkdir()
@@ -426,13 +445,17 @@ def install_npm(p: Plan, folder: Path, registry: Registry | None = None) -> Inst
     where = prefix / "node_modules" / p.name
     meta = _json_file(where / "package.json", f"{p.name}'s package.json")
     if meta.get("version") != version:
-        raise AdoptError("adopt-install-failed", f"npm installed {p.name} {meta.get('version')!r}, not {version}")
+        raise AdoptError(
+            DiagnosticCode.ADOPT_INSTALL_FAILED, f"npm installed {p.name} {meta.get('version')!r}, not {version}"
+        )
     bins = meta.get("bin")
     short = p.name.rsplit("/", 1)[-1]
     if isinstance(bins, str):
         bins = {short: bins}
     if not isinstance(bins, dict) or not bins:
-        raise AdoptError("adopt-skipped", f"{p.name}@{version} has no bin to run (npx would not start it either)")
+        raise AdoptError(
+            DiagnosticCode.ADOPT_SKIPPED, f"{p.name}@{version} has no bin to run (npx would not start it either)"
+        )
     if p.command is not None:
         chosen = bins.get(p.command)
     elif len(bins) == 1:
@@ -440,10 +463,14 @@ def install_npm(p: Plan, folder: Path, registry: Registry | None = None) -> Inst
     else:
         chosen = bins.get(short)
     if not isinstance(chosen, str):
-        raise AdoptError("adopt-skipped", f"{p.name}@{version}: which of its bins ({', '.join(sorted(bins))}) to run?")
+        raise AdoptError(
+            DiagnosticCode.ADOPT_SKIPPED, f"{p.name}@{version}: which of its bins ({', '.join(sorted(bins))}) to run?"
+        )
     rel = PurePosixPath("node/node_modules", p.name, PurePosixPath(chosen.removeprefix("./")))
     if ".." in rel.parts or not (folder / rel).is_file():
-        raise AdoptError("adopt-skipped", f"{p.name}@{version}: its bin {chosen!r} is not a file of the package")
+        raise AdoptError(
+            DiagnosticCode.ADOPT_SKIPPED, f"{p.name}@{version}: its bin {chosen!r} is not a file of the package"
+        )
     return Installed(version, "node", str(rel), short if p.command is None else p.command)
 
 
@@ -453,7 +480,9 @@ def sandbox_python() -> tuple[str, str]:
 
     python = resolve_interpreter("python3")
     if python is None:
-        raise AdoptError("adopt-install-failed", "no python3 under the system folders: the sandbox could not run it")
+        raise AdoptError(
+            DiagnosticCode.ADOPT_INSTALL_FAILED, "no python3 under the system folders: the sandbox could not run it"
+        )
     out = _run([python, "-I", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], what=f"{python} --version")
     return python, out.strip()
 
@@ -476,14 +505,14 @@ def install_pypi(p: Plan, folder: Path, registry: Registry | None = None) -> Ins
         if _canonical(str(meta.get("name", ""))) == wanted:
             version = str(meta.get("version"))
     if version is None:
-        raise AdoptError("adopt-install-failed", f"pip's report does not name {base}")
+        raise AdoptError(DiagnosticCode.ADOPT_INSTALL_FAILED, f"pip's report does not name {base}")
     shutil.rmtree(site / "bin", ignore_errors=True)  # scripts with the host's interpreter in their #! line
     scripts = _console_scripts(site, wanted)
     command = p.command or base
     target = scripts.get(command) or (next(iter(scripts.values())) if len(scripts) == 1 else None)
     if target is None:
         raise AdoptError(
-            "adopt-skipped",
+            DiagnosticCode.ADOPT_SKIPPED,
             f"{base} {version} has no console script {command!r} (it has: {', '.join(sorted(scripts)) or 'none'})",
         )
     return Installed(version, "site", target, command)
@@ -516,9 +545,9 @@ def _json_file(path: Path, what: str) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError) as exc:
-        raise AdoptError("adopt-install-failed", f"{what} cannot be read: {exc}") from None
+        raise AdoptError(DiagnosticCode.ADOPT_INSTALL_FAILED, f"{what} cannot be read: {exc}") from None
     if not isinstance(doc, dict):
-        raise AdoptError("adopt-install-failed", f"{what} is not a JSON object")
+        raise AdoptError(DiagnosticCode.ADOPT_INSTALL_FAILED, f"{what} is not a JSON object")
     return doc
 
 
@@ -550,7 +579,9 @@ def pack(work: Path, folder: str, *, part_bytes: int) -> tuple[list[str], list[l
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as archive:
         for path in sorted(root.rglob("*")):
             if path.is_symlink() or not (path.is_file() or path.is_dir()):
-                raise AdoptError("adopt-install-failed", f"{path.relative_to(work)}: not a regular file or folder")
+                raise AdoptError(
+                    DiagnosticCode.ADOPT_INSTALL_FAILED, f"{path.relative_to(work)}: not a regular file or folder"
+                )
             if path.is_dir():
                 continue
             rel = str(path.relative_to(work))
@@ -709,7 +740,7 @@ def adopt_all(
             outcome = Outcome(entry, package_name(entry.name), "skipped", exc.code, exc.message)
         except OSError as exc:
             outcome = Outcome(
-                entry, package_name(entry.name), "skipped", "adopt-install-failed", f"cannot write: {exc}"
+                entry, package_name(entry.name), "skipped", DiagnosticCode.ADOPT_INSTALL_FAILED, f"cannot write: {exc}"
             )
         taken.add(outcome.package)
         out.append(outcome)
@@ -731,12 +762,14 @@ def _adopt_one(
         if is_adopted_here(entry, folder):
             return Outcome(entry, pkg, "already-adopted", message=f"already adopted as {folder}")
         raise AdoptError(
-            "adopt-conflict",
+            DiagnosticCode.ADOPT_CONFLICT,
             f"{folder} exists and is not the package adopted from this entry; rename the server in the client's "
             "file, or remove that folder, then adopt again",
         )
     if pkg in taken or any(t.startswith(pkg + "__") for t in taken):
-        raise AdoptError("adopt-conflict", f"package name {pkg!r} is taken by a tool you have or another server")
+        raise AdoptError(
+            DiagnosticCode.ADOPT_CONFLICT, f"package name {pkg!r} is taken by a tool you have or another server"
+        )
     p = plan(entry, interpreters=interpreters)
     _check_secrets(p, target)
     if report is not None:
@@ -830,7 +863,7 @@ def _check_limits(staging: Path, pkg: str, limits: Limits) -> int:
         over.append(f"max_file_bytes = {largest + (1 << 20)}")
     if over:
         raise AdoptError(
-            "adopt-over-limit",
+            DiagnosticCode.ADOPT_OVER_LIMIT,
             f"the installed package has {files} files, {size} bytes, folders {depth} deep, its largest file "
             f"{largest} bytes; your limits are max_package_files = {limits.max_package_files}, "
             f"max_package_bytes = {limits.max_package_bytes}, max_package_depth = {limits.max_package_depth}, "
@@ -839,7 +872,7 @@ def _check_limits(staging: Path, pkg: str, limits: Limits) -> int:
         )
     first = next(iter(scan.diagnostics), None)
     raise AdoptError(
-        "adopt-install-failed",
+        DiagnosticCode.ADOPT_INSTALL_FAILED,
         f"the installed package would be refused by discovery ({', '.join(problems)}): "
         f"{first.message if first else 'unknown'}",
     )
@@ -878,16 +911,18 @@ def _check_secrets(p: Plan, target: Target) -> None:
 
     for name in p.secrets:
         if name in RESERVED_ENV:
-            raise AdoptError("adopt-conflict", f"secret {name} takes the name of a variable the sandbox sets itself")
+            raise AdoptError(
+                DiagnosticCode.ADOPT_CONFLICT, f"secret {name} takes the name of a variable the sandbox sets itself"
+            )
     try:
         held = read_secrets_file(target.secrets_file) or {}
     except SecretsFileError as exc:
-        raise AdoptError("adopt-conflict", exc.diagnostics()) from None
+        raise AdoptError(DiagnosticCode.ADOPT_CONFLICT, exc.diagnostics()) from None
     for name, value in p.secrets.items():
         have = held.get(name)
         if have is not None and have.value != value:
             raise AdoptError(
-                "adopt-conflict",
+                DiagnosticCode.ADOPT_CONFLICT,
                 f"{target.secrets_file} already holds {name} with another value; rename one of them "
                 "(the client's env key), then adopt again",
             )
@@ -924,7 +959,9 @@ def _store_secrets(p: Plan, target: Target) -> None:
         if {k: v for k, v in check.get("secrets", {}).items() if k not in p.secrets} != {
             k: v for k, v in table.items() if k not in p.secrets
         } or any(check["secrets"][k] != v for k, v in p.secrets.items()):
-            raise AdoptError("adopt-conflict", f"{target.secrets_file}: the secrets could not be added safely")
+            raise AdoptError(
+                DiagnosticCode.ADOPT_CONFLICT, f"{target.secrets_file}: the secrets could not be added safely"
+            )
         target.secrets_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(target.secrets_file, merged.encode("utf-8"), mode=0o600, sync_dir=True)
     granted = _granted_text(p, target)
@@ -942,7 +979,9 @@ def _granted_text(p: Plan, target: Target) -> str | None:
     try:
         doc = tomllib.loads(text) if text else {}
     except tomllib.TOMLDecodeError as exc:
-        raise AdoptError("adopt-conflict", f"{target.policy_file}: not valid TOML ({exc}); fix it first") from None
+        raise AdoptError(
+            DiagnosticCode.ADOPT_CONFLICT, f"{target.policy_file}: not valid TOML ({exc}); fix it first"
+        ) from None
     names = sorted(p.secrets)
     grants = doc.get("secrets", {}).get("grants", {})
     have = grants.get(p.package)
@@ -950,21 +989,23 @@ def _granted_text(p: Plan, target: Target) -> str | None:
         if isinstance(have, list) and set(names) <= set(have):
             return None
         raise AdoptError(
-            "adopt-conflict",
+            DiagnosticCode.ADOPT_CONFLICT,
             f"{target.policy_file}: [secrets.grants] {p.package} is there without {', '.join(names)}; add them by hand",
         )
     line = f"{p.package} = [{', '.join(json.dumps(n) for n in names)}]"
     has_header = any(_GRANTS_HEADER.match(row) for row in text.splitlines())
     if "grants" in doc.get("secrets", {}) and not has_header:
         raise AdoptError(
-            "adopt-conflict",
+            DiagnosticCode.ADOPT_CONFLICT,
             f"{target.policy_file}: its secrets.grants is not a [secrets.grants] table; add {line} to it by hand",
         )
     merged = _insert_after_header(text, _GRANTS_HEADER, [line], "secrets.grants")
     try:
         check = tomllib.loads(merged)
     except tomllib.TOMLDecodeError:
-        raise AdoptError("adopt-conflict", f"{target.policy_file}: add [secrets.grants] {line} by hand") from None
+        raise AdoptError(
+            DiagnosticCode.ADOPT_CONFLICT, f"{target.policy_file}: add [secrets.grants] {line} by hand"
+        ) from None
     if check.get("secrets", {}).get("grants", {}).get(p.package) != names:
-        raise AdoptError("adopt-conflict", f"{target.policy_file}: add [secrets.grants] {line} by hand")
+        raise AdoptError(DiagnosticCode.ADOPT_CONFLICT, f"{target.policy_file}: add [secrets.grants] {line} by hand")
     return merged

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from ..codes import CallErrorCode
 from ..model import BuiltinSpec, ToolRecord, is_runnable, why_not_runnable
 from ..names import GUARD_TOOLS
 from ..policy import Policy, load_policy
@@ -442,7 +443,7 @@ class Session:
 
     # ----------------------------------------------------------------------------- calls
 
-    def authorize(self, record: ToolRecord) -> tuple[str, str] | None:
+    def authorize(self, record: ToolRecord) -> tuple[CallErrorCode, str] | None:
         """The CallGate of ``Registry.call``: None to allow, or (code, message) to refuse."""
         name = record.name
         if name in GUARD_TOOLS:
@@ -458,16 +459,16 @@ class Session:
                 # model never saw it, so it cannot have loaded it: fail closed.
                 reason = view.unavailable.get(name)
                 if reason is not None and reason.startswith("permission:"):
-                    return ("permission-denied", f"{name!r} is not available in this session ({reason})")
+                    return (CallErrorCode.PERMISSION_DENIED, f"{name!r} is not available in this session ({reason})")
                 return (
-                    "session:unloaded",
+                    CallErrorCode.SESSION_UNLOADED,
                     f"{name!r} is not loaded in this session"
                     + (f" ({reason})" if reason is not None else "")
                     + f'; call tool_search with tool_names=["{name}"] first, then call it',
                 )
             if name in view.deferred and (name not in self._loaded or pinned is None):
                 return (
-                    "session:unloaded",
+                    CallErrorCode.SESSION_UNLOADED,
                     f"{name!r} is deferred and not loaded in this session; call tool_search with "
                     f'tool_names=["{name}"] first, then call it',
                 )
@@ -480,7 +481,7 @@ class Session:
                 # description alone is not refused: the call runs against the current version and
                 # the client hears list_changed (see _on_publish)
                 return (
-                    "session:stale",
+                    CallErrorCode.SESSION_STALE,
                     f"the schema of {name!r} changed since this session loaded it; load it again with "
                     f'tool_search tool_names=["{name}"] and re-check the input',
                 )
@@ -490,13 +491,13 @@ class Session:
     def defer_execute_tool(self, name: Any, input: Any, *, context: Mapping[str, Any] | None = None) -> CallResult:
         """Run a loaded deferred tool. Immediate (eager) tools are refused: call them directly."""
         if not isinstance(name, str) or not name:
-            return _refused("invalid-input", "defer_execute_tool needs 'name' (a tool name string)")
+            return _refused(CallErrorCode.INVALID_INPUT, "defer_execute_tool needs 'name' (a tool name string)")
         if name in GUARD_TOOLS:
-            return _refused("session:immediate", f"{name!r} is a guard tool: call it directly")
+            return _refused(CallErrorCode.SESSION_IMMEDIATE, f"{name!r} is a guard tool: call it directly")
         with self._lock:
             view = self._view()
             if name in view.defs and name not in view.deferred:
-                return _refused("session:immediate", f"{name!r} is not deferred: call it directly")
+                return _refused(CallErrorCode.SESSION_IMMEDIATE, f"{name!r} is not deferred: call it directly")
         return self._registry_call(name, input, context)
 
     def call(self, name: str, input: Any, *, context: Mapping[str, Any] | None = None) -> CallResult:
@@ -505,29 +506,33 @@ class Session:
             return self._call_tool_search(input)
         if name == DEFER_EXECUTE_TOOL.name:
             if not isinstance(input, Mapping) or set(input) - {"name", "input"} or "name" not in input:
-                return _refused("invalid-input", "defer_execute_tool takes {'name': str, 'input': object}")
+                return _refused(CallErrorCode.INVALID_INPUT, "defer_execute_tool takes {'name': str, 'input': object}")
             inner = input.get("input", {})
             if not isinstance(inner, Mapping):
-                return _refused("invalid-input", "defer_execute_tool: 'input' must be an object")
+                return _refused(CallErrorCode.INVALID_INPUT, "defer_execute_tool: 'input' must be an object")
             return self.defer_execute_tool(input["name"], inner, context=context)
         return self._registry_call(name, input, context)
 
     def _call_tool_search(self, input: Any) -> CallResult:
         if not isinstance(input, Mapping) or set(input) - {"queries", "tool_names", "top_k", "query"}:
-            return _refused("invalid-input", "tool_search takes queries, tool_names (string lists) and top_k")
+            return _refused(
+                CallErrorCode.INVALID_INPUT, "tool_search takes queries, tool_names (string lists) and top_k"
+            )
         queries, names, top_k = input.get("queries", []), input.get("tool_names", []), input.get("top_k", 5)
         if isinstance(queries, str):
             queries = [queries]
         if isinstance(input.get("query"), str):
             queries = [*queries, input["query"]]
         if not (isinstance(queries, list) and all(isinstance(q, str) for q in queries)):
-            return _refused("invalid-input", "tool_search: 'queries' must be a list of strings")
+            return _refused(CallErrorCode.INVALID_INPUT, "tool_search: 'queries' must be a list of strings")
         if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
-            return _refused("invalid-input", "tool_search: 'tool_names' must be a list of strings")
+            return _refused(CallErrorCode.INVALID_INPUT, "tool_search: 'tool_names' must be a list of strings")
         if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
-            return _refused("invalid-input", f"tool_search: 'top_k' must be an integer from 1 to {MAX_TOP_K}")
+            return _refused(
+                CallErrorCode.INVALID_INPUT, f"tool_search: 'top_k' must be an integer from 1 to {MAX_TOP_K}"
+            )
         if not queries and not names:
-            return _refused("invalid-input", "tool_search needs 'queries' or 'tool_names'")
+            return _refused(CallErrorCode.INVALID_INPUT, "tool_search needs 'queries' or 'tool_names'")
         result = self.tool_search(queries=queries, tool_names=names, top_k=top_k)
         return CallResult(ok=True, content=result.to_json(), error=None, audit_id=None)
 
@@ -542,7 +547,7 @@ class Session:
         nothing of a pending or rejected tool may reach the model (trust:listing). Only the
         status, the diagnostic codes and the name the model itself asked for are kept."""
         error = result.error
-        if error is None or error.code != "not-active":
+        if error is None or error.code != CallErrorCode.NOT_ACTIVE:
             return result
         snapshot = self._follower._current_snapshot()
         record = snapshot.by_name.get(name)
@@ -675,5 +680,5 @@ def _immediate_hint(reasons: list[tuple[str, str]]) -> str | None:
     return f"already loaded (immediate, not deferred): {names}; call them directly, no tool_search needed"
 
 
-def _refused(code: str, message: str) -> CallResult:
+def _refused(code: CallErrorCode, message: str) -> CallResult:
     return CallResult(ok=False, content=None, error=CallError(code, message), audit_id=None)

@@ -48,6 +48,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..codes import CallErrorCode, DiagnosticCode
 from ..errors import ConfigError
 from ..model import BuiltinSpec, Risk
 from . import checks as ck
@@ -256,11 +257,11 @@ class CallSpec(_Frozen):
     the MCP server is available, its tools/list), for ``content_includes``/``content_excludes``."""
     before: tuple[Step, ...] = ()
     """Steps right before this call (e.g. swap a file between verification and execution)."""
-    error: str | None = None
+    error: CallErrorCode | None = None
     """The expected error code (a refusal or a contained failure); None expects ok."""
     message_includes: tuple[str, ...] = ()
     """Substrings the error message must hold when the call fails (e.g. a hint)."""
-    may_fail_with: tuple[str, ...] = ()
+    may_fail_with: tuple[CallErrorCode, ...] = ()
     """With ``error`` unset: error codes that are acceptable instead of ok (the threat allows both)."""
     max_seconds: float = Field(default=60.0, gt=0)
     """Bound on the call's wall-clock time (timeouts and caps must hold)."""
@@ -340,7 +341,7 @@ class AuditVerify(_Frozen):
 
 
 class DiagnosticExpectation(_Frozen):
-    code: str
+    code: DiagnosticCode
     tool: str | None = None
     severity: Literal["error", "warning", "info"] | None = None
     source: Literal["builtin", "user", "project"] | None = None

@@ -48,6 +48,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp_types import methods as _methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from ..codes import CallErrorCode, GateCode
 from ..deferred.catalog import ToolDef
 from ..deferred.session import IndexFollower, Session
 from ..model import Risk
@@ -155,7 +156,7 @@ def call_tool_result(
     *,
     ok: bool,
     content: Any,
-    error_code: str | None = None,
+    error_code: CallErrorCode | GateCode | None = None,
     error_message: str | None = None,
     audit_id: str | None = None,
 ) -> types.CallToolResult:
@@ -172,7 +173,7 @@ def call_tool_result(
             is_error=False,
             _meta=meta or None,
         )
-    code = error_code or "tool-error"
+    code = error_code or CallErrorCode.TOOL_ERROR
     message = error_message or "the tool failed"
     meta[ERROR_META_KEY] = code
     return types.CallToolResult(
@@ -392,7 +393,7 @@ class ToolServer:
             return call_tool_result(
                 ok=False,
                 content=None,
-                error_code="internal-error",
+                error_code=CallErrorCode.INTERNAL_ERROR,
                 error_message="tooldir failed while handling this call (see the server log); nothing was returned",
             )
         finally:
@@ -513,7 +514,7 @@ def _as_mcp_result(name: str, result: CallResult) -> types.CallToolResult:
     if error is None:
         return call_tool_result(ok=result.ok, content=result.content, audit_id=result.audit_id)
     message = error.message
-    if error.code == "unknown-tool" and "tool_search" not in message:
+    if error.code == CallErrorCode.UNKNOWN_TOOL and "tool_search" not in message:
         message += "; call tool_search with keywords or exact names to find and load tools"
     return call_tool_result(
         ok=False, content=result.content, error_code=error.code, error_message=message, audit_id=result.audit_id

@@ -21,6 +21,7 @@ from hashlib import sha256
 from types import MappingProxyType
 
 from .._internal.ownership import unsafe_mode
+from ..codes import DiagnosticCode
 from ..errors import DiscoveryError
 from ..model import Diagnostic, PackageFile, Source, error, info
 from ..policy import Limits
@@ -88,10 +89,10 @@ def root_entry(root: RootSpec, name: str, kind: EntryKind) -> Diagnostic | None:
     path = os.path.join(root.path, shown)
     where = {"tool": shown, "source": root.source, "path": path}
     if kind is EntryKind.LINK:
-        return error("symlink", f"tool folder {path} is a symbolic link; not followed", **where)
+        return error(DiagnosticCode.SYMLINK, f"tool folder {path} is a symbolic link; not followed", **where)
     if kind is EntryKind.FILE:
-        return info("stray-file", f"{path} is a file, not a tool folder; ignored", **where)
-    return error("not-regular-file", f"{path} is a FIFO, socket or device, not a tool folder", **where)
+        return info(DiagnosticCode.STRAY_FILE, f"{path} is a file, not a tool folder; ignored", **where)
+    return error(DiagnosticCode.NOT_REGULAR_FILE, f"{path} is a FIFO, socket or device, not a tool folder", **where)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +150,9 @@ def open_root(root: RootSpec) -> tuple[int | None, list[Diagnostic]]:
     except FileNotFoundError:
         return None, []
     except NotADirectoryError:
-        return None, [error("not-regular-file", f"root anchor {root.anchor} is not a directory", **where)]
+        return None, [error(DiagnosticCode.NOT_REGULAR_FILE, f"root anchor {root.anchor} is not a directory", **where)]
     except OSError as exc:
-        return None, [error("unreadable", f"cannot open {root.anchor}: {exc.strerror}", **where)]
+        return None, [error(DiagnosticCode.UNREADABLE, f"cannot open {root.anchor}: {exc.strerror}", **where)]
     current = root.anchor
     for part in root.parts:
         current = os.path.join(current, part)
@@ -163,31 +164,31 @@ def open_root(root: RootSpec) -> tuple[int | None, list[Diagnostic]]:
         except OSError as exc:
             os.close(fd)
             code, why = _open_failure(exc)
-            if code == "not-regular-file" and os.path.islink(current):
-                code, why = "symlink", "is a symbolic link"
+            if code == DiagnosticCode.NOT_REGULAR_FILE and os.path.islink(current):
+                code, why = DiagnosticCode.SYMLINK, "is a symbolic link"
             return None, [error(code, f"root component {current} {why}", **where)]
         os.close(fd)
         fd = child
         problem = unsafe_mode(os.fstat(fd), euid)
         if problem:
             os.close(fd)
-            return None, [error("unsafe-permissions", f"root component {current} is {problem}", **where)]
+            return None, [error(DiagnosticCode.UNSAFE_PERMISSIONS, f"root component {current} is {problem}", **where)]
     if not root.parts:
         problem = unsafe_mode(os.fstat(fd), euid)
         if problem:
             os.close(fd)
-            return None, [error("unsafe-permissions", f"root {current} is {problem}", **where)]
+            return None, [error(DiagnosticCode.UNSAFE_PERMISSIONS, f"root {current} is {problem}", **where)]
     return fd, diags
 
 
-def _open_failure(exc: OSError) -> tuple[str, str]:
+def _open_failure(exc: OSError) -> tuple[DiagnosticCode, str]:
     if exc.errno == errno.ELOOP:
-        return "symlink", "is a symbolic link"
+        return DiagnosticCode.SYMLINK, "is a symbolic link"
     if exc.errno == errno.ENOTDIR:
-        return "not-regular-file", "is not a directory"
+        return DiagnosticCode.NOT_REGULAR_FILE, "is not a directory"
     if exc.errno == errno.ENXIO:
-        return "not-regular-file", "is a socket or device"
-    return "unreadable", f"cannot be opened: {exc.strerror}"
+        return DiagnosticCode.NOT_REGULAR_FILE, "is a socket or device"
+    return DiagnosticCode.UNREADABLE, f"cannot be opened: {exc.strerror}"
 
 
 def display_name(name: str) -> str:
@@ -206,7 +207,7 @@ def overfull_root(root: RootSpec, limit: int) -> Diagnostic:
     """The error for a root with more than ``limit`` entries (policy ``limits.max_root_entries``):
     nothing is loaded from it, and the message says so, names the key and how to raise it."""
     return error(
-        "too-many-entries",
+        DiagnosticCode.TOO_MANY_ENTRIES,
         f"root {root.path} has more than {limit} entries (policy limits.max_root_entries); nothing from this "
         "root is loaded (other roots load as usual); to load it, raise max_root_entries under [limits] "
         "in your policy file",
@@ -261,14 +262,14 @@ class _Walk:
         self.total = 0
         self.plain_names = True  # every name printable ASCII: nothing for _check_file_names to find
 
-    def fail(self, code: str, rel: str, message: str) -> None:
+    def fail(self, code: DiagnosticCode, rel: str, message: str) -> None:
         path = os.path.join(self.pkg_path, rel) if rel else self.pkg_path
         self.diags.append(error(code, message, tool=self.name, source=self.source, path=path))
 
     def walk_dir(self, dir_fd: int, prefix: str, depth: int) -> bool:
         """Walk one directory; returns False when a limit stops the walk."""
         if depth > self.limits.max_package_depth:
-            self.fail("too-deep", prefix, f"folders nested deeper than {self.limits.max_package_depth}")
+            self.fail(DiagnosticCode.TOO_DEEP, prefix, f"folders nested deeper than {self.limits.max_package_depth}")
             return False
         cap = self.limits.max_package_files
         entries: list[tuple[str, EntryKind]] = []
@@ -278,7 +279,9 @@ class _Walk:
                 # without opening them (a FIFO or device is never opened at all)
                 entries.append((e.name, entry_kind(e)))
                 if len(entries) > cap:  # bounded memory even for a folder with millions of entries
-                    self.fail("too-many-entries", prefix, f"more than {cap} entries in folder {prefix or '.'}")
+                    self.fail(
+                        DiagnosticCode.TOO_MANY_ENTRIES, prefix, f"more than {cap} entries in folder {prefix or '.'}"
+                    )
                     return False
         entries.sort(key=_first)
         for name, kind in entries:
@@ -286,17 +289,21 @@ class _Walk:
             if not (name.isascii() and name.isprintable()):
                 self.plain_names = False
             if display_name(name) != name:
-                self.fail("invalid-encoding", display_name(rel), f"{display_name(rel)!r}: file names must be UTF-8")
+                self.fail(
+                    DiagnosticCode.INVALID_ENCODING,
+                    display_name(rel),
+                    f"{display_name(rel)!r}: file names must be UTF-8",
+                )
                 continue
             if kind is EntryKind.FILE:
                 if not self.read_file(dir_fd, name, rel):
                     return False
             elif kind is EntryKind.LINK:
-                self.fail("symlink", rel, f"{rel} is a symbolic link; tool packages may not contain links")
+                self.fail(DiagnosticCode.SYMLINK, rel, f"{rel} is a symbolic link; tool packages may not contain links")
             elif kind is EntryKind.OTHER:
-                self.fail("not-regular-file", rel, f"{rel} is not a regular file (FIFO, socket or device)")
+                self.fail(DiagnosticCode.NOT_REGULAR_FILE, rel, f"{rel} is not a regular file (FIFO, socket or device)")
             elif rel in KEPT_FILES:
-                self.fail("not-regular-file", rel, f"{rel} is a folder, not a regular file")
+                self.fail(DiagnosticCode.NOT_REGULAR_FILE, rel, f"{rel} is a folder, not a regular file")
             elif not self.walk_subdir(dir_fd, name, rel, depth):
                 return False
         return True
@@ -313,7 +320,7 @@ class _Walk:
             self.stats.append((rel, st))
             problem = unsafe_mode(st, self.euid)
             if problem:
-                self.fail("unsafe-permissions", rel, f"folder {rel} is {problem}")
+                self.fail(DiagnosticCode.UNSAFE_PERMISSIONS, rel, f"folder {rel} is {problem}")
                 return True
             return self.walk_dir(child, rel + "/", depth + 1)
         finally:
@@ -322,7 +329,7 @@ class _Walk:
     def read_file(self, dir_fd: int, name: str, rel: str) -> bool:
         limits = self.limits
         if len(self.files) >= limits.max_package_files:
-            self.fail("too-many-entries", "", f"more than {limits.max_package_files} files in the package")
+            self.fail(DiagnosticCode.TOO_MANY_ENTRIES, "", f"more than {limits.max_package_files} files in the package")
             return False
         try:
             fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
@@ -335,31 +342,35 @@ class _Walk:
             self.stats.append((rel, st))
             mode = st.st_mode
             if not stat.S_ISREG(mode):  # replaced by a FIFO or device after the listing
-                self.fail("not-regular-file", rel, f"{rel} is not a regular file (FIFO, socket or device)")
+                self.fail(DiagnosticCode.NOT_REGULAR_FILE, rel, f"{rel} is not a regular file (FIFO, socket or device)")
                 return True
             if st.st_nlink != 1:
-                self.fail("hardlink", rel, f"{rel} has {st.st_nlink} hard links; it may be changed from elsewhere")
+                self.fail(
+                    DiagnosticCode.HARDLINK,
+                    rel,
+                    f"{rel} has {st.st_nlink} hard links; it may be changed from elsewhere",
+                )
                 return True
             if mode & _GROUP_OR_WORLD_WRITABLE or (st.st_uid not in (self.euid, 0)):
                 problem = unsafe_mode(st, self.euid)
                 if problem is not None:
-                    self.fail("unsafe-permissions", rel, f"{rel} is {problem}")
+                    self.fail(DiagnosticCode.UNSAFE_PERMISSIONS, rel, f"{rel} is {problem}")
                     return True
             limit = limits.max_manifest_bytes if rel in MANIFESTS else limits.max_file_bytes
             size = st.st_size
             if size > limit:
-                self.fail("too-large", rel, f"{rel} is {size} bytes; the limit is {limit}")
+                self.fail(DiagnosticCode.TOO_LARGE, rel, f"{rel} is {size} bytes; the limit is {limit}")
                 return True
             self.total += size
             if self.total > limits.max_package_bytes:
-                self.fail("too-large", "", f"package exceeds {limits.max_package_bytes} bytes in total")
+                self.fail(DiagnosticCode.TOO_LARGE, "", f"package exceeds {limits.max_package_bytes} bytes in total")
                 return False
             # One read normally suffices: a short read of a regular file means end of file.
             data = os.read(fd, size + 1) if size < _CHUNK else b""
             if len(data) > size or size >= _CHUNK:
                 rest = _read_bounded(fd, limit - len(data))
                 if rest is None or len(data) > limit:
-                    self.fail("too-large", rel, f"{rel} grew past {limit} bytes while being read")
+                    self.fail(DiagnosticCode.TOO_LARGE, rel, f"{rel} grew past {limit} bytes while being read")
                     return True
                 data += rest
         finally:
@@ -390,14 +401,14 @@ def scan_package(root_fd: int, root: RootSpec, name: str, limits: Limits) -> Pac
     pkg_path = os.path.join(root_path, shown)
     walk = _Walk(root.source, shown, pkg_path, limits)
     if shown != name:  # never a valid tool name; nothing is read
-        walk.fail("invalid-name", "", f"tool folder name {shown!r} is not UTF-8")
+        walk.fail(DiagnosticCode.INVALID_NAME, "", f"tool folder name {shown!r} is not UTF-8")
         return _finish(walk, root_path, False)
     try:
         fd = os.open(name, _DIR_FLAGS, dir_fd=root_fd)
     except OSError as exc:
         code, why = _open_failure(exc)
         if exc.errno == errno.ENOENT:
-            code, why = "missing-file", "disappeared while loading"
+            code, why = DiagnosticCode.MISSING_FILE, "disappeared while loading"
         walk.fail(code, "", f"tool folder {pkg_path} {why}")
         return _finish(walk, root_path, False)
     try:
@@ -405,7 +416,7 @@ def scan_package(root_fd: int, root: RootSpec, name: str, limits: Limits) -> Pac
         walk.stats.append(("", st))
         problem = unsafe_mode(st, walk.euid)
         if problem:
-            walk.fail("unsafe-permissions", "", f"tool folder {pkg_path} is {problem}")
+            walk.fail(DiagnosticCode.UNSAFE_PERMISSIONS, "", f"tool folder {pkg_path} is {problem}")
         else:
             walk.walk_dir(fd, "", 1)
     finally:
@@ -445,7 +456,7 @@ def _check_file_names(walk: _Walk) -> None:
         for rel in paths:
             if _NAME_CONTROL.search(rel):
                 shown = rel.encode("unicode_escape").decode("ascii")
-                walk.fail("control-character", "", f"file name {shown} holds control characters")
+                walk.fail(DiagnosticCode.CONTROL_CHARACTER, "", f"file name {shown} holds control characters")
     if joined.isascii():
         return
     by_form: dict[str, str] = {}
@@ -460,7 +471,7 @@ def _check_file_names(walk: _Walk) -> None:
             if other != name:
                 by_form[form] = name  # report each new spelling once
                 walk.fail(
-                    "ambiguous-file-name",
+                    DiagnosticCode.AMBIGUOUS_FILE_NAME,
                     name,
                     f"{other!a} and {name!a} are the same name after Unicode NFC normalisation; they look identical",
                 )
@@ -470,7 +481,9 @@ def _finish(walk: _Walk, root_path: str, opened: bool) -> PackageScan:
     if opened and not walk.plain_names:
         _check_file_names(walk)
     if opened and not walk.diags and MANIFESTS.isdisjoint(walk.contents):
-        walk.fail("missing-manifest", "", f"no {MANIFEST} (or {SERVER_MANIFEST}) in tool folder {walk.pkg_path}")
+        walk.fail(
+            DiagnosticCode.MISSING_MANIFEST, "", f"no {MANIFEST} (or {SERVER_MANIFEST}) in tool folder {walk.pkg_path}"
+        )
     ok = not walk.diags
     files = tuple(sorted(walk.files, key=_by_path))
     return PackageScan(

@@ -61,6 +61,7 @@ from typing import IO, Any
 from .._internal.atomic import private_dirs, write_atomic
 from .._internal.smallfile import Unreadable, read_private
 from .._internal.strictjson import FrozenDict, freeze_arrays_in_place
+from ..codes import DiagnosticCode
 from ..model import Diagnostic, ExecuteSpec, Manifest, NetworkAllow, PackageFile, Risk, Severity, Source, warning
 from ..policy import Limits, Policy
 from .discover import MANIFEST, PackageScan, RootSpec, scan_package
@@ -487,7 +488,9 @@ def _entry(row: list[Any], blob: memoryview) -> Entry | None:
     if has_manifest and MANIFEST not in contents:
         return None
     diagnostics = tuple(
-        Diagnostic(Severity(sev), str(code), str(msg), tool, None if src is None else Source(src), path, pointer)
+        Diagnostic(
+            Severity(sev), DiagnosticCode(code), str(msg), tool, None if src is None else Source(src), path, pointer
+        )
         for sev, code, msg, tool, src, path, pointer in diags
     )
     return Entry(name, scanned_ns, digest, has_manifest, keys, tuple(pkg_files), contents, diagnostics)
@@ -725,7 +728,7 @@ class RootIndex:
         if self.problem is None:
             return None
         return warning(
-            "index-ignored",
+            DiagnosticCode.INDEX_IGNORED,
             f"content index {self.path} for root {root.path} {self.problem}; ignored, every package was read again "
             "and the index rebuilt",
             source=root.source,

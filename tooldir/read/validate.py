@@ -36,6 +36,7 @@ from .._internal.strictjson import (
     freeze_arrays_in_place,
     loads,
 )
+from ..codes import DiagnosticCode
 from ..model import (
     Diagnostic,
     Manifest,
@@ -182,12 +183,12 @@ class _Validation:
         self.path = f"{scan.path}/{self.manifest_file}"
         self.raw = ""
 
-    def fail(self, code: str, message: str, pointer: str | None = None) -> None:
+    def fail(self, code: DiagnosticCode, message: str, pointer: str | None = None) -> None:
         self.diags.append(
             error(code, message, tool=self.scan.name, source=self.scan.source, path=self.path, pointer=pointer)
         )
 
-    def warn(self, code: str, message: str, pointer: str | None = None) -> None:
+    def warn(self, code: DiagnosticCode, message: str, pointer: str | None = None) -> None:
         self.diags.append(
             warning(code, message, tool=self.scan.name, source=self.scan.source, path=self.path, pointer=pointer)
         )
@@ -197,15 +198,15 @@ class _Validation:
         (``self.raw`` its text), or None with the reason recorded."""
         scan = self.scan
         if not is_valid_name(scan.name):
-            self.fail("invalid-name", f"folder name {scan.name!r}: {explain_invalid(scan.name)}")
+            self.fail(DiagnosticCode.INVALID_NAME, f"folder name {scan.name!r}: {explain_invalid(scan.name)}")
         raw = scan.contents[self.manifest_file]
         try:
             data = loads(raw, max_depth=self.policy.limits.max_json_depth, freeze_arrays=False)
         except StrictJSONError as exc:
-            self.fail(exc.code, exc.message, exc.pointer)
+            self.fail(DiagnosticCode(exc.code), exc.message, exc.pointer)
             return None
         if not isinstance(data, dict):
-            self.fail("schema-invalid", f"the manifest must be a JSON object, not {_json_type(data)}", "")
+            self.fail(DiagnosticCode.SCHEMA_INVALID, f"the manifest must be a JSON object, not {_json_type(data)}", "")
             return None
         self.raw = raw.decode("utf-8")  # cannot fail: loads() accepted it
         return data
@@ -226,7 +227,11 @@ class _Validation:
                 return None
         name = data["name"]
         if name != scan.name:
-            self.fail("name-mismatch", f"manifest name {name!r} differs from its folder name {scan.name!r}", "/name")
+            self.fail(
+                DiagnosticCode.NAME_MISMATCH,
+                f"manifest name {name!r} differs from its folder name {scan.name!r}",
+                "/name",
+            )
         self._check_input_schema(data["input_schema"], meta_checked=fast)
         self._check_command(data["execute"]["command"])
         self._check_network(data["execute"].get("network"), "/execute/network")
@@ -241,7 +246,9 @@ class _Validation:
         try:
             manifest = manifest_from_checked(data)
         except (KeyError, TypeError, ValueError) as exc:  # the schema rules it out; never a crash
-            self.fail("schema-invalid", f"the manifest model cannot hold what the schema accepted: {exc}", "")
+            self.fail(
+                DiagnosticCode.SCHEMA_INVALID, f"the manifest model cannot hold what the schema accepted: {exc}", ""
+            )
             return None
         return manifest
 
@@ -257,20 +264,26 @@ class _Validation:
             kind = err.kind.name
             if kind == "additionalProperties":
                 for key in sorted(str(k) for k in err.kind.unexpected):
-                    self.fail("schema-invalid", f"unknown key {key!r}", f"{pointer}/{escape_pointer(key)}")
+                    self.fail(DiagnosticCode.SCHEMA_INVALID, f"unknown key {key!r}", f"{pointer}/{escape_pointer(key)}")
                 continue
             if pointer == "/name" and isinstance(err.instance, str):
                 if not named:  # length and alphabet are separate keywords; one diagnostic says both
-                    self.fail("invalid-name", f"name {err.instance!r}: {explain_invalid(err.instance)}", pointer)
+                    self.fail(
+                        DiagnosticCode.INVALID_NAME, f"name {err.instance!r}: {explain_invalid(err.instance)}", pointer
+                    )
                     named = True
                 continue
             message = _allow_entry_message(err, pointer) or _schema_message(err)
             if pointer == "/input_schema" or pointer.startswith("/input_schema/"):
-                self.fail("invalid-input-schema", f"input_schema: {message}", pointer)
+                self.fail(DiagnosticCode.INVALID_INPUT_SCHEMA, f"input_schema: {message}", pointer)
                 continue
-            self.fail("schema-invalid", message, pointer or "")
+            self.fail(DiagnosticCode.SCHEMA_INVALID, message, pointer or "")
         if len(self.diags) == before:  # never a rejection without a reason
-            self.fail("schema-invalid", f"the manifest does not match the published schema of {self.manifest_file}", "")
+            self.fail(
+                DiagnosticCode.SCHEMA_INVALID,
+                f"the manifest does not match the published schema of {self.manifest_file}",
+                "",
+            )
 
     def _check_input_schema(self, schema: FrozenDict, *, meta_checked: bool) -> None:
         """schema:remote-io (nothing that could make a validator fetch), then the meta-schema,
@@ -282,7 +295,7 @@ class _Validation:
         facts = inspect_schema(schema, "/input_schema") if "$" in raw or escaped or "pattern" in raw else None
         if facts is not None and facts.problems:
             for pointer, message in facts.problems:
-                self.fail("invalid-input-schema", message, pointer)
+                self.fail(DiagnosticCode.INVALID_INPUT_SCHEMA, message, pointer)
             return
         meta = _input_schema_meta_validator()
         if not meta_checked and not meta.is_valid(schema):
@@ -290,13 +303,15 @@ class _Validation:
             for exc in sorted(meta.iter_errors(schema), key=lambda e: [str(p) for p in e.instance_path])[:5]:
                 where = "".join(f"/{escape_pointer(str(p))}" for p in exc.instance_path)
                 self.fail(
-                    "invalid-input-schema",
+                    DiagnosticCode.INVALID_INPUT_SCHEMA,
                     f"input_schema is not a valid JSON Schema: {exc.message}",
                     "/input_schema" + where,
                 )
             if len(self.diags) == before:  # never a rejection without a reason
                 self.fail(
-                    "invalid-input-schema", "input_schema is not a valid JSON Schema (draft 2020-12)", "/input_schema"
+                    DiagnosticCode.INVALID_INPUT_SCHEMA,
+                    "input_schema is not a valid JSON Schema (draft 2020-12)",
+                    "/input_schema",
                 )
             return
         if facts is None:
@@ -305,16 +320,16 @@ class _Validation:
         for pointer, pattern in facts.patterns:  # each pattern as the registry's engine compiles it
             reason = pattern_problem(pattern)
             if reason is not None:
-                self.fail("invalid-input-schema", f"input_schema cannot be compiled: {reason}", pointer)
+                self.fail(DiagnosticCode.INVALID_INPUT_SCHEMA, f"input_schema cannot be compiled: {reason}", pointer)
                 refused += 1
                 if refused == 5:  # enough to act on; the rest is not compiled at all
                     break
-        if facts.has_refs and not any(d.code == "invalid-input-schema" for d in self.diags):
+        if facts.has_refs and not any(d.code == DiagnosticCode.INVALID_INPUT_SCHEMA for d in self.diags):
             try:  # references must resolve: only compiling the schema tells
                 compile_input_schema(schema)
             except (ValueError, jsonschema_rs.ReferencingError) as exc:
                 pointer, reason = compile_error(exc, "/input_schema")
-                self.fail("invalid-input-schema", f"input_schema cannot be compiled: {reason}", pointer)
+                self.fail(DiagnosticCode.INVALID_INPUT_SCHEMA, f"input_schema cannot be compiled: {reason}", pointer)
 
     def _check_command(self, argv: list[str]) -> None:
         # an argv entry starting with '-' is an option to whatever runs it, never a package file
@@ -326,22 +341,24 @@ class _Validation:
                 continue  # letters, digits and harmless punctuation only: nothing to check
             problem = _unsafe_arg(arg)
             if problem:
-                self.fail("unsafe-command", f"argument {arg!r} {problem}", f"{self.command_pointer}/{index}")
-        if any(d.code == "unsafe-command" for d in self.diags):
+                self.fail(
+                    DiagnosticCode.UNSAFE_COMMAND, f"argument {arg!r} {problem}", f"{self.command_pointer}/{index}"
+                )
+        if any(d.code == DiagnosticCode.UNSAFE_COMMAND for d in self.diags):
             return
         head = argv[0]
         if "/" not in head and head in interpreters:
             if head in files:
                 # the sandbox would run the package's own file, while a reviewer reads "system python3"
                 self.fail(
-                    "unsafe-command",
+                    DiagnosticCode.UNSAFE_COMMAND,
                     f"argv[0] {head!r} is both an allowed interpreter and a file of the package; rename the file",
                     f"{self.command_pointer}/0",
                 )
                 return
             if head in _SHELLS and any(a.startswith("-") for a in argv[1:]):
                 self.fail(
-                    "unsafe-command",
+                    DiagnosticCode.UNSAFE_COMMAND,
                     f"shell {head!r} may only run a script file from the package",
                     self.command_pointer,
                 )
@@ -349,25 +366,33 @@ class _Validation:
             if len(argv) < 2 or argv[1] not in files:
                 why = " (an option, not a file)" if argv[1:2] and argv[1].startswith("-") else ""
                 self.fail(
-                    "unsafe-command",
+                    DiagnosticCode.UNSAFE_COMMAND,
                     f"interpreter {head!r} must be followed by a file of the package (got {argv[1:2]}{why})",
                     f"{self.command_pointer}/1",
                 )
             return
         if head in _SHELLS or head.rsplit("/", 1)[-1] in _SHELLS:
-            self.fail("unsafe-command", f"{head!r} is a shell; tools run without one", f"{self.command_pointer}/0")
+            self.fail(
+                DiagnosticCode.UNSAFE_COMMAND,
+                f"{head!r} is a shell; tools run without one",
+                f"{self.command_pointer}/0",
+            )
         elif head.startswith("-"):
-            self.fail("unsafe-command", f"argv[0] {head!r} is an option, not a program", f"{self.command_pointer}/0")
+            self.fail(
+                DiagnosticCode.UNSAFE_COMMAND,
+                f"argv[0] {head!r} is an option, not a program",
+                f"{self.command_pointer}/0",
+            )
         elif head not in files:
             allowed = ", ".join(sorted(interpreters)) or "none"
             self.fail(
-                "unsafe-command",
+                DiagnosticCode.UNSAFE_COMMAND,
                 f"argv[0] {head!r} is neither a file of the package nor an allowed interpreter ({allowed})",
                 f"{self.command_pointer}/0",
             )
         elif not files[head].executable:
             self.fail(
-                "unsafe-command",
+                DiagnosticCode.UNSAFE_COMMAND,
                 f"argv[0] {head!r} is not executable (chmod +x, or name an interpreter)",
                 f"{self.command_pointer}/0",
             )
@@ -381,7 +406,7 @@ class _Validation:
             try:
                 parse_entry(entry)
             except AllowEntryError as exc:
-                self.fail("schema-invalid", f"network.allow: {exc}", f"{pointer}/allow/{index}")
+                self.fail(DiagnosticCode.SCHEMA_INVALID, f"network.allow: {exc}", f"{pointer}/allow/{index}")
 
     def _check_text(self, data: dict[str, Any]) -> None:
         """Every string of the manifest, keys included (text:schema-fields, text:control). At
@@ -390,24 +415,24 @@ class _Validation:
         for finding in report.findings:
             if finding.kind == "control":
                 self.fail(
-                    "control-character",
+                    DiagnosticCode.CONTROL_CHARACTER,
                     f"control characters can rewrite what a terminal shows: {finding.detail}; remove them",
                     finding.pointer,
                 )
             elif finding.kind == "hidden":
-                self.warn("suspicious-text", f"invisible characters: {finding.detail}", finding.pointer)
+                self.warn(DiagnosticCode.SUSPICIOUS_TEXT, f"invisible characters: {finding.detail}", finding.pointer)
             else:
                 self.warn(
-                    "suspicious-text",
+                    DiagnosticCode.SUSPICIOUS_TEXT,
                     f"looks like an instruction to the model ({finding.detail}); review it in full",
                     finding.pointer,
                 )
         for kind, count in report.omitted.items():
             more = f"{count} more strings with {_KIND_WORDS[kind]} are not listed"
             if kind == "control":
-                self.fail("control-character", more, "")
+                self.fail(DiagnosticCode.CONTROL_CHARACTER, more, "")
             else:
-                self.warn("suspicious-text", more, "")
+                self.warn(DiagnosticCode.SUSPICIOUS_TEXT, more, "")
 
 
 class _ServerValidation(_Validation):
@@ -422,7 +447,7 @@ class _ServerValidation(_Validation):
         scan = self.scan
         if MANIFEST in scan.contents:
             self.fail(
-                "schema-invalid",
+                DiagnosticCode.SCHEMA_INVALID,
                 f"a package holds {MANIFEST} or {SERVER_MANIFEST}, never both; remove one",
                 "",
             )
@@ -437,7 +462,9 @@ class _ServerValidation(_Validation):
             return None
         if data["name"] != scan.name:
             self.fail(
-                "name-mismatch", f"manifest name {data['name']!r} differs from its folder name {scan.name!r}", "/name"
+                DiagnosticCode.NAME_MISMATCH,
+                f"manifest name {data['name']!r} differs from its folder name {scan.name!r}",
+                "/name",
             )
         self._check_command(data["server"]["command"])
         self._check_network(data["server"].get("network"), "/server/network")
@@ -446,7 +473,9 @@ class _ServerValidation(_Validation):
         try:
             return server_manifest_from_checked(data)  # the schema enforces every constraint of the model
         except (KeyError, TypeError, ValueError) as exc:  # pragma: no cover - the schema rules it out
-            self.fail("schema-invalid", f"the manifest model cannot hold what the schema accepted: {exc}", "")
+            self.fail(
+                DiagnosticCode.SCHEMA_INVALID, f"the manifest model cannot hold what the schema accepted: {exc}", ""
+            )
             return None
 
 

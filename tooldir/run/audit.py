@@ -83,6 +83,7 @@ from typing import Any, Protocol
 
 from .._internal.atomic import private_dirs
 from .._internal.strictjson import StrictJSONError, canonical_json, loads
+from ..codes import AuditCode, CallErrorCode, GateCode
 from ..errors import StateError
 from ..state import ChainHead, audit_head_path, load_chain_head, save_chain_head
 
@@ -146,7 +147,7 @@ class AuditEvent:
     decision: str
     reason: str | None
     status: str
-    error_code: str | None
+    error_code: CallErrorCode | GateCode | None
     duration_ms: float
     snapshot: str | None = None
     session: str | None = None
@@ -831,12 +832,10 @@ def _last_link(fd: int, size: int, floor: int) -> tuple[int, str] | None:
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One finding of :func:`verify`. ``code`` is stable: not-terminated, invalid-json,
-    duplicate-key, not-a-record, unknown-version, hash-mismatch, not-canonical, seq-mismatch,
-    prev-mismatch, too-long, missing-lines, log-missing, head-mismatch, head-missing, head-invalid,
-    head-behind, expected-head-not-found. ``line`` is 1-based (None: not about one line)."""
+    """One finding of :func:`verify`. ``code`` is stable (:class:`tooldir.codes.AuditCode`).
+    ``line`` is 1-based (None: not about one line)."""
 
-    code: str
+    code: AuditCode
     message: str
     line: int | None = None
     severity: str = "error"
@@ -949,7 +948,7 @@ def verify(
             if recorded is not None and recorded.seq > 0:
                 problems.append(
                     Problem(
-                        "log-missing",
+                        AuditCode.LOG_MISSING,
                         f"the audit log is missing: {recorded.seq} lines missing at the end "
                         f"(the recorded head is {recorded.text})",
                         1,
@@ -966,7 +965,7 @@ def verify(
                 number += 1
                 if len(raw) > _MAX_LAST_LINE:
                     problem: Problem | None = Problem(
-                        "too-long", f"the line is longer than {_MAX_LAST_LINE} bytes", number
+                        AuditCode.TOO_LONG, f"the line is longer than {_MAX_LAST_LINE} bytes", number
                     )
                 else:
                     problem, digest = _check_line(raw, number, prev)
@@ -991,7 +990,7 @@ def _recorded_head(path: Path, head_path: Path | None) -> tuple[ChainHead | None
     try:
         return load_chain_head(head_path if head_path is not None else audit_head_path(path)), None
     except StateError as exc:
-        return None, Problem("head-invalid", f"the chain head {exc.path} is damaged: {exc.message}")
+        return None, Problem(AuditCode.HEAD_INVALID, f"the chain head {exc.path} is damaged: {exc.message}")
 
 
 def _kept_as(raw: bytes) -> str:
@@ -1022,7 +1021,7 @@ def _head_problems(
             return []
         return [
             Problem(
-                "head-missing",
+                AuditCode.HEAD_MISSING,
                 "no chain head is recorded beside the log, so lines missing at the end cannot be detected "
                 "(a log written before heads existed gets one at its next append)",
                 None,
@@ -1033,7 +1032,7 @@ def _head_problems(
         missing = recorded.seq - count
         return [
             Problem(
-                "missing-lines",
+                AuditCode.MISSING_LINES,
                 f"{missing} line{'s' if missing != 1 else ''} missing at the end: the log ends at line {count} "
                 f"but the recorded head is {recorded.text}",
                 count + 1,
@@ -1043,7 +1042,7 @@ def _head_problems(
     if recorded.seq > 0 and at != recorded.hash:
         return [
             Problem(
-                "head-mismatch",
+                AuditCode.HEAD_MISMATCH,
                 f"line {recorded.seq} has hash {at} but the recorded head is {recorded.text} (the log was rewritten)",
                 recorded.seq,
             )
@@ -1059,7 +1058,7 @@ def _head_problems(
             )
         else:
             why = f"{lines} (an append interrupted before its head update, or a head restored from an older copy)"
-        return [Problem("head-behind", why, recorded.seq + 1, "warning")]
+        return [Problem(AuditCode.HEAD_BEHIND, why, recorded.seq + 1, "warning")]
     return []
 
 
@@ -1067,12 +1066,12 @@ def _expected_problems(count: int, marks: Mapping[int, str], seq: int | None, di
     if seq is None:
         if seen or (count == 0 and digest == GENESIS):
             return []
-        return [Problem("expected-head-not-found", f"no line of the log has the expected head hash {digest}")]
+        return [Problem(AuditCode.EXPECTED_HEAD_NOT_FOUND, f"no line of the log has the expected head hash {digest}")]
     if seq > count:
         missing = seq - count
         return [
             Problem(
-                "missing-lines",
+                AuditCode.MISSING_LINES,
                 f"{missing} line{'s' if missing != 1 else ''} missing at the end: the log ends at line {count} "
                 f"but the expected head is {seq}:{digest}",
                 count + 1,
@@ -1082,7 +1081,7 @@ def _expected_problems(count: int, marks: Mapping[int, str], seq: int | None, di
     if at != digest:
         return [
             Problem(
-                "head-mismatch",
+                AuditCode.HEAD_MISMATCH,
                 f"line {seq} has hash {at} but the expected head is {seq}:{digest} (the log was rewritten)",
                 seq or None,
             )
@@ -1091,42 +1090,43 @@ def _expected_problems(count: int, marks: Mapping[int, str], seq: int | None, di
 
 
 def _check_line(raw: bytes, number: int, prev: str) -> tuple[Problem | None, str]:
-    def bad(code: str, message: str) -> tuple[Problem, str]:
+    def bad(code: AuditCode, message: str) -> tuple[Problem, str]:
         return Problem(code, message, number), prev
 
     if not raw.endswith(b"\n"):
-        return bad("not-terminated", "the line is not terminated (torn write or truncation)")
+        return bad(AuditCode.NOT_TERMINATED, "the line is not terminated (torn write or truncation)")
     body = raw[:-1]
     try:
         line = loads(body)
     except StrictJSONError as exc:
-        code = "duplicate-key" if exc.code == "duplicate-key" else "invalid-json"
+        code = AuditCode.DUPLICATE_KEY if exc.code == "duplicate-key" else AuditCode.INVALID_JSON
         return bad(code, f"not valid strict JSON ({exc.code}): {exc.message}")
     if not isinstance(line, Mapping) or not isinstance(line.get("hash"), str):
-        return bad("not-a-record", "not an audit record (no hash)")
+        return bad(AuditCode.NOT_A_RECORD, "not an audit record (no hash)")
     serialise = _SERIALISERS.get(line.get("v")) if type(line.get("v")) is int else None
     if serialise is None:
-        return bad("unknown-version", f"unknown record version {line.get('v')!r}")
+        return bad(AuditCode.UNKNOWN_VERSION, f"unknown record version {line.get('v')!r}")
     try:
         digest = hashlib.sha256(serialise({k: v for k, v in line.items() if k != "hash"})).hexdigest()
         exact = serialise(line) == body
     except (ValueError, TypeError) as exc:
-        return bad("not-canonical", f"the content cannot be serialised canonically ({exc})")
+        return bad(AuditCode.NOT_CANONICAL, f"the content cannot be serialised canonically ({exc})")
     if digest != line["hash"]:
-        return bad("hash-mismatch", "the line was edited: its content does not match its hash")
+        return bad(AuditCode.HASH_MISMATCH, "the line was edited: its content does not match its hash")
     if not exact:
         return bad(
-            "not-canonical",
+            AuditCode.NOT_CANONICAL,
             "the line's bytes differ from the canonical form of its content (whitespace, key order "
             "or escapes were changed)",
         )
     if line.get("seq") != number:
         return bad(
-            "seq-mismatch",
+            AuditCode.SEQ_MISMATCH,
             f"sequence number {line.get('seq')!r} where {number} was expected (a line was deleted or moved)",
         )
     if line.get("prev") != prev:
         return bad(
-            "prev-mismatch", "the previous-line hash does not match (a line before it was deleted, moved or replaced)"
+            AuditCode.PREV_MISMATCH,
+            "the previous-line hash does not match (a line before it was deleted, moved or replaced)",
         )
     return None, digest

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..codes import CallErrorCode
 from ..errors import PermissionDeniedError
 from ..model import Risk, Source
 from ..names import skeleton, skeleton_pattern
@@ -49,7 +50,7 @@ class PermissionCheck(Protocol):
 
 
 def deny(message: str) -> PermissionDeniedError:
-    return PermissionDeniedError(message, code="permission-denied")
+    return PermissionDeniedError(message, code=CallErrorCode.PERMISSION_DENIED)
 
 
 @dataclass(frozen=True, slots=True)

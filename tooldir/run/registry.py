@@ -6,34 +6,9 @@
       -> builtin handler | sandbox -> post hooks -> audit
 
 It never raises for tool-side failures: every outcome is a :class:`CallResult` and every outcome,
-denials included, is one audit line. Error codes (``CallResult.error.code``) are stable:
-
-============================  =====================================================================
-``unknown-tool``              no tool of that name in the current snapshot
-``not-active``                the tool exists but is pending, shadowed or rejected (message says why)
-``session-refused``           the session gate refused (the gate may supply its own code instead)
-``invalid-input``             input is not a JSON object, too large, breaks the input schema, or its
-                              validation overran the budget (``schema:redos``; nothing ran)
-``invalid-schema``            the tool's input_schema cannot be compiled (nothing ran)
-``permission-denied``         a policy rule, the plan mode or the risk cap refused the tool
-``hook-denied``               a pre hook refused the call
-``hook-failed``               a hook raised, or returned something that is not a hook result
-``secret-unavailable``        a secret the tool declares is not granted by the user's policy, not in
-                              the secrets file, or its command failed (message: which, what to set)
-``sandbox-unavailable``       no working sandbox and the policy does not allow unsandboxed runs
-``sandbox-failed``            the sandbox could not start the run
-``changed-since-verification`` the package's bytes no longer match the snapshot (nothing ran)
-``timeout``                   the tool ran past its wall-clock limit and was killed
-``output-too-large``          the tool wrote more than the output cap and was killed
-``tool-failed``               the tool exited non-zero or was killed by a signal
-``tool-error``                the tool answered ``{"ok": false, ...}``
-``handler-failed``            a builtin handler raised
-``invalid-output``            a builtin or a post hook produced content that is not plain JSON
-``audit-unavailable``         room for the call's audit line could not be reserved (a full disk, a
-                              read-only or vanished state dir, EIO): refused before the tool started
-``audit-failed``              the audit line could not be written (the result is withheld)
-``internal-error``            tooldir itself failed on this call (a bug; nothing more ran)
-============================  =====================================================================
+denials included, is one audit line. Error codes (``CallResult.error.code``) are stable: the
+members of :class:`tooldir.codes.CallErrorCode`, each with what it means, or a code a host's
+session gate (:class:`CallGate`) refused with.
 
 Names are untrusted input too (an MCP client or ``os.fsdecode`` can hand over lone surrogates, NUL,
 megabytes): a name that is not a valid tool name is ``unknown-tool`` saying why, and the audit line
@@ -68,6 +43,7 @@ from .._internal.schema_worker import (
     WorkerFailedError,
 )
 from .._internal.strictjson import StrictJSONError, freeze, loads, thaw
+from ..codes import CallErrorCode, GateCode
 from ..errors import ExecutionError, PermissionDeniedError
 from ..model import BuiltinSpec, Risk, Source, ToolRecord, is_runnable, why_not_runnable
 from ..names import GUARD_TOOLS, explain_invalid, is_valid_name
@@ -95,7 +71,7 @@ AUDIT_NAME_MAX = 128
 
 @dataclass(frozen=True, slots=True)
 class CallError:
-    code: str
+    code: CallErrorCode | GateCode
     message: str
 
 
@@ -150,7 +126,7 @@ class _Builtin:
 class _Stop(Exception):
     """Ends the pipeline with an error result (internal control flow)."""
 
-    def __init__(self, code: str, message: str, *, ran: bool = False, content: Any = None) -> None:
+    def __init__(self, code: CallErrorCode | GateCode, message: str, *, ran: bool = False, content: Any = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = _clip(_utf8_safe(message))
@@ -332,7 +308,7 @@ class Registry:
             return self._finish(trace, name, session_id, snapshot.id, error=stop)
         except Exception as exc:  # a bug in tooldir: still a result and an audit line, never a traceback
             log.exception("internal error in Registry.call")
-            failure = _Stop("internal-error", f"tooldir failed on this call: {type(exc).__name__}: {exc}")
+            failure = _Stop(CallErrorCode.INTERNAL_ERROR, f"tooldir failed on this call: {type(exc).__name__}: {exc}")
             return self._finish(trace, name, session_id, snapshot.id, error=failure)
         return self._finish(trace, name, session_id, snapshot.id, content=content)
 
@@ -350,18 +326,22 @@ class Registry:
         builtin = self._builtins.get(name) if isinstance(name, str) else None
         record = builtin.record if builtin is not None else self._resolve(name, snapshot)
         if builtin is not None and not is_runnable(record):  # never: register() made it through trust
-            raise _Stop("not-active", why_not_runnable(name, record))
+            raise _Stop(CallErrorCode.NOT_ACTIVE, why_not_runnable(name, record))
         trace.record = record
         if session is not None:
             try:
                 refusal = session.authorize(record)
             except Exception as exc:  # a broken gate refuses: fail closed
-                raise _Stop("session-refused", f"the session check failed: {type(exc).__name__}: {exc}") from None
+                raise _Stop(
+                    CallErrorCode.SESSION_REFUSED, f"the session check failed: {type(exc).__name__}: {exc}"
+                ) from None
             if refusal is not None:
                 if not (isinstance(refusal, tuple) and len(refusal) == 2):
-                    raise _Stop("session-refused", f"the session gate refused with {type(refusal).__name__}")
+                    raise _Stop(
+                        CallErrorCode.SESSION_REFUSED, f"the session gate refused with {type(refusal).__name__}"
+                    )
                 code, message = refusal
-                raise _Stop(str(code) or "session-refused", str(message))
+                raise _Stop(_gate_code(code), str(message))
         ahead = None if builtin is not None else self._prepare_ahead(record)  # overlaps validation etc.; runs nothing
         validator = builtin.validator if builtin is not None else self._validator_for(record)
         data = self._check_input(raw_input, validator)
@@ -381,7 +361,7 @@ class Registry:
             try:
                 content = builtin.handler(input=data, context=ctx)
             except Exception as exc:
-                raise _Stop("handler-failed", f"{type(exc).__name__}: {exc}", ran=True) from None
+                raise _Stop(CallErrorCode.HANDLER_FAILED, f"{type(exc).__name__}: {exc}", ran=True) from None
         else:
             content = self._run_directory_tool(record, data, ctx, ahead=ahead, trace=trace)
             trace.ran = True
@@ -389,24 +369,24 @@ class Registry:
         try:
             json.dumps(content, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise _Stop("invalid-output", f"the result is not plain JSON: {exc}", ran=True) from None
+            raise _Stop(CallErrorCode.INVALID_OUTPUT, f"the result is not plain JSON: {exc}", ran=True) from None
         return content
 
     def _resolve(self, name: Any, snapshot: Snapshot) -> ToolRecord:
         if not isinstance(name, str):
-            raise _Stop("unknown-tool", f"tool name must be a string, not {type(name).__name__}")
+            raise _Stop(CallErrorCode.UNKNOWN_TOOL, f"tool name must be a string, not {type(name).__name__}")
         record = snapshot.by_name.get(name)
         if record is not None and record.source is Source.BUILTIN:
-            raise _Stop("unknown-tool", f"builtin {name!r} is not registered in this registry")
+            raise _Stop(CallErrorCode.UNKNOWN_TOOL, f"builtin {name!r} is not registered in this registry")
         if record is not None and record.manifest is not None and is_runnable(record):
             return record
         if record is None:
             others = [r for r in snapshot.records(name) if r.source is not Source.BUILTIN]
             if not others:
-                raise _Stop("unknown-tool", _unknown_name_message(name))
+                raise _Stop(CallErrorCode.UNKNOWN_TOOL, _unknown_name_message(name))
             record = others[-1]
         # pending, rejected, shadowed, or marked active but not by the trust stage: never run
-        raise _Stop("not-active", why_not_runnable(name, record))
+        raise _Stop(CallErrorCode.NOT_ACTIVE, why_not_runnable(name, record))
 
     def _validator_for(self, record: ToolRecord) -> Any:
         assert record.manifest is not None  # noqa: S101 - _resolve returns active tools with manifests
@@ -420,12 +400,14 @@ class Registry:
         problems = remote_io_problems(schema, "/input_schema")
         if problems:  # discovery refuses these; checked again so no validator can ever fetch anything
             where, why = problems[0]
-            raise _Stop("invalid-schema", f"the tool's input_schema is refused at {where}: {why}")
+            raise _Stop(CallErrorCode.INVALID_SCHEMA, f"the tool's input_schema is refused at {where}: {why}")
         try:  # compiled here once so a broken schema is reported as such, then checked in a worker
             compile_input_schema(schema)
         except (ValueError, jsonschema_rs.ReferencingError) as exc:
             where, why = compile_error(exc, "/input_schema")
-            raise _Stop("invalid-schema", f"the tool's input_schema cannot be compiled at {where}: {why}") from None
+            raise _Stop(
+                CallErrorCode.INVALID_SCHEMA, f"the tool's input_schema cannot be compiled at {where}: {why}"
+            ) from None
         validator = _Budgeted(BudgetedValidator(key, thaw(schema)))
         with self._validators_lock:
             self._validators[key] = validator
@@ -435,39 +417,41 @@ class Registry:
 
     def _check_input(self, raw: Any, validator: Any) -> dict[str, Any]:
         if not isinstance(raw, Mapping):
-            raise _Stop("invalid-input", f"input must be a JSON object, not {type(raw).__name__}")
+            raise _Stop(CallErrorCode.INVALID_INPUT, f"input must be a JSON object, not {type(raw).__name__}")
         try:
             text = json.dumps(raw, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
             size = len(text.encode())  # a lone surrogate (UnicodeEncodeError) is not JSON text either
         except (TypeError, ValueError) as exc:
-            raise _Stop("invalid-input", f"input is not plain JSON: {exc}") from None
+            raise _Stop(CallErrorCode.INVALID_INPUT, f"input is not plain JSON: {exc}") from None
         limit = self._policy.sandbox.max_input_bytes
         if size > limit:
-            raise _Stop("invalid-input", f"input is larger than {limit} bytes")
+            raise _Stop(CallErrorCode.INVALID_INPUT, f"input is larger than {limit} bytes")
         try:
             data: dict[str, Any] = thaw(loads(text.encode(), max_depth=self._policy.limits.max_json_depth))
         except StrictJSONError as exc:
-            raise _Stop("invalid-input", f"input rejected ({exc.code}): {exc.message}") from None
+            raise _Stop(CallErrorCode.INVALID_INPUT, f"input rejected ({exc.code}): {exc.message}") from None
         try:
             errors = validator.errors(text, data)
         except BudgetExceededError:
             raise _Stop(
-                "invalid-input",
+                CallErrorCode.INVALID_INPUT,
                 f"validating the input against the tool's input_schema took more than {BUDGET_S:g} s of CPU time "
                 "and was stopped; the input is refused",
             ) from None
         except MemoryBoundError as exc:
             raise _Stop(
-                "invalid-input",
+                CallErrorCode.INVALID_INPUT,
                 f"validating the input against the tool's input_schema needed more than {exc.limit >> 20} MiB and "
                 "was stopped; the input is refused",
             ) from None
         except WorkerFailedError as exc:
-            raise _Stop("invalid-input", f"the input could not be validated: {exc}") from None
+            raise _Stop(CallErrorCode.INVALID_INPUT, f"the input could not be validated: {exc}") from None
         except SchemaCompileError as exc:
-            raise _Stop("invalid-schema", f"the tool's input_schema cannot be compiled: {exc}") from None
+            raise _Stop(CallErrorCode.INVALID_SCHEMA, f"the tool's input_schema cannot be compiled: {exc}") from None
         if errors:
-            raise _Stop("invalid-input", "input does not match the tool's input_schema: " + "; ".join(errors))
+            raise _Stop(
+                CallErrorCode.INVALID_INPUT, "input does not match the tool's input_schema: " + "; ".join(errors)
+            )
         return data
 
     def _run_pre_hooks(self, call: HookCall, data: dict[str, Any], validator: Any) -> dict[str, Any]:
@@ -475,19 +459,24 @@ class Registry:
             try:
                 outcome = hook.fn(call=call, input=MappingProxyType(data))
             except Exception as exc:
-                raise _Stop("hook-failed", f"pre hook {hook.name!r} raised {type(exc).__name__}: {exc}") from None
+                raise _Stop(
+                    CallErrorCode.HOOK_FAILED, f"pre hook {hook.name!r} raised {type(exc).__name__}: {exc}"
+                ) from None
             if outcome is None:
                 continue
             if isinstance(outcome, Deny):
-                raise _Stop("hook-denied", f"pre hook {hook.name!r}: {outcome.reason}")
+                raise _Stop(CallErrorCode.HOOK_DENIED, f"pre hook {hook.name!r}: {outcome.reason}")
             if isinstance(outcome, Rewrite):
                 try:
                     data = self._check_input(outcome.input, validator)
                 except _Stop as stop:
-                    raise _Stop("hook-failed", f"pre hook {hook.name!r} rewrote the input: {stop.message}") from None
+                    raise _Stop(
+                        CallErrorCode.HOOK_FAILED, f"pre hook {hook.name!r} rewrote the input: {stop.message}"
+                    ) from None
                 continue
             raise _Stop(
-                "hook-failed", f"pre hook {hook.name!r} returned {type(outcome).__name__}, not Deny/Rewrite/None"
+                CallErrorCode.HOOK_FAILED,
+                f"pre hook {hook.name!r} returned {type(outcome).__name__}, not Deny/Rewrite/None",
             )
         return data
 
@@ -497,7 +486,7 @@ class Registry:
                 outcome = hook.fn(call=call, content=content)
             except Exception as exc:
                 raise _Stop(
-                    "hook-failed", f"post hook {hook.name!r} raised {type(exc).__name__}: {exc}", ran=True
+                    CallErrorCode.HOOK_FAILED, f"post hook {hook.name!r} raised {type(exc).__name__}: {exc}", ran=True
                 ) from None
             if outcome is None:
                 continue
@@ -505,7 +494,9 @@ class Registry:
                 content = outcome.content
                 continue
             raise _Stop(
-                "hook-failed", f"post hook {hook.name!r} returned {type(outcome).__name__}, not Redact/None", ran=True
+                CallErrorCode.HOOK_FAILED,
+                f"post hook {hook.name!r} returned {type(outcome).__name__}, not Redact/None",
+                ran=True,
             )
         return content
 
@@ -540,7 +531,10 @@ class Registry:
     def _run_upstream(self, record: ToolRecord, data: dict[str, Any]) -> Any:
         upstream = self._upstream
         if upstream is None:
-            raise _Stop("upstream-unavailable", f"no session with the MCP server of {record.name!r} in this registry")
+            raise _Stop(
+                CallErrorCode.UPSTREAM_UNAVAILABLE,
+                f"no session with the MCP server of {record.name!r} in this registry",
+            )
         try:
             return upstream.call(record, data)
         except ExecutionError as exc:
@@ -568,7 +562,7 @@ class Registry:
         box = self.sandbox()
         if box is None:
             raise _Stop(
-                "sandbox-unavailable",
+                CallErrorCode.SANDBOX_UNAVAILABLE,
                 f"no working sandbox: {self._sandbox_problem}. Install bubblewrap, or (unsafe) set "
                 "sandbox.unsafe_allow_unsandboxed = true in the policy",
             )
@@ -586,7 +580,7 @@ class Registry:
             except ExecutionError as exc:
                 raise _Stop(exc.code, exc.message) from None
             except OSError as exc:  # the backend failed at the OS level: never a traceback to the caller
-                raise _Stop("sandbox-failed", f"the sandbox could not run the tool: {exc}") from None
+                raise _Stop(CallErrorCode.SANDBOX_FAILED, f"the sandbox could not run the tool: {exc}") from None
             if trace is not None and result.network is not None:
                 # a host name the tool asked for can carry a secret's value: redacted like its output
                 network = [dict(c) for c in result.network]
@@ -611,7 +605,7 @@ class Registry:
             return {}
         if record.source is Source.PROJECT and not self._policy.secrets.project_tools:
             raise _Stop(
-                "secret-unavailable",
+                CallErrorCode.SECRET_UNAVAILABLE,
                 f"tool {record.name!r} comes from the project, and secrets ({', '.join(declared)}) reach only "
                 "tools from your own tool folders; copy the tool into your user folder, or set "
                 "secrets.project_tools = true in your policy (a weakening)",
@@ -625,7 +619,7 @@ class Registry:
                 run_commands=self._secret_commands,
             )
         except SecretUnavailableError as exc:
-            raise _Stop("secret-unavailable", exc.message) from None
+            raise _Stop(CallErrorCode.SECRET_UNAVAILABLE, exc.message) from None
 
     def _run_request(self, record: ToolRecord, stdin: bytes, secrets: Mapping[str, str] | None = None) -> RunRequest:
         """The sandbox run of ``record`` as the policy and the environment say now (with the
@@ -719,7 +713,7 @@ class Registry:
         except OSError as exc:
             log.error("audit log unavailable, call of %r refused before it started: %s", name, exc)
             raise _Stop(
-                "audit-unavailable",
+                CallErrorCode.AUDIT_UNAVAILABLE,
                 f"the audit log cannot take this call's line, so the tool was not started: {_os_error(exc)}",
             ) from None
 
@@ -731,7 +725,7 @@ class Registry:
         snapshot_id: str,
         *,
         status: str,
-        code: str | None = None,
+        code: CallErrorCode | GateCode | None = None,
         message: str | None = None,
     ) -> AuditEvent:
         record = trace.record
@@ -778,12 +772,15 @@ class Registry:
                 audit_id = self._audit.record(event)
         except OSError as exc:
             log.error("audit log unavailable: %s", exc)
-            if code == "audit-unavailable":  # the refusal itself could not be logged: still that refusal
+            if code == CallErrorCode.AUDIT_UNAVAILABLE:  # the refusal itself could not be logged: still that refusal
                 return CallResult(False, None, CallError(code, message or ""), None)
             return CallResult(
-                False, None, CallError("audit-failed", f"the audit log could not be written: {_os_error(exc)}"), None
+                False,
+                None,
+                CallError(CallErrorCode.AUDIT_FAILED, f"the audit log could not be written: {_os_error(exc)}"),
+                None,
             )
-        failure = None if ok else CallError(code or "tool-failed", message or "")
+        failure = None if ok else CallError(code or CallErrorCode.TOOL_FAILED, message or "")
         return CallResult(ok, content, failure, audit_id, trace.network)
 
 
@@ -873,6 +870,18 @@ def audit_name(name: Any) -> tuple[str, str | None]:
     return shown, "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
+def _gate_code(code: object) -> CallErrorCode | GateCode:
+    """The code a session gate refused with: one of tooldir's as its member, any other text as it
+    is (a host's own), none at all ``session-refused``."""
+    text = str(code)
+    if not text:
+        return CallErrorCode.SESSION_REFUSED
+    try:
+        return CallErrorCode(text)
+    except ValueError:
+        return GateCode(text)
+
+
 def _utf8_safe(text: str) -> str:
     """``text`` with anything UTF-8 cannot encode (lone surrogates) written as ``\\udcff``."""
     if text.isascii():
@@ -887,12 +896,12 @@ def _utf8_safe(text: str) -> str:
 def _interpret(result: RunResult, timeout: float, cap: int) -> Any:
     err_tail = sanitize_text(result.stderr[-2000:].decode("utf-8", "replace")).strip()
     if result.timed_out:
-        raise _Stop("timeout", f"killed after the {timeout:g} s wall-clock limit", ran=True)
+        raise _Stop(CallErrorCode.TIMEOUT, f"killed after the {timeout:g} s wall-clock limit", ran=True)
     if result.stdout_truncated or result.stderr_truncated:
         which = "stdout" if result.stdout_truncated else "stderr"
         text = sanitize_text(result.stdout.decode("utf-8", "replace"))
         raise _Stop(
-            "output-too-large",
+            CallErrorCode.OUTPUT_TOO_LARGE,
             f"the tool wrote more than {cap} bytes to {which}; it was killed and the output truncated",
             ran=True,
             content=text + f"\n[... truncated at {cap} bytes]",
@@ -901,7 +910,11 @@ def _interpret(result: RunResult, timeout: float, cap: int) -> Any:
         how = f"was killed by signal {result.signal}" if result.signal else f"exited with status {result.exit_code}"
         if result.memory_exceeded:
             how += " after going over its memory limit (sandbox.memory_mb)"
-        raise _Stop("tool-failed", f"the tool {how}" + (f": {err_tail[-_MESSAGE_MAX:]}" if err_tail else ""), ran=True)
+        raise _Stop(
+            CallErrorCode.TOOL_FAILED,
+            f"the tool {how}" + (f": {err_tail[-_MESSAGE_MAX:]}" if err_tail else ""),
+            ran=True,
+        )
     text = result.stdout.decode("utf-8", "replace")
     stripped = text.strip()
     if stripped.startswith("{"):
@@ -914,7 +927,7 @@ def _interpret(result: RunResult, timeout: float, cap: int) -> Any:
             if answer["ok"]:
                 return content
             message = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-            raise _Stop("tool-error", message or "the tool reported an error", ran=True, content=content)
+            raise _Stop(CallErrorCode.TOOL_ERROR, message or "the tool reported an error", ran=True, content=content)
     return sanitize_text(text)
 
 
@@ -922,11 +935,11 @@ def _check_context(context: Any) -> dict[str, Any]:
     if context is None:
         return {}
     if not isinstance(context, Mapping):
-        raise _Stop("invalid-input", f"context must be a JSON object, not {type(context).__name__}")
+        raise _Stop(CallErrorCode.INVALID_INPUT, f"context must be a JSON object, not {type(context).__name__}")
     try:
         json.dumps(context, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise _Stop("invalid-input", f"context is not plain JSON: {exc}") from None
+        raise _Stop(CallErrorCode.INVALID_INPUT, f"context is not plain JSON: {exc}") from None
     plain: dict[str, Any] = thaw(context)
     return plain
 

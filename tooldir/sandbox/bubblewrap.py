@@ -61,6 +61,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
+from ..codes import CallErrorCode
 from ..errors import SandboxError
 from ..model import ToolRecord
 from ..policy import SandboxPolicy
@@ -140,7 +141,7 @@ def base_args(policy: SandboxPolicy, *, network: bool) -> list[str]:
     """Every bwrap option except the tool's package and command."""
     bwrap = find_bwrap()
     if bwrap is None:
-        raise SandboxError("bubblewrap (bwrap) is not installed", code="sandbox-unavailable")
+        raise SandboxError("bubblewrap (bwrap) is not installed", code=CallErrorCode.SANDBOX_UNAVAILABLE)
     args = [bwrap, "--unshare-all", "--unshare-user"]
     if network:
         args.append("--share-net")
@@ -196,7 +197,7 @@ def command_argv(command: Sequence[str], record: ToolRecord) -> list[str]:
         if real is None:
             raise SandboxError(
                 f"interpreter {head!r} was not found under {', '.join(SYSTEM_DIRS)} on {TRUSTED_PATH}",
-                code="sandbox-failed",
+                code=CallErrorCode.SANDBOX_FAILED,
             )
         argv[0] = real
     return argv
@@ -210,7 +211,7 @@ def prelude_argv() -> list[str]:
         raise SandboxError(
             f"a tool with a network allowlist needs python3 under {', '.join(SYSTEM_DIRS)} (it sets up the "
             "sandbox's side of the proxy)",
-            code="sandbox-unavailable",
+            code=CallErrorCode.SANDBOX_UNAVAILABLE,
         )
     return [python, "-I", "-S", "-c", PRELUDE]
 
@@ -275,7 +276,7 @@ def run_group(policy: SandboxPolicy, bound: Bound, *, what: str = "run") -> RunG
     if bound.kind == "rlimit+seccomp" and policy.memory_bound == "cgroup":
         raise SandboxError(
             f"sandbox.memory_bound = 'cgroup' but no cgroup limit can be had: {bound.why}",
-            code="sandbox-unavailable",
+            code=CallErrorCode.SANDBOX_UNAVAILABLE,
         )
     where = bound.parent or (bound.v1.memory if bound.v1 else None)
     if where is None:
@@ -287,7 +288,9 @@ def run_group(policy: SandboxPolicy, bound: Bound, *, what: str = "run") -> RunG
             return RunCgroupV1.create(bound.v1, memory_bytes=memory, max_processes=processes)
         return RunCgroup.create(where, memory_bytes=memory, max_processes=processes)
     except OSError as exc:
-        raise SandboxError(f"cannot create the {what}'s cgroup under {where}: {exc}", code="sandbox-failed") from None
+        raise SandboxError(
+            f"cannot create the {what}'s cgroup under {where}: {exc}", code=CallErrorCode.SANDBOX_FAILED
+        ) from None
 
 
 class BubblewrapSandbox:
@@ -389,7 +392,7 @@ class BubblewrapSandbox:
             if self.bound.kind == "systemd-scope":
                 systemd_run = scope.find_systemd_run()
                 if systemd_run is None:
-                    raise SandboxError("systemd-run is no longer installed", code="sandbox-failed")
+                    raise SandboxError("systemd-run is no longer installed", code=CallErrorCode.SANDBOX_FAILED)
                 memory = self.policy.memory_mb * 1024 * 1024
                 wrapper = scope.scope_prefix(
                     systemd_run, memory_bytes=memory, max_tasks=self.policy.max_processes + BWRAP_PROCESSES
@@ -466,7 +469,7 @@ class BubblewrapSandbox:
             result = replace(result, network=tuple(c.to_json() for c in connections))
         if not result.started and not result.timed_out:
             why = result.stderr.decode("utf-8", "replace").strip()[-500:] or f"exit status {result.exit_code}"
-            raise SandboxError(f"bubblewrap could not start the tool: {why}", code="sandbox-failed")
+            raise SandboxError(f"bubblewrap could not start the tool: {why}", code=CallErrorCode.SANDBOX_FAILED)
         return result
 
 
@@ -680,7 +683,7 @@ def seccomp_args(
     program = build_filter(network=network, deny_shared_memory=deny_shared_memory)
     if program is None:
         if not policy.unsafe_allow_no_seccomp:
-            raise SandboxError(no_seccomp_problem(), code="sandbox-unavailable")
+            raise SandboxError(no_seccomp_problem(), code=CallErrorCode.SANDBOX_UNAVAILABLE)
         log.warning(
             "running %s WITHOUT a seccomp filter on %s (policy sandbox.unsafe_allow_no_seccomp = true)",
             tool or "a tool",

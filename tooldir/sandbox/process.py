@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
+from ..codes import CallErrorCode
 from ..errors import SandboxError
 from ..policy import SandboxPolicy
 from .base import RunResult
@@ -135,7 +136,7 @@ def limits_prefix(policy: SandboxPolicy, uid: int, *, extra_fds: int = 0, addres
     locked memory RLIMIT_MEMLOCK 0 in every case."""
     prlimit = find_prlimit()
     if prlimit is None:
-        raise SandboxError("prlimit (util-linux) is not installed", code="sandbox-unavailable")
+        raise SandboxError("prlimit (util-linux) is not installed", code=CallErrorCode.SANDBOX_UNAVAILABLE)
     limits = run_limits(policy, uid, extra_fds=extra_fds, address_space=address_space)
     return [prlimit, *(f"--{_PRLIMIT_NAMES[x.which]}={_shown(x.soft)}:{_shown(x.hard)}" for x in limits), "--"]
 
@@ -323,7 +324,7 @@ def launch(
             extra_groups=[] if switch.uid is not None else None,
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        raise SandboxError(f"cannot start the sandbox: {exc}", code="sandbox-failed") from None
+        raise SandboxError(f"cannot start the sandbox: {exc}", code=CallErrorCode.SANDBOX_FAILED) from None
     finally:
         for fd in close_after_spawn:
             os.close(fd)
@@ -432,7 +433,7 @@ def _hold(
             for each in (pid, child):
                 set_limits(each, limits)
         except OSError as exc:
-            raise SandboxError(f"cannot set the sandbox's rlimits: {exc}", code="sandbox-failed") from None
+            raise SandboxError(f"cannot set the sandbox's rlimits: {exc}", code=CallErrorCode.SANDBOX_FAILED) from None
     if cgroup is None:
         return True
     try:
@@ -441,7 +442,7 @@ def _hold(
             cgroup.add(child)
     except OSError as exc:
         raise SandboxError(
-            f"cannot move the sandbox into its cgroup {cgroup.path}: {exc}", code="sandbox-failed"
+            f"cannot move the sandbox into its cgroup {cgroup.path}: {exc}", code=CallErrorCode.SANDBOX_FAILED
         ) from None
     return True
 

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..codes import CallErrorCode
 from ..errors import SandboxError
 from ..model import ToolRecord
 from ..policy import SandboxPolicy
@@ -95,7 +96,9 @@ class PreparedServer:
             pid, self.group, info_fd=self.info_fd, info=CappedBuffer(4096), deadline=time.perf_counter() + timeout_s
         )
         if not held:
-            raise SandboxError("bubblewrap did not set up the server's sandbox in time", code="sandbox-failed")
+            raise SandboxError(
+                "bubblewrap did not set up the server's sandbox in time", code=CallErrorCode.SANDBOX_FAILED
+            )
         os.write(self.release_fd, b"1")
 
     def finish(self) -> None:
@@ -125,7 +128,7 @@ class PreparedServer:
 def server_argv(record: ToolRecord) -> list[str]:
     """``server.command`` with the interpreter resolved and argv[0] package files made absolute."""
     if record.server is None:
-        raise SandboxError(f"{record.name} is not an MCP server package", code="sandbox-failed")
+        raise SandboxError(f"{record.name} is not an MCP server package", code=CallErrorCode.SANDBOX_FAILED)
     return command_argv(record.server.server.command, record)
 
 
@@ -172,7 +175,7 @@ def prepare_server(
         if bound.kind == "systemd-scope":
             systemd_run = scope.find_systemd_run()
             if systemd_run is None:
-                raise SandboxError("systemd-run is no longer installed", code="sandbox-failed")
+                raise SandboxError("systemd-run is no longer installed", code=CallErrorCode.SANDBOX_FAILED)
             wrapper = scope.scope_prefix(
                 systemd_run,
                 memory_bytes=policy.memory_mb * 1024 * 1024,

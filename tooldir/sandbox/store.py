@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from .._internal.atomic import private_dirs
+from ..codes import CallErrorCode
 from ..errors import SandboxError
 from ..model import ToolRecord
 
@@ -33,7 +34,7 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_
 def _changed(record: ToolRecord, message: str) -> SandboxError:
     return SandboxError(
         f"{record.name}: {message}; the package changed after it was verified, nothing ran (reload to re-verify)",
-        code="changed-since-verification",
+        code=CallErrorCode.CHANGED_SINCE_VERIFICATION,
     )
 
 
@@ -116,19 +117,21 @@ def verified_files(record: ToolRecord, base: Path, *, create: bool = True) -> tu
             ``sandbox-failed`` if the store cannot be written.
     """
     if record.path is None or record.digest is None or not record.files:
-        raise SandboxError(f"{record.name} has no verified package to run", code="sandbox-failed")
+        raise SandboxError(f"{record.name} has no verified package to run", code=CallErrorCode.SANDBOX_FAILED)
     target = base / record.digest.removeprefix("sha256:")
     if target.is_dir():
         found = _read_copy(target, record)
         if found is not None:
             return target, found
     if not create:
-        raise SandboxError(f"no verified copy of {record.name} in {base} yet", code="sandbox-failed")
+        raise SandboxError(f"no verified copy of {record.name} in {base} yet", code=CallErrorCode.SANDBOX_FAILED)
     try:
         private_dirs(base)
         staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=base))
     except OSError as exc:
-        raise SandboxError(f"cannot write the package store {base}: {exc.strerror}", code="sandbox-failed") from None
+        raise SandboxError(
+            f"cannot write the package store {base}: {exc.strerror}", code=CallErrorCode.SANDBOX_FAILED
+        ) from None
     try:
         try:
             pkg_fd = _open_dir_path(record.path)
@@ -153,7 +156,7 @@ def verified_files(record: ToolRecord, base: Path, *, create: bool = True) -> tu
         found = _read_copy(target, record) if target.is_dir() else None
         if found is not None:  # a concurrent run won the rename
             return target, found
-        raise SandboxError(f"cannot write the package store {base}: {exc}", code="sandbox-failed") from None
+        raise SandboxError(f"cannot write the package store {base}: {exc}", code=CallErrorCode.SANDBOX_FAILED) from None
     except BaseException:
         remove_tree(staging)
         raise

@@ -10,6 +10,7 @@ import logging
 import tempfile
 from pathlib import Path
 
+from ..codes import CallErrorCode
 from ..errors import SandboxError
 from ..policy import SandboxPolicy
 from .base import RunRequest, RunResult
@@ -34,7 +35,7 @@ class UnsafeUnsandboxed:
             raise SandboxError(
                 f"{request.record.name} declares a network allowlist, which only the sandbox can enforce; it is "
                 "not run unsandboxed (install bubblewrap)",
-                code="sandbox-unavailable",
+                code=CallErrorCode.SANDBOX_UNAVAILABLE,
             )
         log.warning(
             "running %s WITHOUT a sandbox (policy sandbox.unsafe_allow_unsandboxed = true)", request.record.name

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from .._internal import forkpool
+from ..codes import DiagnosticCode
 from ..errors import StateError
 from ..model import BuiltinSpec, Diagnostic, PackageFile, Source, ToolRecord, warning
 from ..names import skeleton
@@ -521,7 +522,7 @@ class Loader:
         elif kind is EntryKind.DIR and not is_hidden(name):
             limits = self.config.policy.limits
             scan = scan_package(fd, root, name, limits)
-            if scan.diagnostics and all(d.code == "missing-file" for d in scan.diagnostics):
+            if scan.diagnostics and all(d.code == DiagnosticCode.MISSING_FILE for d in scan.diagnostics):
                 state.entries.discard(name)  # vanished between the stat and the scan
             else:
                 candidate = validate_package(scan, self.config.policy)
@@ -642,7 +643,7 @@ class Loader:
         except (OSError, StateError) as exc:
             why = exc.diagnostics() if isinstance(exc, StateError) else (exc.strerror or str(exc))
             diag = warning(
-                "state-unwritable",
+                DiagnosticCode.STATE_UNWRITABLE,
                 f"cannot record the signed versions this load verified in {state_dir}: {why}; "
                 "until it can, rollback protection for them holds only in this process",
                 path=str(state_dir),

@@ -17,6 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from ..codes import DiagnosticCode
 from ..model import BuiltinSpec, Diagnostic, Source, Status, ToolRecord, error, warning
 from ..names import GUARD_TOOLS, is_valid_name, skeleton
 from ..policy import Policy
@@ -57,7 +58,10 @@ def resolve(assessed: Sequence[Assessed], builtins: Iterable[BuiltinSpec], polic
             reject(
                 i,
                 error(
-                    "reserved-name", f"{t.name!r} is reserved for a builtin or guard tool", pointer="/name", **where(t)
+                    DiagnosticCode.RESERVED_NAME,
+                    f"{t.name!r} is reserved for a builtin or guard tool",
+                    pointer="/name",
+                    **where(t),
                 ),
             )
         elif skeleton(t.name) in reserved_skeletons:
@@ -65,7 +69,10 @@ def resolve(assessed: Sequence[Assessed], builtins: Iterable[BuiltinSpec], polic
             reject(
                 i,
                 error(
-                    "confusable-name", f"{t.name!r} looks like the reserved name {other!r}", pointer="/name", **where(t)
+                    DiagnosticCode.CONFUSABLE_NAME,
+                    f"{t.name!r} looks like the reserved name {other!r}",
+                    pointer="/name",
+                    **where(t),
                 ),
             )
 
@@ -89,7 +96,7 @@ def resolve(assessed: Sequence[Assessed], builtins: Iterable[BuiltinSpec], polic
                     reject(
                         i,
                         error(
-                            "collision",
+                            DiagnosticCode.COLLISION,
                             f"{len(group)} packages of the {t.source} source are named {t.name!r}: {paths}",
                             **where(t),
                         ),
@@ -99,7 +106,7 @@ def resolve(assessed: Sequence[Assessed], builtins: Iterable[BuiltinSpec], polic
                     reject(
                         i,
                         error(
-                            "confusable-name",
+                            DiagnosticCode.CONFUSABLE_NAME,
                             f"{t.name!r} looks like {', '.join(map(repr, others))} in the same source: {paths}",
                             **where(t),
                         ),
@@ -120,7 +127,7 @@ def resolve(assessed: Sequence[Assessed], builtins: Iterable[BuiltinSpec], polic
             reject(
                 high,
                 error(
-                    "confusable-name",
+                    DiagnosticCode.CONFUSABLE_NAME,
                     f"{hi.name!r} looks like the {lo.source} tool {lo.name!r} ({lo.path})",
                     pointer="/name",
                     **where(hi),
@@ -140,7 +147,7 @@ def resolve(assessed: Sequence[Assessed], builtins: Iterable[BuiltinSpec], polic
             diagnostics=(
                 *lz.diagnostics,
                 warning(
-                    "shadowed",
+                    DiagnosticCode.SHADOWED,
                     f"{lz.source} tool {lz.name!r} at {lz.path} is shadowed by the {w.source} tool at {w.path}",
                     **where(lz),
                 ),
@@ -151,7 +158,7 @@ def resolve(assessed: Sequence[Assessed], builtins: Iterable[BuiltinSpec], polic
             diagnostics=(
                 *w.diagnostics,
                 warning(
-                    "shadowed",
+                    DiagnosticCode.SHADOWED,
                     f"{w.source} tool {w.name!r} at {w.path} shadows the {lz.source} tool at {lz.path}",
                     **where(w),
                 ),

@@ -88,7 +88,7 @@ def _digest(parts: tuple[object, ...]) -> bytes:
 
 def diag_entry(d: Diagnostic) -> DiagEntry:
     view = (
-        "diag-v1", d.severity.value, d.code, d.tool, None if d.source is None else d.source.value, d.path,
+        "diag-v1", d.severity.value, str(d.code), d.tool, None if d.source is None else d.source.value, d.path,
         d.pointer, d.message,
     )  # fmt: skip
     return ((d.path or "", d.tool or "", d.code, d.pointer or "", d.message, _digest(view)), d)

@@ -59,6 +59,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 
+from ..codes import WatchCode
 from ..errors import PolicyError
 from ..policy import Limits, Policy, managed_defaults, read_policy
 from ..read.discover import EntryKind, RootSpec, entry_kind, is_hidden
@@ -94,7 +95,7 @@ class WatchProblem:
     kept), ``policy-invalid`` (the policy in use is kept), ``policy-removed`` (the defaults now
     apply), ``inotify-limit``, ``inotify-overflow``, ``watch-failed``."""
 
-    code: str
+    code: WatchCode
     message: str
     generation: int  # of the snapshot still current
 
@@ -262,7 +263,7 @@ class Watcher:
         self._handler = _Handler(self)
         self._watches: dict[tuple[str, bool], tuple[Any, tuple[int, int]]] = {}
         self._worker: threading.Thread | None = None
-        self._degraded: str | None = None
+        self._degraded: WatchCode | None = None
         self._next_rescan = 0.0
         self._retry_at: float | None = None
         self._retry_delay = retry_s
@@ -432,7 +433,7 @@ class Watcher:
             limits = self._loader.config.policy.limits
             shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
             self._report(
-                "watch-budget",
+                WatchCode.WATCH_BUDGET,
                 f"{shown}: more folders than are watched (at most {limits.max_package_files} per package, "
                 f"{self._max_watches} in all); changes there are picked up by a rescan every "
                 f"{self._rescan_interval:g} s",
@@ -574,15 +575,15 @@ class Watcher:
         self._set_partial(partial)
         if relist:
             self._relist_roots(added)
-        if self._degraded in ("inotify-limit", "watch-failed") and len(self._watches) == len(desired):
+        if self._degraded in (WatchCode.INOTIFY_LIMIT, WatchCode.WATCH_FAILED) and len(self._watches) == len(desired):
             with self._cond:
                 self._degraded = None
             log.warning("every folder is watched again; leaving the periodic-rescan fallback")
 
     def _degrade(self, exc: OSError, folder: str | None = None) -> None:
-        code = "inotify-limit" if exc.errno in (errno.EMFILE, errno.ENOSPC) else "watch-failed"
+        code = WatchCode.INOTIFY_LIMIT if exc.errno in (errno.EMFILE, errno.ENOSPC) else WatchCode.WATCH_FAILED
         where = f" {folder}" if folder else ""
-        if code == "inotify-limit":
+        if code == WatchCode.INOTIFY_LIMIT:
             message = (
                 f"cannot watch{where}: {exc}; raise fs.inotify.max_user_watches / max_user_instances "
                 f"(sysctl). Falling back to a full rescan every {self._rescan_interval:g} s"
@@ -659,7 +660,9 @@ class Watcher:
         return noted
 
     def _on_overflow(self) -> None:
-        self._report("inotify-overflow", "the kernel dropped filesystem events (inotify queue overflow); full rescan")
+        self._report(
+            WatchCode.INOTIFY_OVERFLOW, "the kernel dropped filesystem events (inotify queue overflow); full rescan"
+        )
         with self._cond:
             self._pending.full = True
             self._pending.rearm = True
@@ -762,7 +765,7 @@ class Watcher:
             try:
                 effective = read_policy(path)
             except PolicyError as exc:
-                self._report("policy-invalid", f"{exc.diagnostics()}; keeping the policy in use")
+                self._report(WatchCode.POLICY_INVALID, f"{exc.diagnostics()}; keeping the policy in use")
                 return False
         else:
             # what a cold start without the file loads: the built-in defaults under the managed
@@ -770,9 +773,11 @@ class Watcher:
             try:
                 effective = managed_defaults()
             except PolicyError as exc:
-                self._report("policy-invalid", f"{exc.diagnostics()}; keeping the policy in use")
+                self._report(WatchCode.POLICY_INVALID, f"{exc.diagnostics()}; keeping the policy in use")
                 return False
-            self._report("policy-removed", f"policy file {path} was removed; now using the built-in default policy")
+            self._report(
+                WatchCode.POLICY_REMOVED, f"policy file {path} was removed; now using the built-in default policy"
+            )
         policy, file, overridden = effective.policy, effective.file, effective.overridden
         config = self._loader.config
         if policy == config.policy and file == config.policy_file and overridden == config.policy_overridden:
@@ -792,9 +797,9 @@ class Watcher:
         message = getattr(exc, "diagnostics", None)
         text = message() if callable(message) else f"{type(exc).__name__}: {exc}"
         log.warning("rebuild failed, keeping generation %d: %s", self._store.current.generation, text)
-        self._report("build-failed", f"{text}; keeping the last good snapshot, retrying in {delay:g} s")
+        self._report(WatchCode.BUILD_FAILED, f"{text}; keeping the last good snapshot, retrying in {delay:g} s")
 
-    def _report(self, code: str, message: str) -> None:
+    def _report(self, code: WatchCode, message: str) -> None:
         problem = WatchProblem(code, message, self._store.current.generation)
         with self._cond:
             self._last_problem = problem

@@ -26,6 +26,7 @@ from datetime import datetime
 from functools import partial
 from typing import TypeVar, cast
 
+from ..codes import DiagnosticCode
 from ..model import (
     BuiltinSpec,
     Diagnostic,
@@ -227,7 +228,7 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
             UNVERIFIED,
             (
                 error(
-                    "risk-not-allowed",
+                    DiagnosticCode.RISK_NOT_ALLOWED,
                     f"risk {manifest.risk} is above the {scan.source} source's limit {rules.max_risk}; to allow it, "
                     f'set sources.{scan.source}.max_risk = "{manifest.risk}" in your policy (a weakening, reported '
                     "as policy-weakened)",
@@ -251,7 +252,11 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
             return _active(candidate, Trust(True, "pinned"))
         if pinned is not None:
             diags.append(
-                warning("hash-mismatch", f"package digest {scan.digest} differs from the pinned {pinned}", **where)
+                warning(
+                    DiagnosticCode.HASH_MISMATCH,
+                    f"package digest {scan.digest} differs from the pinned {pinned}",
+                    **where,
+                )
             )
     if "signature" in require and inputs.check_signature is not None:
         verdict = inputs.check_signature(candidate)
@@ -271,7 +276,7 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
             # an approval given to a package signed by a key that is now revoked no longer counts
             diags.append(
                 error(
-                    "revoked-key",
+                    DiagnosticCode.REVOKED_KEY,
                     f"the approval of {approval.time} recorded signing key {approval.key}, which is revoked",
                     **where,
                 )
@@ -282,7 +287,7 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
         if approval is not None:
             diags.append(
                 warning(
-                    "changed-since-approval",
+                    DiagnosticCode.CHANGED_SINCE_APPROVAL,
                     f"package changed since it was approved on {approval.time} "
                     f"({describe_changes(approval.files, scan.files)}; approved {approval.digest}, now {scan.digest}); "
                     "review and run 'tooldir allow' again",
@@ -291,7 +296,7 @@ def assess(candidate: Candidate, inputs: TrustInputs) -> Assessment:
             )
             return Assessment(Status.PENDING, UNVERIFIED, tuple(diags))
     needed = " or ".join(require)
-    diags.append(warning("not-approved", f"{scan.source} tool needs {needed} before it can run", **where))
+    diags.append(warning(DiagnosticCode.NOT_APPROVED, f"{scan.source} tool needs {needed} before it can run", **where))
     return Assessment(Status.PENDING, UNVERIFIED, tuple(diags))
 
 
@@ -305,11 +310,11 @@ def assess_upstream(candidate: Candidate, package: ToolRecord, pinned: str | Non
     if not candidate.valid or scan.digest is None:
         return Assessment(Status.REJECTED, UNVERIFIED, ())
     if not is_runnable(package) or package.server is None:
-        diag = warning("not-approved", f"its MCP server package {package.name!r} is not trusted", **where)
+        diag = warning(DiagnosticCode.NOT_APPROVED, f"its MCP server package {package.name!r} is not trusted", **where)
         return Assessment(Status.PENDING, UNVERIFIED, (diag,))
     if pinned is None:
         diag = warning(
-            "definition-new",
+            DiagnosticCode.DEFINITION_NEW,
             f"the server offers a tool that was not there when it was approved ({scan.digest}); review it with "
             f"'tooldir show {candidate.name}' and run 'tooldir allow {package.name}' to approve it",
             **where,
@@ -317,7 +322,7 @@ def assess_upstream(candidate: Candidate, package: ToolRecord, pinned: str | Non
         return Assessment(Status.PENDING, UNVERIFIED, (diag,))
     if pinned != scan.digest:
         diag = warning(
-            "definition-changed",
+            DiagnosticCode.DEFINITION_CHANGED,
             f"the tool's definition changed since it was approved (pinned {pinned}, now {scan.digest}); "
             f"'tooldir show {candidate.name}' shows the change, 'tooldir allow {package.name}' approves it",
             **where,
@@ -366,16 +371,18 @@ class _Run:
         if self.explain:
             self.steps.append(Step(name, ok, detail() if callable(detail) else detail))
 
-    def diag(self, severity: Severity, code: str, file: str, message: str, pointer: str | None = None) -> None:
+    def diag(
+        self, severity: Severity, code: DiagnosticCode, file: str, message: str, pointer: str | None = None
+    ) -> None:
         scan = self.candidate.scan
         path = os.path.join(scan.path, file) if file else scan.path
         self.diags.append(Diagnostic(severity, code, message, self.candidate.name, scan.source, path, pointer))
 
-    def fail(self, step: str, code: str, file: str, message: str, pointer: str | None = None) -> None:
+    def fail(self, step: str, code: DiagnosticCode, file: str, message: str, pointer: str | None = None) -> None:
         self.step(step, False, f"{code}: {message}")
         self.diag(Severity.ERROR, code, file, message, pointer)
 
-    def doubt(self, step: str, code: str, file: str, message: str) -> None:
+    def doubt(self, step: str, code: DiagnosticCode, file: str, message: str) -> None:
         self.step(step, False, f"{code}: {message}")
         self.diag(Severity.WARNING, code, file, message)
 
@@ -441,21 +448,23 @@ def _check_minisig(
     try:
         sig = cache.parse(parse_minisig, data)
     except SignatureFormatError as exc:
-        run.fail("minisign", "bad-signature", MINISIG, f"malformed {MINISIG}: {exc}")
+        run.fail("minisign", DiagnosticCode.BAD_SIGNATURE, MINISIG, f"malformed {MINISIG}: {exc}")
         return None, None
     ident = sig.key_ident
     run.step("minisign", True, lambda: f"{MINISIG} parses; signed by key {ident}")
     if ident in keyring.revoked:
-        run.fail("minisign key", "revoked-key", MINISIG, f"signed by revoked key {ident}")
+        run.fail("minisign key", DiagnosticCode.REVOKED_KEY, MINISIG, f"signed by revoked key {ident}")
         return None, ident
     key = keyring.minisign.get(sig.key_id)
     if key is None:
-        run.doubt("minisign key", "untrusted-key", MINISIG, f"signed by {ident}, which is not in keys.minisign")
+        run.doubt(
+            "minisign key", DiagnosticCode.UNTRUSTED_KEY, MINISIG, f"signed by {ident}, which is not in keys.minisign"
+        )
         return None, ident
     run.step("minisign key", True, lambda: f"{ident} is a trusted key (keys.minisign)")
     problem = verify_minisign(sig, key, lock, keyring.verified, cache.verifications)
     if problem:
-        run.fail("minisign signature", "bad-signature", MINISIG, problem)
+        run.fail("minisign signature", DiagnosticCode.BAD_SIGNATURE, MINISIG, problem)
         return None, ident
     run.step(
         "minisign signature",
@@ -474,21 +483,24 @@ def _check_sshsig(
     try:
         sig = cache.parse(parse_sshsig, data)
     except SignatureFormatError as exc:
-        run.fail("ssh", "bad-signature", SSHSIG, f"malformed {SSHSIG}: {exc}")
+        run.fail("ssh", DiagnosticCode.BAD_SIGNATURE, SSHSIG, f"malformed {SSHSIG}: {exc}")
         return None, None
     ident = sig.key_ident
     run.step("ssh", True, lambda: f"{SSHSIG} parses; {sig.key_type} key {sig.fingerprint}, namespace {sig.namespace!r}")
     if ident in keyring.revoked:
-        run.fail("ssh key", "revoked-key", SSHSIG, f"signed by revoked key {sig.fingerprint}")
+        run.fail("ssh key", DiagnosticCode.REVOKED_KEY, SSHSIG, f"signed by revoked key {sig.fingerprint}")
         return None, ident
     problem = verify_sshsig(sig, lock, keyring.verified, cache.verifications)
     if problem:
-        run.fail("ssh signature", "bad-signature", SSHSIG, problem)
+        run.fail("ssh signature", DiagnosticCode.BAD_SIGNATURE, SSHSIG, problem)
         return None, ident
     if sig.namespace != NAMESPACE:
         # replay: a valid signature made for another purpose (git, file, ...)
         run.fail(
-            "ssh signature", "bad-signature", SSHSIG, f"signature is for namespace {sig.namespace!r}, not {NAMESPACE!r}"
+            "ssh signature",
+            DiagnosticCode.BAD_SIGNATURE,
+            SSHSIG,
+            f"signature is for namespace {sig.namespace!r}, not {NAMESPACE!r}",
         )
         return None, ident
     run.step("ssh signature", True, lambda: f"signature is valid for namespace {NAMESPACE!r}")
@@ -511,9 +523,9 @@ def _check_sshsig(
         )
         return _Signed(ident, principal), ident
     why = "; ".join(reasons) or "the key is not in the allowed_signers file"
-    run.doubt("ssh key", "untrusted-key", SSHSIG, f"signed by {sig.fingerprint}: {why}")
+    run.doubt("ssh key", DiagnosticCode.UNTRUSTED_KEY, SSHSIG, f"signed by {sig.fingerprint}: {why}")
     for problem in keyring.problems:
-        run.diag(Severity.WARNING, "invalid-key", "", problem)
+        run.diag(Severity.WARNING, DiagnosticCode.INVALID_KEY, "", problem)
     return None, ident
 
 
@@ -539,7 +551,7 @@ def verify_package(
         run.step("signature", None, f"{LOCK} is present but not signed ({MINISIG} or {SSHSIG})")
         return run.verdict(trusted=False)
     if lock_bytes is None:
-        run.doubt("lock", "missing-file", LOCK, f"a signature is present but {LOCK} is missing")
+        run.doubt("lock", DiagnosticCode.MISSING_FILE, LOCK, f"a signature is present but {LOCK} is missing")
         return run.verdict(trusted=False)
     signed: list[_Signed] = []
     key: str | None = None
@@ -564,29 +576,35 @@ def _check_lock(
     try:
         lock = cache.parse(parse_lock, lock_bytes)
     except LockError as exc:
-        run.fail("lock", "invalid-lock", LOCK, f"{LOCK} is signed but malformed: {exc.message}", exc.pointer)
+        run.fail(
+            "lock", DiagnosticCode.INVALID_LOCK, LOCK, f"{LOCK} is signed but malformed: {exc.message}", exc.pointer
+        )
         return untrusted()
     run.step("lock", True, lambda: f"{LOCK} parses: {lock.name} version {lock.version}, {len(lock.files)} files")
     name = run.candidate.name
     if lock.name != name:
         # replay: a lock signed for another tool
         run.fail(
-            "lock name", "bad-signature", LOCK, f"the lock is signed for tool {lock.name!r}, not {name!r}", "/name"
+            "lock name",
+            DiagnosticCode.BAD_SIGNATURE,
+            LOCK,
+            f"the lock is signed for tool {lock.name!r}, not {name!r}",
+            "/name",
         )
         return untrusted()
     run.step("lock name", True, lambda: f"the lock names this tool ({name})")
     mismatch = compare_files(lock, run.candidate.scan.files)
     for path in mismatch.unlisted:
-        run.fail("files", "unlisted-file", path, f"{path} is not listed in the signed {LOCK}")
+        run.fail("files", DiagnosticCode.UNLISTED_FILE, path, f"{path} is not listed in the signed {LOCK}")
     for path in mismatch.missing:
-        run.fail("files", "missing-file", path, f"{path} is listed in the signed {LOCK} but missing")
+        run.fail("files", DiagnosticCode.MISSING_FILE, path, f"{path} is listed in the signed {LOCK} but missing")
     for path in mismatch.changed:
-        run.fail("files", "hash-mismatch", path, f"{path} differs from the hash in the signed {LOCK}")
+        run.fail("files", DiagnosticCode.HASH_MISMATCH, path, f"{path} differs from the hash in the signed {LOCK}")
     if not mismatch.clean:
         return untrusted()
     run.step("files", True, lambda: f"every file matches the lock ({len(lock.files)} files)")
     if lock.expires is not None and lock.expired(now):
-        run.fail("expiry", "expired", LOCK, f"the lock expired at {format_time(lock.expires)}", "/expires")
+        run.fail("expiry", DiagnosticCode.EXPIRED, LOCK, f"the lock expired at {format_time(lock.expires)}", "/expires")
         return untrusted()
     run.step(
         "expiry", True, lambda: "no expiry" if lock.expires is None else f"valid until {format_time(lock.expires)}"
@@ -595,7 +613,7 @@ def _check_lock(
         seen = marks.get((s.ident, lock.name))
         if seen is not None and lock.version < seen:
             run.fail(
-                "rollback", "rollback", LOCK, f"version {lock.version} is older than version {seen} seen from {s.label}",
+                "rollback", DiagnosticCode.ROLLBACK, LOCK, f"version {lock.version} is older than version {seen} seen from {s.label}",
                 "/version",
             )  # fmt: skip
             return untrusted()

@@ -748,3 +748,24 @@ def test_an_index_that_would_exceed_its_size_bound_is_not_written_and_the_old_on
     snap = _load(state, users=[root])
     assert not path.exists() and snap.diagnostics == ()
     assert [p.name for p in path.parent.iterdir()] == []
+
+
+def test_an_index_entry_with_a_diagnostic_code_tooldir_does_not_know_is_dropped_and_read_again(
+    root: Path, tmp_path: Path
+) -> None:
+    from tooldir.codes import DiagnosticCode
+    from tooldir.model import PackageFile, warning
+    from tooldir.read.index import Entry
+
+    def entry(name: str, code: str) -> Entry:
+        diag = warning(DiagnosticCode.SUSPICIOUS_TEXT, "m", tool=name, source=Source.USER)
+        return Entry(
+            name=name, scanned_ns=1, digest="sha256:00", has_manifest=False, stats=(("", (1,) * 9),),
+            files=(PackageFile("a", "ab", 0, False),), kept={}, diagnostics=(replace(diag, code=code),),
+        )  # fmt: skip
+
+    header = header_for(user_root(root), Policy())
+    data = encode(header, {"known": entry("known", "suspicious-text"), "odd": entry("odd", "no-such-code")})
+    decoded = decode(data, header)
+    assert set(decoded.entries) == {"known"} and decoded.dropped == 1 and decoded.problem is None
+    assert decoded.entries["known"].diagnostics[0].code is DiagnosticCode.SUSPICIOUS_TEXT
