@@ -39,10 +39,12 @@ def root(tmp_path: Path) -> Path:
 SERIAL_GROUP = "serial"
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``serial`` (timing bounds, inotify limits, cgroups, memory) all go to one
     xdist group, so under ``--dist loadgroup`` they run one after another on a single worker and
-    never beside each other; without xdist the marker changes nothing."""
+    never beside each other; without xdist the marker changes nothing. It runs first: pytest-xdist
+    reads the ``xdist_group`` markers in its own hook of this name (tests/test_serial_group.py)."""
     for item in items:
         if item.get_closest_marker("serial") is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
