@@ -39,13 +39,39 @@ def root(tmp_path: Path) -> Path:
 SERIAL_GROUP = "serial"
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``serial`` (timing bounds, inotify limits, cgroups, memory) all go to one
     xdist group, so under ``--dist loadgroup`` they run one after another on a single worker and
-    never beside each other; without xdist the marker changes nothing."""
+    never beside each other; without xdist the marker changes nothing. It runs first: pytest-xdist
+    reads the ``xdist_group`` markers in its own hook of this name (tests/test_serial_group.py)."""
     for item in items:
         if item.get_closest_marker("serial") is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
+    items.sort(key=_slow_first)
+
+
+#: Files whose tests take longest (measured with --durations: they mostly wait on subprocesses and
+#: servers), in this order before every other file. pytest-xdist's loadgroup hands tests out in
+#: collection order (after the largest group, `serial`), so a long test collected last is the tail
+#: of the run with one worker busy; collected first, it overlaps the many short ones. A sort that
+#: keeps each file's tests together and in their order: no test depends on it to pass.
+SLOW_FIRST = (
+    "tests/attacks/test_drills_unprivileged.py",
+    "tests/unit/test_readme_examples.py",
+    "tests/attacks/test_drill_wheel.py",
+    "tests/mcp/test_mcp_early.py",
+    "tests/mcp/test_mcp_http_starve.py",
+    "tests/fit/",
+    "tests/upstream/",
+    "tests/attacks/",
+    "tests/mcp/",
+)
+
+
+def _slow_first(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return next((i for i, prefix in enumerate(SLOW_FIRST) if path.startswith(prefix)), len(SLOW_FIRST))
 
 
 # ------------------------------------------------------------------------------------------------
