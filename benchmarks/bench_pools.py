@@ -19,15 +19,16 @@ verify (who checks a signed root's minisign signatures; only for ``--project`` o
   inworker        in the read itself: whoever reads a package (a forked worker or this process)
                   verifies its signature with the helper's own code (libsodium) and sends the
                   answer with the package; no helper process
+  inprocess       no helper: the trust stage verifies every signature in this process (OpenSSL)
 
     python3 benchmarks/bench_pools.py drive --map ppe-fork --verify inworker -- scan --json ...
 
 runs one such process (``--state-dir FRESH`` becomes a new empty folder);
 
-    python3 benchmarks/bench_pools.py [--runs 5] [--workdir DIR]
+    python3 benchmarks/bench_pools.py [--quick] [--runs 5] [--workdir DIR]
 
 runs every variant in interleaved rounds against the plain floor (:mod:`benchmarks.floor`) and
-the shipped command, printing min/median/max of wall and CPU (the process and every child it
+the shipped command (``--quick``: 2 rounds), printing min/median/max of wall and CPU (the process and every child it
 waited for, from ``wait4``).
 """
 
@@ -212,6 +213,10 @@ def drive(argv: list[str]) -> None:
         forkpool.fork_map = _ppe_map(mapping.removeprefix("ppe-"))
     if verify == "inworker":
         _install_inworker()
+    elif verify == "inprocess":
+        from tooldir.snapshot import loader
+
+        loader.prefetch_for = lambda packages, keyring: False  # the trust stage verifies in this process
     elif verify != "helper":
         raise SystemExit(f"unknown --verify {verify}")
     sys.argv = ["tooldir", *args]
@@ -260,6 +265,8 @@ def variants(workdir: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
         "scan ppe-forkserver w=2": (d("ppe-forkserver", "helper", scan), two),
         "signed floor": ([py, str(HERE / "floor.py"), str(signed / ".tooldir" / "tools")], {}),
         "signed w=1 helper": (d("forkpool", "helper", sig), one),
+        "signed w=1 inprocess": (d("forkpool", "inprocess", sig), one),
+        "signed forkpool inprocess": (d("forkpool", "inprocess", sig), two),
         "signed forkpool+helper": (d("forkpool", "helper", sig), two),
         "signed forkpool inworker": (d("forkpool", "inworker", sig), two),
         "signed ppe-fork inworker": (d("ppe-fork", "inworker", sig), two),
@@ -270,7 +277,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["drive"]:
         drive(argv[1:])
         return 0
-    runs = int(argv[argv.index("--runs") + 1]) if "--runs" in argv else 5
+    runs = int(argv[argv.index("--runs") + 1]) if "--runs" in argv else 2 if "--quick" in argv else 5
     workdir = Path(argv[argv.index("--workdir") + 1]) if "--workdir" in argv else Path(tempfile.gettempdir()) / "pools"
     workdir.mkdir(parents=True, exist_ok=True)
     os.chmod(workdir, 0o755)  # noqa: S103 -- discovery refuses group/world-writable roots, not readable ones
