@@ -13,7 +13,8 @@ map (who reads the packages)
                   process allowed; this process only collects), chunks of the same size, each
                   chunk's results pickled the way forkpool sends them
   ppe-forkserver  the same with the forkserver context (its server preloads the loader's
-                  modules; a worker opens the root by path and rebuilds the reader)
+                  modules; a worker opens the root by path and rebuilds the reader). Its workers
+                  are the server's children, not the command's: their CPU is in no figure here
 verify (who checks a signed root's minisign signatures; only for ``--project`` of a signed tree)
   helper          as shipped: the verify_pool helper process
   inworker        in the read itself: whoever reads a package (a forked worker or this process)
