@@ -53,12 +53,11 @@ from benchmarks.generate import generate
 from benchmarks.sizes import parse_args
 from benchmarks.sizes import workdir as workdir_for
 from tooldir import signatures
-from tooldir._internal import verify_pool, verify_worker
 from tooldir.model import Source, Status
 from tooldir.policy import KeysPolicy, Policy, ProjectSourcePolicy, SourcesPolicy
 from tooldir.read.discover import RootSpec, open_root, scan_package
 from tooldir.snapshot.loader import Loader, make_config, remember_load
-from tooldir.trust import keys
+from tooldir.trust import keys, verify_pool, verify_worker
 from tooldir.trust.lockfile import LOCK, MINISIG, render_lock
 
 

@@ -18,6 +18,20 @@ a warning logged) only leaves more chunks for this process: nothing is lost, and
 the same as a sequential map. At most one chunk per segment is done twice (where the two ends
 meet). Every worker is killed and reaped before :func:`fork_map` returns or raises (also on
 ``KeyboardInterrupt``); a worker whose parent is gone dies at its next write (``EPIPE``).
+
+Why not :class:`concurrent.futures.ProcessPoolExecutor` (issue 25 item 5, measured by
+benchmarks/bench_pools.py: whole cold ``tooldir scan --json`` processes, 10k packages, 2 cores,
+paired rounds, medians with min-max): the same reading through a fork-context executor (chunks of
+the same size, results pickled as here, this process only collecting) took 1.19x the CPU
+(1.09-1.26) and 33 MB more peak memory, for a wall time within the noise (0.92x, 0.86-1.05, at a
+load average of 8-10 on 2 cores, where more runnable processes simply get a larger share); a
+forkserver executor 1.04x the wall (0.85-1.28; its workers' CPU is not countable, they are the
+server's children). And an executor cannot keep the contract above: its parent waits on futures,
+so a hung worker hangs the load and a dead one fails every chunk still queued on the pool
+(``BrokenProcessPool``) instead of leaving them to this process. The Ed25519 checks of a signed root are not done here but by the helper of
+:mod:`tooldir.trust.verify_pool`, on purpose: it also runs where this module may not fork (a
+threaded process, a library host's default), and where both run it measured faster than
+verifying in these workers (see there).
 """
 
 from __future__ import annotations

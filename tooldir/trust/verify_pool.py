@@ -18,6 +18,20 @@ finds the signature check's answer in the cache, under a hash of exactly the key
 message verified. Anything the helper did not answer (it could not start, died, answered out of
 order, or found a signature not valid: then the trust stage re-verifies it for the exact reason)
 is verified in-process as before.
+
+Why a helper process of its own and not :mod:`tooldir._internal.forkpool`'s workers (issue 25
+item 5, measured by benchmarks/bench_pools.py: whole cold ``tooldir scan --json`` processes of a
+10k signed root, 2 cores, paired rounds, medians with min-max, at a load average of 8-12): forked
+workers run only in a one-shot command that asked for them, on Linux, in a process with one
+thread, so a library host (``LoadConfig.workers`` is 1 by default), ``tooldir serve`` and
+``tooldir watch`` never have them. This helper is a subprocess started with ``python -I``, safe
+from any process, and for them it is the only other core the Ed25519 work can use: without forked
+readers, a load with it took 0.88x the wall (0.74-1.55) and 0.89x the CPU (0.87-0.97) of the same
+load verifying in this process. Where both run (a one-shot command), verifying in the forked
+readers instead (each verifies the packages it read with this helper's own libsodium code and
+sends the answers with them; no helper) took 1.39x the wall (1.05-1.72) and 1.19x the CPU
+(0.98-1.24) of readers plus helper, and a fork-context ``ProcessPoolExecutor`` reading and
+verifying 1.12x the wall (0.78-1.29) and 1.14x the CPU (1.07-1.26).
 """
 
 from __future__ import annotations
