@@ -9,7 +9,7 @@ machine). Embedding the catalog is the expensive part (minutes of CPU at 10k): i
 vector cache (``TOOLDIR_CALIBRATE_STATE``, default /tmp/tooldir-calibrate-state, shared with
 ``calibrate_fusion.py --ensemble``), so a second run embeds nothing; the build time reported is
 that of the run (``embedded`` says how many rows it embedded). Run:
-``python3 benchmarks/bench_ensemble.py [--sizes 1000,10000] [--queries 200] [--json]``.
+``python3 benchmarks/bench_ensemble.py [--quick] [--sizes 1000,10000] [--queries 200] [--json]``.
 """
 
 from __future__ import annotations
@@ -68,7 +68,10 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--top-k", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="1,000 tools, 100 queries")
     args = parser.parse_args()
+    if args.quick:
+        args.sizes, args.queries = "1000", 100
     usable, why = ensemble_status(load=False)
     if not usable:  # report, do not crash benchmarks/run
         print(f"bench_ensemble: skipped, the semantic-plus extra is not installed ({why})")

@@ -202,8 +202,11 @@ ENSEMBLE_ALPHAS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
 def calibrate_ensemble() -> dict[str, Any]:
     import os
 
+    from tooldir.deferred import ensemble
     from tooldir.deferred.ensemble import POOL, EnsembleRanker, load_ensemble
     from tooldir.deferred.vectorcache import VectorCache
+
+    ensemble.QUERY_MEMO = 1 << 20  # every training query is embedded once, not once per alpha
 
     models = load_ensemble()
     wordllama = load_embedder()

@@ -338,6 +338,7 @@ class EnsembleRanker:
         _index: SearchIndex | None = None,
         _memo: Memo | None = None,
         _queries: dict[str, list[Matrix]] | None = None,
+        _build_lock: threading.Lock | None = None,
     ) -> None:
         self._embedders = embedders
         self.alpha = alpha
@@ -353,6 +354,8 @@ class EnsembleRanker:
         self._query_memo: dict[str, list[Matrix]] = {} if _queries is None else _queries
         self._catalog: _Catalog | None = None
         self._lock = threading.Lock()
+        # one build at a time per family (this ranker and those that follow it share the memo)
+        self._build_lock = threading.Lock() if _build_lock is None else _build_lock
         self._thread: threading.Thread | None = None
         self.embedded = 0  # rows embedded by this ranker (neither in memory nor in the cache)
         self.failure: str | None = None  # why the ensemble could not be used (then: the fallback)
@@ -374,6 +377,7 @@ class EnsembleRanker:
             _index=index,
             _memo=self._memo,
             _queries=self._query_memo,
+            _build_lock=self._build_lock,
         )
 
     def tuned(self, **settings: Any) -> EnsembleRanker:
@@ -423,8 +427,10 @@ class EnsembleRanker:
         """The embedded catalog, built now in the caller's thread if it is not yet."""
         cat = self._catalog
         if cat is None:
-            cat = self._build()
-            self._catalog = cat
+            with self._build_lock:
+                cat = self._catalog
+                if cat is None:
+                    cat = self._catalog = self._build()
         return cat
 
     def rank(

@@ -365,3 +365,21 @@ def test_without_the_extra_the_ensemble_choice_is_the_hybrid(monkeypatch: pytest
     usable, why = ensemble.ensemble_status(load=False)
     assert not usable and "tooldir[semantic-plus]" in why
     assert type(default_ranker({SEMANTIC_ENV: "ensemble"})).__name__ in {"HybridRanker", "NoneType"}
+
+
+def test_the_ensembles_constants_are_the_ones_the_calibration_chose_and_wrote_down() -> None:
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "calibrate_fusion_ensemble.json"
+    report = json.loads(path.read_text())
+    chosen = report["chosen"]
+    assert (chosen["alpha"], chosen["pool"], chosen["min_cosine"]) == (
+        ensemble.ALPHA,
+        ensemble.POOL,
+        ensemble.MIN_COSINE,
+    )
+    assert [m["name"] for m in report["models"]] == [
+        "wordllama-l2_supercat-256[:256]",
+        ensemble.MiniLMEmbedder.name,
+        ensemble.UseEmbedder.name,
+    ]
+    assert set(report["data"]) == {"sealtools", "bfcl"}
+    assert all(d["train_queries"] > 0 for d in report["data"].values())  # training splits only, by name
