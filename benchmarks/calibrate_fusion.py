@@ -196,7 +196,7 @@ def calibrate() -> dict[str, Any]:
 # /tmp/tooldir-calibrate-state), so a second run embeds only the queries.
 
 ENSEMBLE_OUT = OUT.with_name("calibrate_fusion_ensemble.json")
-ENSEMBLE_ALPHAS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
+ENSEMBLE_ALPHAS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7)
 
 
 def calibrate_ensemble() -> dict[str, Any]:

