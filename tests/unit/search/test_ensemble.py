@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -298,8 +299,14 @@ print(json.dumps([h.name for h in i.search('hire a vehicle', top_k=1)]))
 
 def _run_in(home: Path, code: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {"HOME": str(home), "PATH": os.environ.get("PATH", "")}
+    # offline: in a network namespace of its own when this runs as root with unshare(1)
+    offline = ["unshare", "-n"] if os.geteuid() == 0 and shutil.which("unshare") else []
     return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, env={**base, **(env or {})}, timeout=300
+        [*offline, sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env={**base, **(env or {})},
+        timeout=300,
     )
 
 
