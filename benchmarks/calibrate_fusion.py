@@ -189,6 +189,89 @@ def calibrate() -> dict[str, Any]:
     }
 
 
+# ------------------------------------------------------------------------------------------------
+# The [semantic-plus] ensemble (tooldir.deferred.ensemble): its alpha and miss threshold, on the
+# same training splits, the same objective; written to calibrate_fusion_ensemble.json. Each model
+# embeds each catalog once: the vectors go to a vector cache (TOOLDIR_CALIBRATE_STATE, default
+# /tmp/tooldir-calibrate-state), so a second run embeds only the queries.
+
+ENSEMBLE_OUT = OUT.with_name("calibrate_fusion_ensemble.json")
+ENSEMBLE_ALPHAS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7)
+
+
+def calibrate_ensemble() -> dict[str, Any]:
+    import os
+
+    from tooldir.deferred import ensemble
+    from tooldir.deferred.ensemble import POOL, EnsembleRanker, load_ensemble
+    from tooldir.deferred.vectorcache import VectorCache
+
+    ensemble.QUERY_MEMO = 1 << 20  # every training query is embedded once, not once per alpha
+
+    models = load_ensemble()
+    wordllama = load_embedder()
+    vocabulary = sorted(w for w in wordllama._whole if w.isalpha() and w.islower() and len(w) >= 4)
+    rng = random.Random(15)
+    salads = salad(rng, vocabulary, 300)
+    cache = VectorCache(Path(os.environ.get("TOOLDIR_CALIBRATE_STATE", "/tmp/tooldir-calibrate-state")))
+    data: dict[str, Any] = {}
+    salad_best: list[float] = []
+    loaded = {}
+    salad_rows = [_unit_rows(m.embed(salads)) for m in models]
+    for name in SETS:
+        tools, qfile = EVAL / name / "tools.jsonl", EVAL / name / "queries.jsonl"
+        docs = read_tools(tools)
+        queries = [q for q in read_queries(qfile, {d.name for d in docs}) if split_of(q) == "train"]
+        data[name] = {
+            "tools": len(docs),
+            "train_queries": len(queries),
+            "files": {p.name: digest(p) for p in (tools, qfile)},
+        }
+        index = SearchIndex.build(docs, ranker=EnsembleRanker(models, background=False, cache=cache))
+        ranker = index.ranker
+        assert isinstance(ranker, EnsembleRanker)
+        cat = ranker.catalog()
+        mean = np.mean([m @ s.T for m, s in zip(cat.matrices, salad_rows, strict=True)], axis=0)  # (tools, salads)
+        salad_best.extend(mean.max(axis=0).tolist())
+        parsed = [parse_query(q.query) for q in queries]
+        loaded[name] = (queries, parsed, index, ranker)
+    p99 = float(np.percentile(salad_best, 99))
+    threshold = math.ceil(p99 * 20) / 20
+    grid: dict[str, dict[str, dict[str, float]]] = {}
+    for name in SETS:
+        queries, parsed, index, ranker = loaded[name]
+        lexical = [lexical_scores(index, p) for p in parsed]
+        table: dict[str, dict[str, float]] = {}
+        m = score_rankings(queries, [[h.name for h in lx.top(10)] for lx in lexical])
+        table["bm25f"] = {"nDCG@10": m["nDCG@10"], "recall@5": m["recall@5"]}
+        for alpha in ENSEMBLE_ALPHAS:
+            tuned = ranker.tuned(alpha=alpha, min_cosine=threshold)
+            ranked = [[h.name for h in tuned.rank(p, lx, 10)] for p, lx in zip(parsed, lexical, strict=True)]
+            m = score_rankings(queries, ranked)
+            table[f"ensemble/{POOL}/{alpha}"] = {"nDCG@10": m["nDCG@10"], "recall@5": m["recall@5"]}
+        grid[name] = table
+    mean_obj = {k: sum(objective(grid[s][k]) for s in SETS) / len(SETS) for k in grid[SETS[0]]}
+    best = max((k for k in mean_obj if k != "bm25f"), key=lambda k: (round(mean_obj[k], 4), float(k.split("/")[2])))
+    return {
+        "what": "benchmarks/calibrate_fusion.py --ensemble: the ensemble ranker's constants, training splits only",
+        "objective": "mean over the sets of (nDCG@10 + recall@5) / 2",
+        "models": [{"name": m.name, "dim": m.dim} for m in models],
+        "data": data,
+        "chosen": {"alpha": float(best.split("/")[2]), "pool": POOL, "min_cosine": threshold},
+        "chosen_mean_objective": round(mean_obj[best], 4),
+        "mean_objective": {k: round(v, 4) for k, v in mean_obj.items()},
+        "salad_best_mean_cosine_p99": round(p99, 4),
+        "salad_best_mean_cosine_max": round(max(salad_best), 4),
+        "grid": grid,
+    }
+
+
+def _unit_rows(rows: Any) -> Any:
+    rows = np.asarray(rows, dtype=np.float32)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -196,7 +279,24 @@ def main() -> None:
     parser.add_argument(
         "--choose-only", action="store_true", help=f"choose again from the grid in {OUT.name} (no search)"
     )
+    parser.add_argument(
+        "--ensemble", action="store_true", help=f"calibrate the [semantic-plus] ensemble ({ENSEMBLE_OUT.name})"
+    )
     args = parser.parse_args()
+    if args.ensemble:
+        report = calibrate_ensemble()
+        if args.write:
+            ENSEMBLE_OUT.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        if args.json:
+            print(json.dumps(report, indent=2))
+            return
+        for k, v in report["mean_objective"].items():
+            cells = " ".join(
+                f"{s} {report['grid'][s][k]['nDCG@10']:.4f}/{report['grid'][s][k]['recall@5']:.4f}" for s in SETS
+            )
+            print(f"{k:>22s} {cells}  mean {v:.4f}")
+        print(f"chosen: {report['chosen']} (mean objective {report['chosen_mean_objective']})")
+        return
     if args.choose_only:
         report = json.loads(OUT.read_text(encoding="utf-8"))
         report.update(choose(report["grid"], report["chosen"]["min_cosine"]))

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 # registering the options must not import the catalog and the session (tooldir --help stays cheap)
 FORMATS = ("anthropic", "openai", "mcp")
 MAX_TOP_K = 20
-EVAL_RANKERS = ("bm25f", "hybrid")  # kept equal to tooldir.deferred.evaluate.RANKERS (tests/unit/search)
+EVAL_RANKERS = ("bm25f", "hybrid", "ensemble")  # kept equal to tooldir.deferred.evaluate.RANKERS (tests/unit/search)
 
 
 def register(sub: Any) -> None:

@@ -58,7 +58,7 @@ def split_of(query: LabelledQuery) -> str:
     return "train" if hashlib.sha256(key).digest()[0] % 2 == 0 else "test"
 
 
-RANKERS = ("bm25f", "hybrid")  # what ``tooldir eval --ranker`` accepts (the ensemble is not built)
+RANKERS = ("bm25f", "hybrid", "ensemble")  # what ``tooldir eval --ranker`` accepts
 
 
 class EvalDataError(ConfigError):
@@ -240,7 +240,7 @@ def evaluate(
     docs: Sequence[SearchDoc],
     queries: Sequence[LabelledQuery],
     *,
-    ranker: Ranker | Literal["default", "hybrid", "bm25f"] | None = "default",
+    ranker: Ranker | Literal["default", "hybrid", "ensemble", "bm25f"] | None = "default",
     progress: Progress | None = None,
 ) -> EvalReport:
     """Score every ranker available on ``queries``. The active one (the report's ``metrics``):
@@ -248,7 +248,7 @@ def evaluate(
     hybrid with the extra, unless ``TOOLDIR_SEMANTIC`` says otherwise), ``"hybrid"`` the hybrid
     (:class:`~tooldir.errors.ConfigError`, exit code 2, when it cannot run), ``"bm25f"`` or None plain BM25F. Every
     ranker that can run is scored beside it."""
-    from .semantic import HybridRanker, default_ranker, load_embedder, semantic_status
+    from .semantic import SEMANTIC_ENV, HybridRanker, default_ranker, load_embedder, semantic_status
 
     depth = max(KS)  # every metric looks at most this deep
     note = ""
@@ -258,25 +258,53 @@ def evaluate(
         if not usable:
             raise ConfigError(f"the hybrid ranker cannot run: {why}")
         ranker = HybridRanker(load_embedder)
+    elif choice == "ensemble":
+        from .ensemble import ensemble_status
+
+        usable, why = semantic_status({}, load=True)
+        if usable:
+            usable, why = ensemble_status(load=True)
+        if not usable:
+            raise ConfigError(f"the ensemble ranker cannot run: {why}")
+        ranker = default_ranker({SEMANTIC_ENV: "ensemble"})
     elif choice in {"default", "bm25f"}:
         # "bm25f" is the active one, the hybrid (if installed and not disabled) still scored beside it
         ranker = default_ranker()
         if ranker is None:
             note = semantic_status(load=False)[1]
     elif choice is not None:
-        raise ConfigError(f"unknown ranker {choice!r}: choose bm25f or hybrid")
+        raise ConfigError(f"unknown ranker {choice!r}: choose bm25f, hybrid or ensemble")
     if isinstance(ranker, str):  # every name was handled above
         raise ConfigError(f"unknown ranker {ranker!r}")
+    others: dict[str, Any] = {}  # every other semantic ranker that can run, scored beside the active one
+    if ranker is not None and getattr(ranker, "name", "") in {"hybrid", "ensemble"}:
+        from .ensemble import EnsembleRanker, ensemble_status
+
+        if isinstance(ranker, EnsembleRanker):
+            ranker.background = False  # an evaluation scores the ensemble itself, not its fallback
+            if ranker.fallback is not None:
+                others["hybrid"] = ranker.fallback
+        elif ensemble_status(load=False)[0] and choice != "hybrid":
+            plus = default_ranker({SEMANTIC_ENV: "ensemble"})
+            if isinstance(plus, EnsembleRanker):
+                plus.background = False
+                others["ensemble"] = plus
     index = SearchIndex.build(docs, ranker=ranker)
     lexical = SearchIndex.build(docs) if index.ranker is not None else index
     baseline = PlainBM25(docs)
     engines: dict[str, Callable[[str], list[str]]] = {}
     if index.ranker is not None:
         engines[index.ranker.name] = lambda q: [h.name for h in index.search(q, top_k=depth)]
+    for other_name, other in list(others.items()):
+        other_index = SearchIndex.build(docs, ranker=other)
+        engines[other_name] = functools.partial(_names, other_index, depth)
+        if isinstance(other_index.ranker, HybridRanker):
+            others["hybrid_index"] = other_index.ranker
     engines["bm25f"] = lambda q: [h.name for h in lexical.search(q, top_k=depth)]
     engines["plain_bm25"] = lambda q: baseline.search(q, depth)
-    if isinstance(index.ranker, HybridRanker):
-        alone = index.ranker.as_mode("embedding")
+    hybrid_live = index.ranker if isinstance(index.ranker, HybridRanker) else others.get("hybrid_index")
+    if isinstance(hybrid_live, HybridRanker):
+        alone = hybrid_live.as_mode("embedding")
         engines["embedding"] = lambda q: [h.name for h in alone.rank(parse_query(q), (), depth)]
     total = len(queries) * len(engines)
     rankings: dict[str, list[list[str]]] = {}
@@ -320,6 +348,10 @@ def evaluate(
     )
 
 
+def _names(index: SearchIndex, depth: int, query: str) -> list[str]:
+    return [h.name for h in index.search(query, top_k=depth)]
+
+
 def _labelled(label: str, query: LabelledQuery) -> bool:
     return query.split == label
 
@@ -328,7 +360,7 @@ def evaluate_files(
     tools: str | Path,
     queries: str | Path,
     *,
-    ranker: Literal["default", "hybrid", "bm25f"] = "default",
+    ranker: Literal["default", "hybrid", "ensemble", "bm25f"] = "default",
     progress: Progress | None = None,
 ) -> EvalReport:
     docs = read_tools(tools)

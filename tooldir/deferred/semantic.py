@@ -66,6 +66,7 @@ from .search import (
     Hit,
     LexicalScores,
     ParsedQuery,
+    Ranker,
     SearchDoc,
     SearchIndex,
     lexical_scores,
@@ -88,9 +89,10 @@ __all__ = [
     "tool_text",
 ]
 
-SEMANTIC_ENV = "TOOLDIR_SEMANTIC"  # "off": BM25F only; "hybrid" (or unset): this ranker when installed
+SEMANTIC_ENV = "TOOLDIR_SEMANTIC"  # "off": BM25F only; "hybrid": this ranker; "ensemble"; unset: the best installed
 SEMANTIC_OFF = frozenset({"0", "off", "no", "false", "bm25f"})
-SEMANTIC_ON = frozenset({"", "1", "on", "yes", "true", "hybrid"})
+SEMANTIC_ON = frozenset({"", "1", "on", "yes", "true", "hybrid", "ensemble"})
+SEMANTIC_BEST = frozenset({"", "1", "on", "yes", "true", "ensemble"})  # the ensemble when [semantic-plus] is there
 MODEL_PACKAGE = "wordllama"
 WEIGHTS = ("weights", "l2_supercat_256.safetensors")
 TOKENIZER = ("tokenizers", "l2_supercat_tokenizer_config.json")
@@ -276,8 +278,8 @@ def semantic_status(environ: Mapping[str, str] | None = None, *, load: bool = Tr
     choice = env.get(SEMANTIC_ENV, "").strip().lower()
     if choice in SEMANTIC_OFF:
         return False, f"disabled by {SEMANTIC_ENV}={env[SEMANTIC_ENV]}"
-    if choice not in SEMANTIC_ON:  # a typo (or "ensemble", not built) must not pass for a choice
-        return False, f"{SEMANTIC_ENV}={env[SEMANTIC_ENV]!r} is not one of off, hybrid: BM25F alone"
+    if choice not in SEMANTIC_ON:  # a typo must not pass for a choice
+        return False, f"{SEMANTIC_ENV}={env[SEMANTIC_ENV]!r} is not one of off, hybrid, ensemble: BM25F alone"
     try:
         if load:
             load_embedder()
@@ -291,11 +293,23 @@ def semantic_status(environ: Mapping[str, str] | None = None, *, load: bool = Tr
     return True, "ok"
 
 
-def default_ranker(environ: Mapping[str, str] | None = None) -> HybridRanker | None:
-    """The hybrid ranker when the extra is installed and not disabled, else None (BM25F). The
-    model is read on the first search, not here."""
+def default_ranker(environ: Mapping[str, str] | None = None) -> Ranker | None:
+    """The best ranker installed and not disabled: the ensemble (``[semantic-plus]``, answering
+    with this hybrid until its catalog is embedded) unless :data:`SEMANTIC_ENV` is ``hybrid``,
+    else the hybrid when the extra is installed, else None (BM25F). The models are read on the
+    first search, not here."""
     usable, _ = semantic_status(environ, load=False)
-    return HybridRanker(load_embedder) if usable else None
+    if not usable:
+        return None
+    hybrid = HybridRanker(load_embedder)
+    env = os.environ if environ is None else environ
+    if env.get(SEMANTIC_ENV, "").strip().lower() in SEMANTIC_BEST:
+        from .ensemble import ensemble_ranker  # only now: it imports nothing heavy either
+
+        plus = ensemble_ranker(fallback=hybrid, environ=env)
+        if plus is not None:
+            return plus
+    return hybrid
 
 
 # ------------------------------------------------------------------------------------------------

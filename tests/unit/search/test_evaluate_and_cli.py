@@ -12,6 +12,7 @@ import pytest
 from toolkit import make_tool, project_tools
 
 from tooldir._cli import main
+from tooldir.deferred.ensemble import ensemble_status
 from tooldir.deferred.evaluate import (
     EvalDataError,
     LabelledQuery,
@@ -180,8 +181,11 @@ def test_eval_json_names_the_ranker_that_ran_and_scores_every_ranker(
         return  # without the extra the default run is the one above
     assert main(["eval", "--tools", str(t), "--queries", str(q), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["ranker"] == "hybrid" and set(data["rankers"]) == {"hybrid", "bm25f", "plain_bm25", "embedding"}
-    assert data["metrics"] == data["rankers"]["hybrid"] and "semantic" not in data
+    plus = ensemble_status(load=False)[0]  # [semantic-plus]: the ensemble is the best installed
+    best = "ensemble" if plus else "hybrid"
+    assert data["ranker"] == best
+    assert set(data["rankers"]) == {"hybrid", "bm25f", "plain_bm25", "embedding"} | ({"ensemble"} if plus else set())
+    assert data["metrics"] == data["rankers"][best] and "semantic" not in data
     for metrics in data["rankers"].values():
         assert set(metrics) == set(data["baseline"])
 
@@ -192,7 +196,7 @@ def test_eval_takes_the_active_ranker_by_name_and_still_scores_every_one_availab
     from tooldir._cli.search import EVAL_RANKERS
     from tooldir.deferred.evaluate import RANKERS
 
-    assert EVAL_RANKERS == RANKERS == ("bm25f", "hybrid")
+    assert EVAL_RANKERS == RANKERS == ("bm25f", "hybrid", "ensemble")
     t, q = _write(tmp_path / "t.jsonl", TOOLS), _write(tmp_path / "q.jsonl", QUERIES)
     monkeypatch.delenv(SEMANTIC_ENV, raising=False)
     usable, why = semantic_status()
@@ -204,14 +208,21 @@ def test_eval_takes_the_active_ranker_by_name_and_still_scores_every_one_availab
         assert main(["eval", "--tools", str(t), "--queries", str(q), "--ranker", "hybrid", "--json"]) == 2
         assert "hybrid ranker cannot run" in capsys.readouterr().err
         return
-    assert set(data["rankers"]) == {"hybrid", "bm25f", "plain_bm25", "embedding"}  # every one available
+    plus = {"ensemble"} if ensemble_status(load=False)[0] else set()
+    assert set(data["rankers"]) == {"hybrid", "bm25f", "plain_bm25", "embedding"} | plus  # every one available
     monkeypatch.setenv(SEMANTIC_ENV, "off")  # an explicit --ranker hybrid is what was asked for
     assert main(["eval", "--tools", str(t), "--queries", str(q), "--ranker", "hybrid", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ranker"] == "hybrid" and data["metrics"] == data["rankers"]["hybrid"]
-    with pytest.raises(SystemExit) as exit_:  # not built (issue 26 item 2): argparse refuses the name
-        main(["eval", "--tools", str(t), "--queries", str(q), "--ranker", "ensemble"])
-    assert exit_.value.code == 2 and "invalid choice" in capsys.readouterr().err
+    if not plus:
+        assert not os.environ.get("TOOLDIR_REQUIRE_SEMANTIC"), "[semantic-plus] is required in CI"
+        assert main(["eval", "--tools", str(t), "--queries", str(q), "--ranker", "ensemble", "--json"]) == 2
+        assert "ensemble ranker cannot run" in capsys.readouterr().err
+        return
+    assert main(["eval", "--tools", str(t), "--queries", str(q), "--ranker", "ensemble", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ranker"] == "ensemble" and data["metrics"] == data["rankers"]["ensemble"]
+    assert {"hybrid", "embedding"} <= set(data["rankers"])
 
 
 def test_eval_reports_train_and_test_splits_from_the_split_field_or_a_hash_of_the_id() -> None:
