@@ -53,15 +53,18 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from .search import Hit, LexicalScores, ParsedQuery, SearchIndex, lexical_scores, parse_query, split_words
+from .search import Hit, LexicalScores, ParsedQuery, Ranker, SearchIndex, lexical_scores, parse_query, split_words
 from .semantic import (
     FULL_WEIGHT,
+    SEMANTIC_BEST,
     SEMANTIC_ENV,
+    HybridRanker,
     SemanticUnavailable,
     StaticEmbedder,
     load_embedder,
     query_parts,
     query_text,
+    semantic_status,
     tool_text,
 )
 from .vectorcache import VectorCache
@@ -74,6 +77,7 @@ __all__ = [
     "EnsembleRanker",
     "MiniLMEmbedder",
     "UseEmbedder",
+    "default_ranker",
     "ensemble_ranker",
     "ensemble_status",
     "import_onnxruntime",
@@ -636,3 +640,20 @@ def _share(
     if best > 0:
         out[np.searchsorted(rows, at)] = scores / best
     return out
+
+
+def default_ranker(environ: Mapping[str, str] | None = None) -> Ranker | None:
+    """The best ranker installed and not disabled: the ensemble (``[semantic-plus]``, answering
+    with the hybrid until its catalog is embedded) unless :data:`SEMANTIC_ENV` is ``hybrid``,
+    else the hybrid when the extra is installed, else None (BM25F). The models are read on the
+    first search, not here."""
+    usable, _ = semantic_status(environ, load=False)
+    if not usable:
+        return None
+    hybrid = HybridRanker(load_embedder)
+    env = os.environ if environ is None else environ
+    if env.get(SEMANTIC_ENV, "").strip().lower() in SEMANTIC_BEST:
+        plus = ensemble_ranker(fallback=hybrid, environ=env)
+        if plus is not None:
+            return plus
+    return hybrid

@@ -244,11 +244,12 @@ def evaluate(
     progress: Progress | None = None,
 ) -> EvalReport:
     """Score every ranker available on ``queries``. The active one (the report's ``metrics``):
-    ``"default"`` is the best one installed (:func:`tooldir.deferred.semantic.default_ranker`: the
+    ``"default"`` is the best one installed (:func:`tooldir.deferred.ensemble.default_ranker`: the
     hybrid with the extra, unless ``TOOLDIR_SEMANTIC`` says otherwise), ``"hybrid"`` the hybrid
     (:class:`~tooldir.errors.ConfigError`, exit code 2, when it cannot run), ``"bm25f"`` or None plain BM25F. Every
     ranker that can run is scored beside it."""
-    from .semantic import SEMANTIC_ENV, HybridRanker, default_ranker, load_embedder, semantic_status
+    from .ensemble import default_ranker
+    from .semantic import SEMANTIC_ENV, HybridRanker, load_embedder, semantic_status
 
     depth = max(KS)  # every metric looks at most this deep
     note = ""

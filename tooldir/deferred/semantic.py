@@ -66,7 +66,6 @@ from .search import (
     Hit,
     LexicalScores,
     ParsedQuery,
-    Ranker,
     SearchDoc,
     SearchIndex,
     lexical_scores,
@@ -82,7 +81,6 @@ __all__ = [
     "HybridRanker",
     "SemanticUnavailable",
     "StaticEmbedder",
-    "default_ranker",
     "load_embedder",
     "query_parts",
     "semantic_status",
@@ -291,25 +289,6 @@ def semantic_status(environ: Mapping[str, str] | None = None, *, load: bool = Tr
     except SemanticUnavailable as exc:
         return False, str(exc)
     return True, "ok"
-
-
-def default_ranker(environ: Mapping[str, str] | None = None) -> Ranker | None:
-    """The best ranker installed and not disabled: the ensemble (``[semantic-plus]``, answering
-    with this hybrid until its catalog is embedded) unless :data:`SEMANTIC_ENV` is ``hybrid``,
-    else the hybrid when the extra is installed, else None (BM25F). The models are read on the
-    first search, not here."""
-    usable, _ = semantic_status(environ, load=False)
-    if not usable:
-        return None
-    hybrid = HybridRanker(load_embedder)
-    env = os.environ if environ is None else environ
-    if env.get(SEMANTIC_ENV, "").strip().lower() in SEMANTIC_BEST:
-        from .ensemble import ensemble_ranker  # only now: it imports nothing heavy either
-
-        plus = ensemble_ranker(fallback=hybrid, environ=env)
-        if plus is not None:
-            return plus
-    return hybrid
 
 
 # ------------------------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ def _default_ranker() -> Ranker | None:
     imported (numpy, tooldir.deferred.semantic) and search is BM25F as before."""
     if importlib.util.find_spec("wordllama") is None:  # tooldir.deferred.semantic.MODEL_PACKAGE
         return None
-    from .semantic import default_ranker
+    from .ensemble import default_ranker
 
     return default_ranker()
 

@@ -302,7 +302,11 @@ def test_a_memo_hit_imports_no_heavy_dependency(tmp_path: Path) -> None:
     outputs = []
     env = {**os.environ, "MODULES_OUT": str(out)}
     for mode in ("warm", "warm", "warm", "hit"):
-        done = subprocess.run([sys.executable, "-c", RUNNER, mode, *argv], capture_output=True, env=env, check=False)
+        # in the test's own folder: sys.path[0] ("") is part of the memo's key, and the checkout
+        # other tests run in is no folder of this test's
+        done = subprocess.run(
+            [sys.executable, "-c", RUNNER, mode, *argv], capture_output=True, env=env, check=False, cwd=tmp_path
+        )
         outputs.append(done.stdout)
         time.sleep(0.1)
     assert list((tmp_path / "s" / "index").glob("scan-*.memo"))

@@ -352,7 +352,8 @@ def test_the_tool_text_embedded_is_the_hybrids() -> None:
 def test_tooldir_semantic_chooses_the_ranker_and_unset_is_the_ensemble_when_installed(
     models: list[ensemble.Embedder], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, kind: str
 ) -> None:
-    from tooldir.deferred.semantic import SEMANTIC_ENV, default_ranker
+    from tooldir.deferred.ensemble import default_ranker
+    from tooldir.deferred.semantic import SEMANTIC_ENV
 
     monkeypatch.setenv("TOOLDIR_STATE_DIR", str(tmp_path / "state"))
     ranker = default_ranker({SEMANTIC_ENV: value} if value else {})
@@ -367,7 +368,8 @@ def test_without_the_extra_the_ensemble_choice_is_the_hybrid(monkeypatch: pytest
     monkeypatch.setattr(
         ensemble.importlib.util, "find_spec", lambda name: None if name == ensemble.USE_PACKAGE else real(name)
     )
-    from tooldir.deferred.semantic import SEMANTIC_ENV, default_ranker
+    from tooldir.deferred.ensemble import default_ranker
+    from tooldir.deferred.semantic import SEMANTIC_ENV
 
     usable, why = ensemble.ensemble_status(load=False)
     assert not usable and "tooldir[semantic-plus]" in why

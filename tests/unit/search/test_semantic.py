@@ -22,13 +22,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tooldir.deferred import semantic
+from tooldir.deferred.ensemble import default_ranker
 from tooldir.deferred.evaluate import PlainBM25
 from tooldir.deferred.search import SearchDoc, SearchIndex, doc_from_schema, lexical_scores, parse_query
 from tooldir.deferred.semantic import (
     SEMANTIC_ENV,
     HybridRanker,
     SemanticUnavailable,
-    default_ranker,
     load_embedder,
     semantic_status,
     tool_text,
@@ -159,7 +159,7 @@ def test_loading_and_searching_needs_no_network_no_home_and_never_imports_wordll
     code = (
         "import json, sys\n"
         "from tooldir.deferred.search import SearchDoc, SearchIndex\n"
-        "from tooldir.deferred.semantic import default_ranker\n"
+        "from tooldir.deferred.ensemble import default_ranker\n"
         "r = default_ranker()\n"
         "docs = [SearchDoc(d['name'], d['description']) for d in json.loads(sys.argv[1])]\n"
         "i = SearchIndex.build(docs, ranker=r)\n"
