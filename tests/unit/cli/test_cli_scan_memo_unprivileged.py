@@ -23,6 +23,9 @@ RUNNER = """
 import sys
 import tooldir.read.scanmemo as memo
 memo.RACY_NS = 50_000_000
+# other tests add and delete users while this one runs, and the accounts files are inputs of the
+# memo (their stats): the test's own copies stand in for them
+memo.ACCOUNTS = ACCOUNTS_COPIES
 if sys.argv[1] == "warm":
     import tooldir.read.index as index
     index.RACY_NS = 50_000_000
@@ -64,8 +67,14 @@ def test_a_normal_users_memo_hit_is_the_fresh_output_and_a_foreign_memo_is_ignor
             os.chown(path, entry.pw_uid, entry.pw_gid)
         scan = ["scan", "--json", "--user-dir", "tools", "--project", ".", "--state-dir", str(workdir / "state")]
 
+        copies = (str(workdir / "passwd"), str(workdir / "group"))
+        for copy in copies:
+            shutil.copy2(Path("/etc") / Path(copy).name, copy)
+            os.chown(copy, entry.pw_uid, entry.pw_gid)
+        runner = RUNNER.replace("ACCOUNTS_COPIES", repr(copies))
+
         def run(mode: str, *extra: str) -> bytes:
-            argv = [sys.executable, "-c", RUNNER, mode, *scan, *extra]
+            argv = [sys.executable, "-c", runner, mode, *scan, *extra]
             done = unprivileged.run_as_user(user, argv, workdir, expose=unprivileged.python_trees())
             for view in workdir.glob("view-*"):  # its mount points, left empty: the next run makes them again
                 view.rmdir()

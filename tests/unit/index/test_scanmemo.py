@@ -279,6 +279,9 @@ RUNNER = """
 import json, os, sys, time
 import tooldir.read.scanmemo as memo
 memo.RACY_NS = 50_000_000
+# other tests add and delete users while this one runs, and the accounts files are inputs of the
+# memo (their stats): this test's own copies stand in for them, so only its own runs change its key
+memo.ACCOUNTS = tuple(os.environ["TEST_ACCOUNTS"].split(os.pathsep))
 if sys.argv[1] == "warm":  # (the environment is part of the key: the mode comes in argv)
     import tooldir.read.index as index
     index.RACY_NS = 50_000_000
@@ -300,7 +303,10 @@ def test_a_memo_hit_imports_no_heavy_dependency(tmp_path: Path) -> None:
     out = tmp_path / "modules.json"
     time.sleep(0.1)
     outputs = []
-    env = {**os.environ, "MODULES_OUT": str(out)}
+    accounts = [tmp_path / "passwd", tmp_path / "group"]
+    for copy in accounts:
+        shutil.copy2(Path("/etc") / copy.name, copy)
+    env = {**os.environ, "MODULES_OUT": str(out), "TEST_ACCOUNTS": os.pathsep.join(map(str, accounts))}
     for mode in ("warm", "warm", "warm", "hit"):
         # in the test's own folder: sys.path[0] ("") is part of the memo's key, and the checkout
         # other tests run in is no folder of this test's
